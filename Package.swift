@@ -1,0 +1,49 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+/// Library targets: Swift 6 language mode (complete strict concurrency), warnings are errors.
+let strict: [SwiftSetting] = [
+  .swiftLanguageMode(.v6),
+  .treatAllWarnings(as: .error),
+]
+
+let package = Package(
+  name: "swift-threading-toolkit",
+  products: [
+    .library(name: "Sync", targets: ["Sync"]),
+    .library(name: "Threads", targets: ["Threads"]),
+    .library(name: "RunLoop", targets: ["RunLoop"]),
+    .executable(name: "cost-tables", targets: ["CostTables"]),
+  ],
+  targets: [
+    // The only places C is imported.
+    .systemLibrary(
+      name: "CAtomicOps",
+      path: "Sources/CAtomicOps",
+      pkgConfig: "atomic_ops",
+      providers: [.apt(["libatomic-ops-dev"])]
+    ),
+    .target(name: "CThreadingShims", path: "Sources/CThreadingShims"),
+
+    // The toolkit. Dependencies point one way: Sync <- Threads <- RunLoop.
+    .target(name: "Sync", dependencies: ["CAtomicOps", "CThreadingShims"], swiftSettings: strict),
+    .target(name: "Threads", dependencies: ["Sync", "CThreadingShims"], swiftSettings: strict),
+    .target(name: "RunLoop", dependencies: ["Threads", "Sync", "CThreadingShims"], swiftSettings: strict),
+
+    // Tests: one target per module, the guide's listings, and one target that imports
+    // everything beside Foundation and Synchronization so name clashes fail the build.
+    .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
+    .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
+    .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
+    .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
+    .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
+
+    // Benchmarks: the guide's cost tables beside the peers, measured in one run.
+    .executableTarget(
+      name: "CostTables",
+      dependencies: ["RunLoop", "Threads", "Sync", "CThreadingShims"],
+      path: "Benchmarks/CostTables",
+      swiftSettings: strict
+    ),
+  ]
+)

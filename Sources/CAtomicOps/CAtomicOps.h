@@ -1,0 +1,108 @@
+// The one header through which Swift reaches libatomic_ops.
+//
+// libatomic_ops spells its word type `AO_t` as a macro over `size_t` and its operations as
+// macros and static inline functions with ordering suffixes (none = relaxed, `_acquire`,
+// `_release`, `_full`). Swift cannot see macros, so this header declares one small static
+// inline function per (width, operation, ordering) with fixed-width types. Everything here
+// inlines into the Swift caller; nothing adds a call.
+//
+// Operations libatomic_ops 7.6 lacks with a returned old value (exchange, fetch-and/or/xor)
+// are built from its fetch-compare-and-swap of the same ordering, the way x86 itself
+// implements them (a `lock cmpxchg` loop).
+#ifndef TK_CATOMICOPS_H
+#define TK_CATOMICOPS_H
+
+#include <atomic_ops.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+_Static_assert(sizeof(AO_t) == sizeof(uint64_t), "the toolkit assumes a 64-bit AO_t");
+_Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 32-bit int");
+
+#define TK_AO_RELAXED
+#define TK_AO_ACQUIRE _acquire
+#define TK_AO_RELEASE _release
+#define TK_AO_FULL _full
+
+#define TK_CAT3_(a, b, c) a##b##c
+#define TK_CAT3(a, b, c) TK_CAT3_(a, b, c)
+
+// AO_int_* operates on `unsigned int`, AO_* on `AO_t` (size_t).
+#define TK_AO_OP_u32(op, ord) TK_CAT3(AO_int_, op, ord)
+#define TK_AO_OP_u64(op, ord) TK_CAT3(AO_, op, ord)
+#define TK_AO_T_u32 unsigned int
+#define TK_AO_T_u64 AO_t
+
+// Read-modify-write operations of one width and one ordering.
+#define TK_DEFINE_RMW(W, T, ORDNAME, ORD)                                                     \
+  static inline T tk_atomic_##W##_fetch_add_##ORDNAME(volatile T *p, T v) {                   \
+    return (T)TK_AO_OP_##W(fetch_and_add, ORD)((volatile TK_AO_T_##W *)p, (TK_AO_T_##W)v);     \
+  }                                                                                           \
+  static inline T tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(volatile T *p, T expected, \
+                                                                    T desired) {              \
+    return (T)TK_AO_OP_##W(fetch_compare_and_swap, ORD)(                                      \
+        (volatile TK_AO_T_##W *)p, (TK_AO_T_##W)expected, (TK_AO_T_##W)desired);              \
+  }                                                                                           \
+  static inline bool tk_atomic_##W##_compare_and_swap_##ORDNAME(volatile T *p, T expected,    \
+                                                                 T desired) {                 \
+    return TK_AO_OP_##W(compare_and_swap, ORD)((volatile TK_AO_T_##W *)p,                     \
+                                               (TK_AO_T_##W)expected, (TK_AO_T_##W)desired);  \
+  }                                                                                           \
+  static inline T tk_atomic_##W##_exchange_##ORDNAME(volatile T *p, T v) {                    \
+    T old = tk_atomic_##W##_load_relaxed(p);                                                                            \
+    for (;;) {                                                                                \
+      T seen = tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(p, old, v);                   \
+      if (seen == old) return old;                                                            \
+      old = seen;                                                                             \
+    }                                                                                         \
+  }                                                                                           \
+  TK_DEFINE_BITWISE(W, T, ORDNAME, and, &)                                                    \
+  TK_DEFINE_BITWISE(W, T, ORDNAME, or, |)                                                     \
+  TK_DEFINE_BITWISE(W, T, ORDNAME, xor, ^)
+
+#define TK_DEFINE_BITWISE(W, T, ORDNAME, NAME, OPERATOR)                                      \
+  static inline T tk_atomic_##W##_fetch_##NAME##_##ORDNAME(volatile T *p, T v) {              \
+    T old = tk_atomic_##W##_load_relaxed(p);                                                                            \
+    for (;;) {                                                                                \
+      T seen = tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(p, old, old OPERATOR v);      \
+      if (seen == old) return old;                                                            \
+      old = seen;                                                                             \
+    }                                                                                         \
+  }
+
+#define TK_DEFINE_WIDTH(W, T)                                                                 \
+  static inline T tk_atomic_##W##_load_relaxed(const volatile T *p) {                         \
+    return (T)TK_AO_OP_##W(load, TK_AO_RELAXED)((const volatile TK_AO_T_##W *)p);             \
+  }                                                                                           \
+  static inline T tk_atomic_##W##_load_acquire(const volatile T *p) {                         \
+    return (T)TK_AO_OP_##W(load, TK_AO_ACQUIRE)((const volatile TK_AO_T_##W *)p);             \
+  }                                                                                           \
+  static inline T tk_atomic_##W##_load_full(const volatile T *p) {                            \
+    AO_nop_full();                                                                            \
+    return (T)TK_AO_OP_##W(load, TK_AO_ACQUIRE)((const volatile TK_AO_T_##W *)p);             \
+  }                                                                                           \
+  static inline void tk_atomic_##W##_store_relaxed(volatile T *p, T v) {                      \
+    TK_AO_OP_##W(store, TK_AO_RELAXED)((volatile TK_AO_T_##W *)p, (TK_AO_T_##W)v);            \
+  }                                                                                           \
+  static inline void tk_atomic_##W##_store_release(volatile T *p, T v) {                      \
+    TK_AO_OP_##W(store, TK_AO_RELEASE)((volatile TK_AO_T_##W *)p, (TK_AO_T_##W)v);            \
+  }                                                                                           \
+  TK_DEFINE_RMW(W, T, relaxed, TK_AO_RELAXED)                                                 \
+  TK_DEFINE_RMW(W, T, acquire, TK_AO_ACQUIRE)                                                 \
+  TK_DEFINE_RMW(W, T, release, TK_AO_RELEASE)                                                 \
+  TK_DEFINE_RMW(W, T, full, TK_AO_FULL)                                                       \
+  static inline void tk_atomic_##W##_store_full(volatile T *p, T v) {                         \
+    (void)tk_atomic_##W##_exchange_full(p, v);                                                \
+  }
+
+TK_DEFINE_WIDTH(u32, uint32_t)
+TK_DEFINE_WIDTH(u64, uint64_t)
+
+/// Full barrier: no load or store moves across it (`AO_nop_full`, `mfence` on x86).
+static inline void tk_barrier_full(void) { AO_nop_full(); }
+/// Acquire (read) barrier: later loads and stores stay after earlier loads (`AO_nop_read`).
+static inline void tk_barrier_acquire(void) { AO_nop_read(); }
+/// Release (write) barrier: earlier loads and stores stay before later stores (`AO_nop_write`).
+static inline void tk_barrier_release(void) { AO_nop_write(); }
+
+#endif

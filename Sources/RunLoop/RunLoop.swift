@@ -1,0 +1,1 @@
+// The RunLoop module arrives with its issue.

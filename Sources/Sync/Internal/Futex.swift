@@ -1,0 +1,59 @@
+import CThreadingShims
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The Linux futex calls the lock family parks on. Process-private futexes only.
+@usableFromInline
+enum Futex {
+  /// Sleeps while `*word == expected`, until woken or `deadline` (monotonic) passes.
+  /// Returns false only when the deadline passed; true for a wake-up, a changed value or a
+  /// signal (callers re-check their state in all of those cases).
+  @usableFromInline
+  static func wait(
+    _ word: UnsafeMutablePointer<UInt32>, expected: UInt32, deadline: MonotonicInstant
+  ) -> Bool {
+    let result: Int32
+    if deadline == .distantFuture {
+      result = tk_futex_wait(word, expected, nil)
+    } else {
+      var time = deadline.timespec
+      result = tk_futex_wait(word, expected, &time)
+    }
+    switch -result {
+    case 0, EAGAIN, EINTR: return true
+    case ETIMEDOUT: return false
+    default:
+      // EFAULT/EINVAL/ENOSYS mean a corrupted lock word or a kernel without futexes: no
+      // caller can recover, and returning would break mutual exclusion.
+      fatalError("futex(FUTEX_WAIT_BITSET) failed: \(SystemCallError(call: "futex", errno: -result))")
+    }
+  }
+
+  /// Wakes up to `count` threads sleeping on `word`; returns how many woke.
+  @usableFromInline
+  @discardableResult
+  static func wake(_ word: UnsafeMutablePointer<UInt32>, count: Int32) -> Int32 {
+    let result = tk_futex_wake(word, count)
+    if result < 0 {
+      fatalError("futex(FUTEX_WAKE) failed: \(SystemCallError(call: "futex", errno: -result))")
+    }
+    return result
+  }
+}
+
+/// Reports a programming error in the use of a toolkit primitive. Always stops the process
+/// with a message naming the type and the misuse, in debug and release builds alike
+/// (unlike `precondition`, whose message release builds drop).
+@usableFromInline
+func reportMisuse(_ type: String, _ message: String) -> Never {
+  fatalError("\(type) misuse: \(message)")
+}
+
+/// The calling thread's owner tag for locks (its `pthread_t`, read without a call).
+@inlinable
+@inline(__always)
+func currentThreadTag() -> UInt64 {
+  UInt64(tk_thread_self())
+}

@@ -1,0 +1,117 @@
+import CThreadingShims
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A point in time on the system's monotonic clock (`CLOCK_MONOTONIC`).
+///
+/// Every deadline and timeout in the toolkit is measured on this clock, never on the wall
+/// clock: setting the date, NTP steps and leap seconds do not move it, so a timed wait never
+/// returns early or late because someone changed the time. It counts nanoseconds from an
+/// unspecified start (on Linux, boot) and does not advance while the machine is suspended.
+///
+/// Instants compare, and add and subtract `Duration`s, saturating at ``distantPast`` and
+/// ``distantFuture`` instead of overflowing.
+///
+/// ```swift
+/// let deadline = MonotonicInstant.now + .milliseconds(250)
+/// if mutex.lock(before: deadline) { defer { mutex.unlock() }; ... }
+/// ```
+@frozen
+public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStringConvertible {
+  /// Nanoseconds since the clock's unspecified start.
+  public var nanoseconds: Int64
+
+  /// Creates the instant `nanoseconds` after the monotonic clock's start.
+  @inlinable
+  public init(nanoseconds: Int64) {
+    self.nanoseconds = nanoseconds
+  }
+
+  /// The current instant (`clock_gettime(CLOCK_MONOTONIC)`, a vDSO call that does not enter
+  /// the kernel).
+  @inlinable
+  public static var now: MonotonicInstant {
+    let value = tk_monotonic_now_ns()
+    // CLOCK_MONOTONIC is always present on Linux; failure would mean a broken libc.
+    if value < 0 { fatalError("clock_gettime(CLOCK_MONOTONIC) failed: errno \(-value)") }
+    return MonotonicInstant(nanoseconds: value)
+  }
+
+  /// An instant later than any the clock will reach: a deadline that never expires.
+  public static let distantFuture = MonotonicInstant(nanoseconds: .max)
+
+  /// An instant earlier than any the clock has shown: a deadline that has always expired.
+  public static let distantPast = MonotonicInstant(nanoseconds: .min)
+
+  /// The instant `duration` from now, saturating at ``distantFuture`` / ``distantPast``.
+  @inlinable
+  public static func after(_ duration: Duration) -> MonotonicInstant {
+    now.advanced(by: duration)
+  }
+
+  /// This instant moved by `duration`, saturating instead of overflowing.
+  @inlinable
+  public func advanced(by duration: Duration) -> MonotonicInstant {
+    let delta = Self.nanoseconds(of: duration)
+    let (sum, overflow) = nanoseconds.addingReportingOverflow(delta)
+    if overflow { return delta > 0 ? .distantFuture : .distantPast }
+    return MonotonicInstant(nanoseconds: sum)
+  }
+
+  /// The duration from this instant to `other` (negative when `other` is earlier).
+  @inlinable
+  public func duration(to other: MonotonicInstant) -> Duration {
+    let (difference, overflow) = other.nanoseconds.subtractingReportingOverflow(nanoseconds)
+    if overflow { return other.nanoseconds > nanoseconds ? .seconds(Int64.max / 1_000_000_000) : .seconds(Int64.min / 1_000_000_000) }
+    return .nanoseconds(difference)
+  }
+
+  /// The time left until this instant, or zero when it has passed.
+  @inlinable
+  public var remaining: Duration {
+    let left = MonotonicInstant.now.duration(to: self)
+    return left < .zero ? .zero : left
+  }
+
+  /// Whether this instant is now or in the past.
+  @inlinable
+  public var hasPassed: Bool { MonotonicInstant.now >= self }
+
+  /// Orders instants by time.
+  @inlinable
+  public static func < (lhs: MonotonicInstant, rhs: MonotonicInstant) -> Bool {
+    lhs.nanoseconds < rhs.nanoseconds
+  }
+
+  /// `"monotonic +12.345678901s"`.
+  public var description: String {
+    let seconds = nanoseconds / 1_000_000_000
+    let fraction = abs(nanoseconds % 1_000_000_000)
+    var digits = String(fraction)
+    digits = String(repeating: "0", count: 9 - digits.count) + digits
+    return "monotonic +\(seconds).\(digits)s"
+  }
+
+  /// The whole nanoseconds of `duration`, saturated to `Int64`.
+  @inlinable
+  static func nanoseconds(of duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+    if overflow { return seconds > 0 ? .max : .min }
+    let (total, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+    if overflow2 { return seconds > 0 ? .max : .min }
+    return total
+  }
+
+  /// This instant as a `timespec` for calls that take an absolute CLOCK_MONOTONIC time.
+  /// Instants before the clock's start become zero (already expired).
+  @inlinable
+  public var timespec: timespec {
+    let clamped = Swift.max(nanoseconds, 0)
+    return Glibc.timespec(tv_sec: Int(clamped / 1_000_000_000), tv_nsec: Int(clamped % 1_000_000_000))
+  }
+}

@@ -1,0 +1,113 @@
+/// A non-recursive mutual-exclusion lock: the guide's `pthread_mutex_t` and `NSLock`.
+///
+/// Built on a Linux futex: the uncontended `lock()`/`unlock()` pair is one atomic
+/// compare-and-swap each, inlined into your code; a contended `lock()` spins briefly, then
+/// sleeps in the kernel until the holder releases it. Not fair: a releasing thread may
+/// re-acquire before a sleeper wakes, which keeps throughput high under contention.
+///
+/// **Misuse** is never undefined behaviour:
+/// - `unlock()` of an unlocked mutex always stops the process with a message;
+/// - `lock()` by the thread that already holds it (a certain self-deadlock) always stops the
+///   process with a message, instead of hanging;
+/// - in *checked* mode (the default in debug builds, or `Mutex(checked: true)`), `unlock()`
+///   from a thread that does not hold the lock stops the process too. Unchecked, such an
+///   unlock releases the lock on the holder's behalf.
+///
+/// Timed acquisition (`lock(before:)`, `lock(timeout:)`) uses the monotonic clock.
+///
+/// ```swift
+/// let mutex = Mutex()
+/// var total = 0                       // protected by `mutex`
+/// mutex.withLock { total += 1 }
+///
+/// if mutex.tryLock() {                // the guide's NSLock `try` loop
+///     defer { mutex.unlock() }
+///     total += 1
+/// }
+/// ```
+///
+/// The corresponding C functions are `pthread_mutex_lock`, `pthread_mutex_trylock`,
+/// `pthread_mutex_clocklock` and `pthread_mutex_unlock`; `Mutex` replaces them with `futex`.
+public final class Mutex: Locking, @unchecked Sendable {
+  // @unchecked: all state is in `core`, accessed only through atomics and the futex.
+  @usableFromInline
+  let core: FutexLock
+
+  /// Whether misuse checks that cost time on the fast path are on (see the type's doc).
+  public let isChecked: Bool
+
+  /// The checked-mode default: on when the toolkit is built for debugging, off in release.
+  public static var checkedByDefault: Bool {
+    #if DEBUG
+      return true
+    #else
+      return false
+    #endif
+  }
+
+  /// How many times a contended `lock()` re-tries before sleeping. Small: on few cores
+  /// parking at once lets the holder run; a little spinning catches a holder about to leave.
+  @usableFromInline
+  static let spinsBeforeSleeping = 16
+
+  /// Creates an unlocked mutex; `checked` turns on the owner check in `unlock()`.
+  public init(checked: Bool = Mutex.checkedByDefault) {
+    core = FutexLock()
+    isChecked = checked
+  }
+
+  deinit {
+    core.deallocate(typeName: "Mutex")
+  }
+
+  /// Acquires the mutex, blocking the calling thread until it is available.
+  ///
+  /// Stops the process if the calling thread already holds it (self-deadlock).
+  @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
+  @inlinable
+  @inline(__always)
+  public func lock() {
+    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
+  }
+
+  /// Releases the mutex. Stops the process if it is not locked (always) or, in checked mode,
+  /// if the calling thread does not hold it.
+  @inlinable
+  @inline(__always)
+  public func unlock() {
+    core.release(checkOwner: isChecked, typeName: "Mutex")
+  }
+
+  /// Acquires the mutex if it is free right now; never blocks. Returns false when it is held,
+  /// including by the calling thread.
+  @inlinable
+  @inline(__always)
+  public func tryLock() -> Bool {
+    core.tryAcquire()
+  }
+
+  /// Acquires the mutex, blocking until it is available or `deadline` (monotonic clock)
+  /// passes; returns whether it was acquired. Stops the process if the calling thread
+  /// already holds it.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func lock(before deadline: MonotonicInstant) -> Bool {
+    core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
+  }
+
+  /// Whether the calling thread holds the mutex. Exact for the calling thread; meant for
+  /// assertions (`assert(mutex.isHeldByCurrentThread)`).
+  @inlinable
+  public var isHeldByCurrentThread: Bool {
+    core.isHeldByCurrentThread
+  }
+
+  /// Runs `body` holding the mutex and returns its result; releases it however `body` exits.
+  /// Specialized here so the fast path inlines without a protocol indirection.
+  @inlinable
+  public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
+    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
+    defer { core.release(checkOwner: isChecked, typeName: "Mutex") }
+    return try body()
+  }
+}

@@ -1,0 +1,1 @@
+// The Threads module arrives with its issue.
