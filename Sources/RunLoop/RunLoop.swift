@@ -441,7 +441,11 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     let item = QueuedBlock(modes: modes, block: block)
-    lock.withLock { blocks.append(item) }
+    lock.withLock {
+      // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
+      for mode in modes where mode != .common && self.modes[mode] == nil { _ = modeItems(mode) }
+      blocks.append(item)
+    }
   }
 
   /// Queues `block` like ``perform(inModes:_:)`` and wakes the loop so a sleeping loop runs it
@@ -587,7 +591,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       runBlocks(mode)
       let sourceHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
       if sourceHandled { runBlocks(mode) }
-      let poll = sourceHandled || pollOnly
+      // Deviation from Core Foundation, which would sleep until the deadline: a mode left
+      // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
+      // does not sleep; the pass ends and the run returns finished.
+      let poll = sourceHandled || pollOnly || lock.withLock { isEmpty(mode) }
       if !poll { notify(.beforeWaiting, mode) }
       waitForEvents(activation, poll: poll, deadline: deadline)
       if !poll { notify(.afterWaiting, mode) }
