@@ -1,5 +1,6 @@
 import CThreadingShims
 import Sync
+import Threads
 
 #if canImport(Glibc)
   import Glibc
@@ -7,24 +8,15 @@ import Sync
   import Musl
 #endif
 
-/// The seam between a thread and its run loop: a pthread key whose value is a retained
-/// `RunLoop`, released (after the loop drops its items) by the key's destructor when the
-/// thread exits. The main thread's run loop is also held globally so any thread can reach it,
-/// and lives until the process ends.
+/// The seam between a thread and its run loop: a `Threads.ThreadLocal` holding the thread's
+/// run loop; when the thread exits, its destructor makes the loop drop its items (custom
+/// sources get `cancel`), and the loop is released. The main thread's run loop is also held
+/// globally so any thread can reach it, and lives until the process ends. Creating a thread's
+/// run loop registers an exit-request handler on its `Thread` that stops (and so wakes) the
+/// loop's innermost run, so `thread.requestExit()` is noticed by a sleeping run loop.
 enum CurrentRunLoopStorage {
-  /// The key; created once, on first use.
-  static let key: pthread_key_t = {
-    var key = pthread_key_t()
-    let result = pthread_key_create(&key) { pointer in
-      guard let pointer else { return }
-      let runLoop = Unmanaged<RunLoop>.fromOpaque(pointer).takeRetainedValue()
-      runLoop.threadDidExit()
-    }
-    if result != 0 {
-      fatalError("RunLoop: \(SystemCallError(call: "pthread_key_create", errno: result))")
-    }
-    return key
-  }()
+  /// Each thread's run loop, nil until first asked for.
+  static let slot = ThreadLocal<RunLoop?>(initialValue: { nil }, destructor: { runLoop in runLoop?.threadDidExit() })
 
   /// Protects `mainRunLoop`.
   static let mainLock = Mutex()
@@ -37,9 +29,7 @@ enum CurrentRunLoopStorage {
 
   /// The calling thread's run loop, created on first use.
   static func current() throws(SystemCallError) -> RunLoop {
-    if let pointer = pthread_getspecific(key) {
-      return Unmanaged<RunLoop>.fromOpaque(pointer).takeUnretainedValue()
-    }
+    if let runLoop = slot.value { return runLoop }
     let runLoop: RunLoop
     if isMainThread {
       runLoop = try main()
@@ -47,11 +37,11 @@ enum CurrentRunLoopStorage {
     } else {
       runLoop = try RunLoop(ownerTag: tk_thread_self())
     }
-    let result = pthread_setspecific(key, Unmanaged.passRetained(runLoop).toOpaque())
-    if result != 0 {
-      Unmanaged.passUnretained(runLoop).release()
-      throw SystemCallError(call: "pthread_setspecific", errno: result)
-    }
+    slot.value = runLoop
+    // An exit request ends the innermost run (stop wakes the loop), so
+    // `while !Thread.current.isExitRequested { runLoop.run(...) }` finishes promptly.
+    // Weak: the Thread object may outlive the run loop (released at thread exit).
+    Thread.current.addExitRequestHandler { [weak runLoop] in runLoop?.stop() }
     return runLoop
   }
 

@@ -1,40 +1,31 @@
 import Sync
+import Threads
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// A raw pthread for tests (the Threads module is not a dependency yet). Always join it.
-final class TestThread: @unchecked Sendable {
-  // @unchecked: `handle` is written once before the thread is shared, `joined` only by the
-  // joining thread.
-  private var handle = pthread_t()
-  private var joined = false
+/// A joinable toolkit thread for tests (`Threads.Thread.spawn`). Always join it.
+final class TestThread: Sendable {
+  private let handle: JoinableThread<Void, Never>
 
-  private final class Body {
-    let run: @Sendable () -> Void
-    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-  }
+  private init(_ handle: JoinableThread<Void, Never>) { self.handle = handle }
 
   /// Starts `body` on a new thread.
   static func spawn(_ body: @escaping @Sendable () -> Void) -> TestThread {
-    let thread = TestThread()
-    let context = Unmanaged.passRetained(Body(body)).toOpaque()
-    let result = pthread_create(&thread.handle, nil, { context in
-      let body = Unmanaged<Body>.fromOpaque(context!).takeRetainedValue()
-      body.run()
-      return nil
-    }, context)
-    precondition(result == 0, "pthread_create failed: \(result)")
-    return thread
+    do {
+      return TestThread(try Thread.spawn { () throws(Never) in body() })
+    } catch {
+      fatalError("Thread.spawn failed: \(error)")
+    }
   }
+
+  /// The toolkit thread object (for exit requests).
+  var thread: Thread { handle.thread }
 
   /// Waits for the thread to end.
   func join() {
-    precondition(!joined)
-    joined = true
-    let result = pthread_join(handle, nil)
-    precondition(result == 0, "pthread_join failed: \(result)")
+    handle.join()
   }
 
   /// Runs `body` on a new thread and waits for it.
