@@ -77,10 +77,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// needs no epoll_wait. Protected by `lock`.
   var memberCount = 0
 
+  /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
+  let defaultItems = ModeItems(name: .default)
+
   init(ownerTag: UInt) throws(SystemCallError) {
     backend = try EpollBackend()
     self.ownerTag = AtomicInteger(ownerTag)
-    modes[.default] = ModeItems(name: .default)
+    modes[.default] = defaultItems
   }
 
   // MARK: Getting a run loop
@@ -443,7 +446,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     let item = QueuedBlock(modes: modes, block: block)
     lock.withLock {
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
-      for mode in modes where mode != .common && self.modes[mode] == nil { _ = modeItems(mode) }
+      for mode in modes where mode != .common && mode != .default && self.modes[mode] == nil {
+        _ = modeItems(mode)
+      }
       blocks.append(item)
     }
   }
@@ -543,19 +548,20 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     if mode == .common {
       runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
     }
-    let start: (Activation, MonotonicInstant)? = lock.withLock {
-      guard let items = modes[mode], !isEmpty(items) else { return nil }
+    let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
+      guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
       let activation = Activation(mode: items)
       let previousDeadline = currentRunDeadline
       activations.append(activation)
       currentRunDeadline = deadline
-      return (activation, previousDeadline)
+      return (activation, previousDeadline, items.observerMask)
     }
-    guard let (activation, previousDeadline) = start else { return .finished }
+    guard let (activation, previousDeadline, entryMask) = start else { return .finished }
     let items = activation.mode
-    notify(.entry, items)
-    let result = runPasses(activation, deadline: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
-    notify(.exit, items)
+    if entryMask & RunLoopActivity.entry.rawValue != 0 { notify(.entry, items) }
+    let (result, exitMask) = runPasses(
+      activation, deadline: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
+    if exitMask & RunLoopActivity.exit.rawValue != 0 { notify(.exit, items) }
     lock.withLock {
       activations.removeLast()
       currentRunDeadline = previousDeadline
@@ -570,25 +576,48 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
   }
 
-  /// The passes of one run call (steps 2-9 of the guide's list).
+  /// Takes every queued block (to run those of the running mode), with the common modes they
+  /// are matched against. Called with `lock` held.
+  func takeBlocks() -> ([QueuedBlock], Set<RunLoopMode>) {
+    var taken: [QueuedBlock] = []
+    swap(&taken, &blocks)
+    return (taken, commonModeNames)
+  }
+
+  /// The passes of one run call (steps 2-9 of the guide's list). Returns the result and the
+  /// mode's observer mask at the end (for the exit notification).
+  ///
+  /// Lock traffic is kept to a few acquisitions per pass by folding work into the same
+  /// critical section where the order of events allows it: blocks are taken at the top of a
+  /// pass only when no before-timers/before-sources observer could queue more first, and
+  /// after the wait only when no after-waiting observer or timer runs in between.
   func runPasses(_ activation: Activation, deadline: MonotonicInstant, returnAfterSourceHandled: Bool)
-    -> RunLoopRunResult
+    -> (RunLoopRunResult, UInt)
   {
     let mode = activation.mode
-    let pollOnly = deadline.hasPassed
-    let stoppedBeforeStart: Bool = lock.withLock {
-      defer { activation.stopped = false }
-      return activation.stopped
-    }
-    if stoppedBeforeStart { return .stopped }
+    let pollOnly = deadline == .distantPast || deadline.hasPassed
+    let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
+    var firstPass = true
     while true {
-      let observerMask: UInt = lock.withLock {
+      // Top of the pass: from here on a wake-up must end the coming sleep.
+      let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
         activation.ignoresWakeUps = false
-        return mode.observerMask
+        if firstPass && activation.stopped {  // stopped by an entry observer
+          activation.stopped = false
+          return (mode.observerMask, true, nil)
+        }
+        let early = mode.observerMask & beforeMask == 0 && !blocks.isEmpty
+        return (mode.observerMask, false, early ? takeBlocks() : nil)
       }
-      if observerMask & RunLoopActivity.beforeTimers.rawValue != 0 { notify(.beforeTimers, mode) }
-      if observerMask & RunLoopActivity.beforeSources.rawValue != 0 { notify(.beforeSources, mode) }
-      runBlocks(mode)
+      if top.stopped { return (.stopped, top.mask) }
+      firstPass = false
+      if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 { notify(.beforeTimers, mode) }
+      if top.mask & RunLoopActivity.beforeSources.rawValue != 0 { notify(.beforeSources, mode) }
+      if let (queued, common) = top.blocks {
+        runBlocks(queued, common, mode)
+      } else if top.mask & beforeMask != 0 {
+        runBlocks(mode)
+      }
       let sourceHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
       if sourceHandled { runBlocks(mode) }
       // Deviation from Core Foundation, which would sleep until the deadline: a mode left
@@ -596,21 +625,43 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       // does not sleep; the pass ends and the run returns finished.
       let poll = sourceHandled || pollOnly || lock.withLock { isEmpty(mode) }
       if !poll { notify(.beforeWaiting, mode) }
-      waitForEvents(activation, poll: poll, deadline: deadline)
+      let readyCount = waitForEvents(activation, poll: poll, deadline: deadline)
+      let now = MonotonicInstant.now
+      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
+        isSleeping = false
+        activation.ignoresWakeUps = true
+        consumeReadyTokens(readyCount)
+        var due: [RunLoopTimer] = []
+        if !mode.timers.isEmpty {
+          var dated: [(RunLoopTimer, MonotonicInstant)] = []
+          for timer in mode.timers {
+            if let date = timer.dueFireDate(at: now) { dated.append((timer, date)) }
+          }
+          if dated.count > 1 { dated.sort { $0.1 < $1.1 } }
+          due = dated.map(\.0)
+        }
+        let early = poll && due.isEmpty && !blocks.isEmpty
+        return (due, early ? takeBlocks() : nil)
+      }
       if !poll { notify(.afterWaiting, mode) }
-      fireTimers(mode)
-      runBlocks(mode)
-      let result: RunLoopRunResult? = lock.withLock {
-        if sourceHandled && returnAfterSourceHandled { return .handledSource }
-        if deadline.hasPassed { return .timedOut }
+      for timer in after.due { timer.fireIfDue() }
+      if let (queued, common) = after.blocks {
+        runBlocks(queued, common, mode)
+      } else if !poll || !after.due.isEmpty {
+        runBlocks(mode)
+      }
+      let deadlinePassed = now >= deadline || (deadline != .distantFuture && deadline.hasPassed)
+      let result: (RunLoopRunResult?, UInt) = lock.withLock {
+        if sourceHandled && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
+        if deadlinePassed { return (.timedOut, mode.observerMask) }
         if activation.stopped {
           activation.stopped = false
-          return .stopped
+          return (.stopped, mode.observerMask)
         }
-        if isEmpty(mode) { return .finished }
-        return nil
+        if isEmpty(mode) { return (.finished, mode.observerMask) }
+        return (nil, 0)
       }
-      if let result { return result }
+      if let value = result.0 { return (value, result.1) }
     }
   }
 
@@ -627,12 +678,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// next call, blocks of other modes stay queued in order.
   func runBlocks(_ mode: ModeItems) {
     let taken: ([QueuedBlock], Set<RunLoopMode>)? = lock.withLock {
-      guard !blocks.isEmpty else { return nil }
-      var taken: [QueuedBlock] = []
-      swap(&taken, &blocks)
-      return (taken, commonModeNames)
+      blocks.isEmpty ? nil : takeBlocks()
     }
-    guard let (queued, common) = taken else { return }
+    if let (queued, common) = taken { runBlocks(queued, common, mode) }
+  }
+
+  /// Runs the taken blocks that match `mode` and puts the others back at the queue's head.
+  func runBlocks(_ queued: [QueuedBlock], _ common: Set<RunLoopMode>, _ mode: ModeItems) {
     var kept: [QueuedBlock] = []
     for item in queued {
       if item.runs(in: mode.name, commonModes: common) {
@@ -668,29 +720,15 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     return handled
   }
 
-  /// Fires `mode`'s due timers in fire-date order.
-  func fireTimers(_ mode: ModeItems) {
-    let now = MonotonicInstant.now
-    let due: [(RunLoopTimer, MonotonicInstant)] = lock.withLock {
-      var due: [(RunLoopTimer, MonotonicInstant)] = []
-      for timer in mode.timers {
-        if let date = timer.dueFireDate(at: now) { due.append((timer, date)) }
-      }
-      return due
-    }
-    if due.isEmpty { return }
-    for (timer, _) in due.count > 1 ? due.sorted(by: { $0.1 < $1.1 }) : due {
-      timer.fireIfDue()
-    }
-  }
-
-  /// Step 7: arms the timerfd, sleeps in epoll_wait unless polling, and consumes what woke
-  /// the loop.
-  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) {
-    let block: Bool = lock.withLock {
-      if poll { return false }
+  /// Step 7: arms the timerfd and sleeps in epoll_wait (or polls the epoll set when there
+  /// are descriptor members). Returns how many ready tokens `backend.readyTokens` holds; the
+  /// caller consumes them with the lock held. A polling pass without descriptor members makes
+  /// no system call: timers are checked against the clock, wake-ups need no draining.
+  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
+    let block: Bool? = lock.withLock {
+      if poll { return memberCount > 0 ? false : nil }
       let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
-      if wakeAt <= .now { return false }
+      if wakeAt <= .now { return memberCount > 0 ? false : nil }
       if wakeAt != armedDeadline {
         backend.armTimer(at: wakeAt)
         armedDeadline = wakeAt
@@ -698,23 +736,23 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       isSleeping = true
       return true
     }
-    let needsSystemCall: Bool = block || lock.withLock { memberCount > 0 }
-    let count = needsSystemCall ? backend.wait(block: block) : 0
-    lock.withLock {
-      isSleeping = false
-      activation.ignoresWakeUps = true
-      for index in 0..<count {
-        switch backend.readyTokens[index] {
-        case EpollBackend.wakeUpToken:
-          backend.drainWakeUp()
-          wakeUpPending = false
-        case EpollBackend.timerToken:
-          backend.drainTimer()
-          armedDeadline = .distantPast
-        default:
-          // Descriptor sources (issue 6) are dispatched here.
-          break
-        }
+    guard let block else { return 0 }
+    return backend.wait(block: block)
+  }
+
+  /// Consumes the ready epoll tokens. Called with `lock` held.
+  func consumeReadyTokens(_ count: Int) {
+    for index in 0..<count {
+      switch backend.readyTokens[index] {
+      case EpollBackend.wakeUpToken:
+        // Edge-triggered: each write is reported once, the counter needs no read.
+        wakeUpPending = false
+      case EpollBackend.timerToken:
+        backend.drainTimer()
+        armedDeadline = .distantPast
+      default:
+        // Descriptor sources (issue 6) are dispatched here.
+        break
       }
     }
   }

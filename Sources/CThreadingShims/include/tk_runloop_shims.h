@@ -29,6 +29,15 @@ static inline int tk_epoll_add_readable(int epfd, int fd, uint64_t token) {
   return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
 }
 
+/// Adds `fd` to `epfd` for readability, edge-triggered (EPOLLET): each new readiness (for an
+/// eventfd: each write) is reported once, without reading the descriptor. Returns 0 or -errno.
+static inline int tk_epoll_add_edge_triggered(int epfd, int fd, uint64_t token) {
+  struct epoll_event event;
+  event.events = EPOLLIN | EPOLLET;
+  event.data.u64 = token;
+  return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
+}
+
 /// Removes `fd` from `epfd`. Returns 0 or -errno.
 static inline int tk_epoll_remove(int epfd, int fd) {
   struct epoll_event event = {0};

@@ -40,7 +40,9 @@ final class EpollBackend {
       _ = tk_close(wake)
       throw SystemCallError(call: "timerfd_create", errno: -timer)
     }
-    var result = tk_epoll_add_readable(epoll, wake, EpollBackend.wakeUpToken)
+    // Edge-triggered: every eventfd write is reported once, so a wake-up costs one write and
+    // no read (the counter cannot reach its 2^64 - 2 limit at one write per wake-up).
+    var result = tk_epoll_add_edge_triggered(epoll, wake, EpollBackend.wakeUpToken)
     if result == 0 { result = tk_epoll_add_readable(epoll, timer, EpollBackend.timerToken) }
     guard result == 0 else {
       _ = tk_close(epoll)
@@ -70,14 +72,6 @@ final class EpollBackend {
     let result = tk_eventfd_signal(wakeUpDescriptor)
     // The counter cannot overflow (wake-ups are coalesced), so any failure is a broken fd.
     if result != 0 { fatalError("RunLoop: \(SystemCallError(call: "write(eventfd)", errno: -result))") }
-  }
-
-  /// Consumes a pending wake-up. Owning thread only.
-  func drainWakeUp() {
-    let result = tk_counter_fd_drain(wakeUpDescriptor)
-    if result != 0 && result != -EAGAIN {
-      fatalError("RunLoop: \(SystemCallError(call: "read(eventfd)", errno: -result))")
-    }
   }
 
   /// Consumes the timerfd's expiration count. Owning thread only.
