@@ -25,8 +25,8 @@ import Sync
 /// ```
 ///
 /// The API takes `Duration` and ``MonotonicInstant``, so NaN or infinite intervals cannot be
-/// expressed (the standard library refuses to build such a `Duration`); a negative tolerance
-/// is treated as zero.
+/// expressed; the seconds-based initializer ``init(seconds:intervalSeconds:toleranceSeconds:_:)``
+/// rejects them (returns nil). A negative tolerance is treated as zero.
 ///
 /// Core Foundation equivalent: `CFRunLoopTimerCreateWithHandler`,
 /// `CFRunLoopTimerSetNextFireDate`, `CFRunLoopTimerInvalidate`.
@@ -71,6 +71,28 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
     self.init(fireAt: .after(delay), interval: interval, tolerance: tolerance, block)
+  }
+
+  /// Creates a timer from intervals in seconds, as Core Foundation and Foundation take them
+  /// (`CFRunLoopTimerCreate(_, fireDate, interval, ...)`), validating them first: returns nil
+  /// when any value is NaN or infinite, instead of scheduling a timer that would fire at once
+  /// or never. A negative delay fires at once; a zero or negative interval makes a one-shot
+  /// timer; a negative tolerance is treated as zero. Not scheduled.
+  ///
+  /// ```swift
+  /// guard let timer = RunLoopTimer(seconds: userDelay, intervalSeconds: 0.3, { _ in tick() }) else {
+  ///     throw ConfigurationError.invalidDelay
+  /// }
+  /// ```
+  public convenience init?(
+    seconds delay: Double, intervalSeconds interval: Double = 0, toleranceSeconds tolerance: Double = 0,
+    _ block: @escaping @Sendable (RunLoopTimer) -> Void
+  ) {
+    guard delay.isFinite, interval.isFinite, tolerance.isFinite else { return nil }
+    // Clamp to what Duration and the monotonic clock can hold (about 292 years).
+    let limit = 9.0e9
+    func duration(_ seconds: Double) -> Duration { .seconds(Swift.min(Swift.max(seconds, -limit), limit)) }
+    self.init(after: duration(delay), interval: duration(interval), tolerance: duration(tolerance), block)
   }
 
   /// Creates a timer that first fires `delay` from now (then every `interval` if positive)

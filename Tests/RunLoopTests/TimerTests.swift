@@ -142,6 +142,24 @@ import Testing
     }
   }
 
+  @Test func secondsInitializerRejectsNaNAndInfiniteValues() {
+    #expect(RunLoopTimer(seconds: .nan) { _ in } == nil)
+    #expect(RunLoopTimer(seconds: .infinity) { _ in } == nil)
+    #expect(RunLoopTimer(seconds: 1, intervalSeconds: -.infinity) { _ in } == nil)
+    #expect(RunLoopTimer(seconds: 1, toleranceSeconds: .nan) { _ in } == nil)
+    let timer = try! #require(RunLoopTimer(seconds: 0.25, intervalSeconds: 0.5, toleranceSeconds: -1) { _ in })
+    #expect(timer.interval == .milliseconds(500))
+    #expect(timer.tolerance == .zero)
+    #expect(timer.nextFireDate > .now)
+    TestThread.run {
+      let fired = Box(false)
+      let past = try! #require(RunLoopTimer(seconds: -5) { _ in fired.value = true })
+      RunLoop.current.add(past, forMode: .default)
+      #expect(RunLoop.current.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(fired.value)
+    }
+  }
+
   @Test func negativeToleranceIsZero() {
     let timer = RunLoopTimer(after: .seconds(1), tolerance: .milliseconds(-1)) { _ in }
     #expect(timer.tolerance == .zero)
