@@ -252,13 +252,15 @@ private func benchmarkTimerLateness(_ harness: Harness) {
 
 // MARK: Idle CPU
 
-private func threadCPUNanoseconds() -> Double {
+/// The calling thread's CPU time (ns) and voluntary context switches (each blocking wait that
+/// slept counts one).
+private func threadUsage() -> (cpu: Double, sleeps: Double) {
   var usage = rusage()
   // RUSAGE_THREAD (1): glibc declares the name only under _GNU_SOURCE.
   precondition(getrusage(1, &usage) == 0, "getrusage failed")
   let user = Double(usage.ru_utime.tv_sec) * 1e9 + Double(usage.ru_utime.tv_usec) * 1e3
   let system = Double(usage.ru_stime.tv_sec) * 1e9 + Double(usage.ru_stime.tv_usec) * 1e3
-  return user + system
+  return (user + system, Double(usage.ru_nvcsw))
 }
 
 private func benchmarkIdleCPU(_ harness: Harness) {
@@ -270,20 +272,29 @@ private func benchmarkIdleCPU(_ harness: Harness) {
   let loop = RunLoop::RunLoop.current
   let far = RunLoopTimer(after: .seconds(86_400)) { _ in }
   loop.add(far, forMode: .default)
-  let before = threadCPUNanoseconds()
+  let before = threadUsage()
   loop.run(mode: .default, timeout: idle)
-  let ours = threadCPUNanoseconds() - before
+  let after = threadUsage()
   far.invalidate()
 
   let farFoundation = Foundation.Timer(timeInterval: 86_400, repeats: false) { _ in }
   Foundation.RunLoop.current.add(farFoundation, forMode: .default)
-  let before2 = threadCPUNanoseconds()
+  let before2 = threadUsage()
   Foundation.RunLoop.current.run(until: Date(timeIntervalSinceNow: seconds))
-  let theirs = threadCPUNanoseconds() - before2
+  let after2 = threadUsage()
   farFoundation.invalidate()
 
-  harness.record(id: id, subject: "RunLoop, far-future timer only (CPU ns per idle run)", group: "RunLoop", nanoseconds: [ours])
+  harness.record(
+    id: id, subject: "RunLoop, far-future timer only (CPU ns per idle run)", group: "RunLoop",
+    nanoseconds: [after.cpu - before.cpu])
   harness.record(
     id: id, subject: "Foundation.RunLoop, far-future timer only (CPU ns per idle run)", group: "RunLoop",
-    nanoseconds: [theirs])
+    nanoseconds: [after2.cpu - before2.cpu])
+  // Not nanoseconds: how many times the thread slept (voluntary context switches) per idle run.
+  harness.record(
+    id: id + "-sleeps", subject: "RunLoop (blocking waits per idle run)", group: "RunLoop",
+    nanoseconds: [after.sleeps - before.sleeps])
+  harness.record(
+    id: id + "-sleeps", subject: "Foundation.RunLoop (blocking waits per idle run)", group: "RunLoop",
+    nanoseconds: [after2.sleeps - before2.sleeps])
 }

@@ -623,16 +623,17 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       // Deviation from Core Foundation, which would sleep until the deadline: a mode left
       // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
       // does not sleep; the pass ends and the run returns finished.
-      let poll = sourceHandled || pollOnly || lock.withLock { isEmpty(mode) }
-      if !poll { notify(.beforeWaiting, mode) }
+      let (poll, waitMask): (Bool, UInt) =
+        sourceHandled || pollOnly ? (true, 0) : lock.withLock { (isEmpty(mode), mode.observerMask) }
+      if !poll && waitMask & RunLoopActivity.beforeWaiting.rawValue != 0 { notify(.beforeWaiting, mode) }
       let readyCount = waitForEvents(activation, poll: poll, deadline: deadline)
-      let now = MonotonicInstant.now
-      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
+      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
         isSleeping = false
         activation.ignoresWakeUps = true
         consumeReadyTokens(readyCount)
         var due: [RunLoopTimer] = []
         if !mode.timers.isEmpty {
+          let now = MonotonicInstant.now
           var dated: [(RunLoopTimer, MonotonicInstant)] = []
           for timer in mode.timers {
             if let date = timer.dueFireDate(at: now) { dated.append((timer, date)) }
@@ -640,17 +641,19 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
           if dated.count > 1 { dated.sort { $0.1 < $1.1 } }
           due = dated.map(\.0)
         }
-        let early = poll && due.isEmpty && !blocks.isEmpty
-        return (due, early ? takeBlocks() : nil)
+        // Blocks can be taken now unless an after-waiting observer or a timer runs first.
+        let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
+        let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
+        return (due, early ? takeBlocks() : nil, mode.observerMask)
       }
-      if !poll { notify(.afterWaiting, mode) }
+      if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
       for timer in after.due { timer.fireIfDue() }
       if let (queued, common) = after.blocks {
         runBlocks(queued, common, mode)
-      } else if !poll || !after.due.isEmpty {
+      } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
       }
-      let deadlinePassed = now >= deadline || (deadline != .distantFuture && deadline.hasPassed)
+      let deadlinePassed = pollOnly || (deadline != .distantFuture && deadline.hasPassed)
       let result: (RunLoopRunResult?, UInt) = lock.withLock {
         if sourceHandled && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
         if deadlinePassed { return (.timedOut, mode.observerMask) }
