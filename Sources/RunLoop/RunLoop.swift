@@ -18,6 +18,17 @@ import Sync
 /// (only if it slept); due timers fire; blocks; then the run returns handled-source, timed-out,
 /// stopped or finished, or makes another pass; exit (once per run call).
 ///
+/// **Items added during a pass** (by a callback, or by another thread) are seen from the next
+/// point that looks at them, as in Core Foundation: an observer at the next notification, a
+/// signalled source at the next source step, a timer at the next check after a wait, a block
+/// at the next block step (blocks queued while blocks run wait for the next step).
+///
+/// **Where this differs from Core Foundation** (each on purpose): deadlines and timers use the
+/// monotonic clock; timers never fire early; a mode left with nothing that could end a wait
+/// (no sources, timers or blocks) ends the run with `finished` instead of sleeping until the
+/// deadline; and a `Threads` exit request for the loop's thread stops its innermost run.
+/// A `stop` or `wakeUp` while the loop is not running is dropped, as in Core Foundation.
+///
 /// **Thread safety**: every method may be called from any thread (the Core Foundation rule),
 /// except that running the loop is reserved to its thread. Callbacks run on the loop's thread
 /// without any lock held, so they may call back into the loop, including running it nested.
