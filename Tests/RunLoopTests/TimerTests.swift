@@ -75,6 +75,27 @@ import Testing
     }
   }
 
+  @Test func setNextFireDateFromTheCallbackWinsOverTheGrid() {
+    TestThread.run {
+      let scheduled = Recorder<MonotonicInstant>()
+      let moved = Box<MonotonicInstant>(.distantPast)
+      let timer = RunLoopTimer(after: .milliseconds(1), interval: .seconds(3600)) { timer in
+        scheduled.append(timer.nextFireDate)
+        if scheduled.count == 1 {
+          let date = MonotonicInstant.after(.milliseconds(3))
+          moved.value = date
+          timer.setNextFireDate(date)
+        } else {
+          timer.invalidate()
+        }
+      }
+      RunLoop.current.add(timer, forMode: .default)
+      #expect(RunLoop.current.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(scheduled.count == 2)
+      #expect(scheduled.snapshot.last == moved.value)
+    }
+  }
+
   @Test func zeroOrNegativeIntervalMeansOneShot() {
     TestThread.run {
       let count = Box(0)
