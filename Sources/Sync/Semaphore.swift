@@ -62,7 +62,9 @@ public final class Semaphore: @unchecked Sendable {
     if old == UInt32.max {
       reportMisuse("Semaphore", "signal() overflowed the permit count")
     }
-    if UInt32.atomicLoad(at: waiters, ordering: .full) != 0 {
+    // Relaxed suffices: the `.full` increment is fenced on both sides, so this load stays
+    // after it.
+    if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       Futex.wake(count, count: 1)
     }
   }
@@ -108,11 +110,6 @@ public final class Semaphore: @unchecked Sendable {
 
   @usableFromInline
   func waitSlow(before deadline: MonotonicInstant) -> Bool {
-    // A few spins first: in a hand-off the permit often arrives within microseconds.
-    for round in 0..<8 {
-      Backoff.pause(round)
-      if tryWait() { return true }
-    }
     while true {
       if deadline != .distantFuture, deadline.hasPassed { return false }
       _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)

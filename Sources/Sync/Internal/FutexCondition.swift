@@ -7,7 +7,7 @@
 /// | step | waiter (holds the lock) | notifier |
 /// |---|---|---|
 /// | 1 | read `sequence` (relaxed; the lock orders it) | `sequence += 1` (full) |
-/// | 2 | `waiters += 1` (full) | read `waiters` (full); if > 0, futex wake |
+/// | 2 | `waiters += 1` (full) | read `waiters` (after the full increment's fence); if > 0, futex wake |
 /// | 3 | release the lock, `futex_wait(sequence, seen)` | |
 /// | 4 | `waiters -= 1`, re-acquire the lock | |
 ///
@@ -64,7 +64,9 @@ struct FutexCondition {
     lock.release(checkOwner: false, typeName: typeName)
     let notified = Futex.wait(sequence, expected: seen, deadline: deadline)
     _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
-    _ = lock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: typeName)
+    // No spinning on re-acquisition: the notifier usually still holds the lock (it signals
+    // under it), so spinning would only burn the time slice the notifier needs to release.
+    _ = lock.acquire(before: .distantFuture, spins: 0, typeName: typeName)
     return notified
   }
 
@@ -73,7 +75,10 @@ struct FutexCondition {
   @inline(__always)
   func signal() {
     _ = UInt32.atomicFetchAdd(1, at: sequence, ordering: .full)
-    if UInt32.atomicLoad(at: waiters, ordering: .full) != 0 {
+    // Relaxed suffices: a `.full` read-modify-write is fenced on both sides (libatomic_ops'
+    // `_full`), so this load cannot move above the increment; a `.full` load would add a
+    // second fence (`mfence`) for nothing.
+    if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       Futex.wake(sequence, count: 1)
     }
   }
@@ -83,7 +88,10 @@ struct FutexCondition {
   @inline(__always)
   func broadcast() {
     _ = UInt32.atomicFetchAdd(1, at: sequence, ordering: .full)
-    if UInt32.atomicLoad(at: waiters, ordering: .full) != 0 {
+    // Relaxed suffices: a `.full` read-modify-write is fenced on both sides (libatomic_ops'
+    // `_full`), so this load cannot move above the increment; a `.full` load would add a
+    // second fence (`mfence`) for nothing.
+    if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       Futex.wake(sequence, count: Int32.max)
     }
   }
