@@ -253,10 +253,12 @@ private func registerOnceInitialized(_ harness: Harness) {
   }
   word.deallocate()
 
-  let atomic = Synchronization.Atomic<UInt32>(3)
+  // Behind an opaque call, so the optimizer cannot prove no other thread writes it and
+  // hoist the load out of the loop.
+  let holder = sync2Opaque(AtomicHolder())
   harness.measure(id: id, subject: "Synchronization.Atomic.load(acquiring)", group: group, operations: calls) { iterations in
     var hits = 0
-    for _ in 0..<iterations where atomic.load(ordering: .acquiring) == 3 { hits &+= 1 }
+    for _ in 0..<iterations where holder.word.load(ordering: .acquiring) == 3 { hits &+= 1 }
     precondition(hits == iterations)
   }
 
@@ -269,6 +271,13 @@ private func registerOnceInitialized(_ harness: Harness) {
   control.deallocate()
   precondition(counter == 1)
 }
+
+private final class AtomicHolder: Sendable {
+  let word = Synchronization.Atomic<UInt32>(3)
+}
+
+@inline(never)
+private func sync2Opaque<T>(_ value: T) -> T { value }
 
 // MARK: - synchronized.uncontended
 

@@ -30,8 +30,8 @@ public func synchronized<Result, Failure: Error>(
   _ object: AnyObject, _ body: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   let stripe = SynchronizedStripes.stripe(for: object)
-  stripe.lockForSynchronized()
-  defer { stripe.unlock() }
+  SynchronizedStripes.enter(stripe)
+  defer { SynchronizedStripes.exit(stripe) }
   return try body()
 }
 
@@ -39,29 +39,53 @@ public func synchronized<Result, Failure: Error>(
 /// collide with probability about 1 in this number.
 public let synchronizedStripeCount = 128
 
-/// The stripe table behind ``synchronized(_:_:)``.
+/// The stripe table behind ``synchronized(_:_:)``: recursive futex locks (the
+/// ``RecursiveMutex`` algorithm) in one allocation that lives for the whole process. Plain
+/// lock words rather than `RecursiveMutex` objects, so that entering a section costs no
+/// reference counting.
 @usableFromInline
 enum SynchronizedStripes {
+  // nonisolated(unsafe): written once by the lazy global initializer (swift_once), then
+  // only read; each stripe's words are reached only through atomics or by their holder.
   @usableFromInline
-  static let table: [RecursiveMutex] = (0..<synchronizedStripeCount).map { _ in RecursiveMutex() }
+  nonisolated(unsafe) static let table: UnsafeMutablePointer<FutexLock> = {
+    let table = UnsafeMutablePointer<FutexLock>.allocate(capacity: synchronizedStripeCount)
+    for index in 0..<synchronizedStripeCount {
+      (table + index).initialize(to: FutexLock())
+    }
+    return table
+  }()
 
-  /// The stripe for `object`: its address, with the low (alignment) bits mixed in by a
-  /// multiplicative hash, so neighbouring allocations spread over the table.
+  /// The stripe for `object`: its address through a multiplicative (Fibonacci) hash, so
+  /// neighbouring allocations spread over the table; the top 7 bits of the product index
+  /// the 128 (2^7) stripes.
   @inlinable
   @inline(__always)
-  static func stripe(for object: AnyObject) -> RecursiveMutex {
+  static func stripe(for object: AnyObject) -> FutexLock {
     let address = UInt64(UInt(bitPattern: ObjectIdentifier(object)))
-    // Fibonacci hashing: the top 7 bits of the product index the 128 (2^7) stripes.
-    let mixed = (address &* 0x9E37_79B9_7F4A_7C15) >> 57
-    return table[Int(truncatingIfNeeded: mixed)]
+    let index = Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> 57)
+    return table[index]
   }
-}
 
-extension RecursiveMutex {
-  // `lock()` is noasync for direct calls; `synchronized` holds the stripe only for a
-  // synchronous body, like `withLock`.
-  @usableFromInline
-  func lockForSynchronized() {
-    lock()
+  /// Acquires `stripe`, or adds a level if the calling thread holds it already.
+  @inlinable
+  @inline(__always)
+  static func enter(_ stripe: FutexLock) {
+    if stripe.isHeldByCurrentThread {
+      stripe.depth.pointee += 1
+      return
+    }
+    _ = stripe.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+    stripe.depth.pointee = 1
+  }
+
+  /// Removes one level; releases `stripe` when none remain.
+  @inlinable
+  @inline(__always)
+  static func exit(_ stripe: FutexLock) {
+    stripe.depth.pointee -= 1
+    if stripe.depth.pointee == 0 {
+      stripe.release(checkOwner: false, typeName: "synchronized")
+    }
   }
 }

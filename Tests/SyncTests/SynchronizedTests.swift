@@ -53,7 +53,7 @@ struct SynchronizedTests {
     // Pick a second object whose stripe differs from the first's (almost any object).
     let first = Account()
     var candidates = [Account()]
-    while SynchronizedStripes.stripe(for: first) === SynchronizedStripes.stripe(for: candidates.last!) {
+    while SynchronizedStripes.stripe(for: first).state == SynchronizedStripes.stripe(for: candidates.last!).state {
       candidates.append(Account())
     }
     let second = candidates.last!
@@ -72,7 +72,7 @@ struct SynchronizedTests {
   func sharedStripe() {
     let first = Account()
     var candidates = [Account()]
-    while SynchronizedStripes.stripe(for: first) !== SynchronizedStripes.stripe(for: candidates.last!) {
+    while SynchronizedStripes.stripe(for: first).state != SynchronizedStripes.stripe(for: candidates.last!).state {
       candidates.append(Account())
     }
     let second = candidates.last!
@@ -83,8 +83,9 @@ struct SynchronizedTests {
     let probe = GuardedValue(true)
     synchronized(first) {
       runConcurrently(1) { _ in
-        probe.value = SynchronizedStripes.stripe(for: second).tryLock()
-        if probe.value { SynchronizedStripes.stripe(for: second).unlock() }
+        let stripe = SynchronizedStripes.stripe(for: second)
+        probe.value = stripe.tryAcquire()
+        if probe.value { stripe.release(checkOwner: false, typeName: "test") }
       }
     }
     #expect(!probe.value)
