@@ -123,6 +123,32 @@ struct ConditionLockTests {
     #expect(lock.condition == noData)
   }
 
+  @Test("a ring of threads each waiting for its own value passes the turn exactly")
+  func ring() {
+    let parties = 4, laps = 300
+    let lock = ConditionLock(condition: 0)
+    let order = GuardedValue<[Int]>([])
+    runConcurrently(parties) { index in
+      for _ in 0..<laps {
+        lock.lock(whenCondition: index)
+        order.value.append(index)
+        lock.unlock(withCondition: (index + 1) % parties)
+      }
+    }
+    let expected = (0..<laps).flatMap { _ in Array(0..<parties) }
+    #expect(order.value == expected)
+    #expect(lock.condition == 0)
+  }
+
+  @Test("deinitializing a locked condition lock is reported")
+  func deinitWhileLocked() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        ConditionLock().lock()
+      }
+    }
+  }
+
   @Test("unlocking a condition lock that is not held is reported")
   func unlockMisuse() async {
     await #expect(processExitsWith: .failure) {

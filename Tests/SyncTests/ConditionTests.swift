@@ -187,6 +187,15 @@ struct ConditionTests {
     }
   }
 
+  @Test("deinitializing a locked condition is reported")
+  func deinitWhileLocked() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        Condition().lock()
+      }
+    }
+  }
+
   @Test("unlocking a condition that is not locked is reported")
   func unlockUnlocked() async {
     await #expect(processExitsWith: .failure) {

@@ -92,6 +92,24 @@ struct ProcessLockTests {
     try breaker.unlock()
   }
 
+  @Test("a lock file without an owner record is held by an unknown owner, not free")
+  func foreignLockFile() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/foreign.lock"
+    let fd = open(path, O_CREAT | O_WRONLY, 0o644)
+    #expect(fd >= 0)
+    #expect(write(fd, "junk", 4) == 4)
+    close(fd)
+    let lock = try ProcessLock(path: path)
+    let owner = try #require(try lock.owner())
+    #expect(owner.processID == 0)
+    #expect(try !lock.tryLock())
+    #expect(try lock.breakLock())
+    #expect(try lock.tryLock())
+    try lock.unlock()
+  }
+
   @Test("a directory that does not exist, or is not a directory, is a SystemCallError")
   func missingDirectory() throws {
     let scratch = ScratchDirectory()
