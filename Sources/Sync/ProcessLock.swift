@@ -133,6 +133,10 @@ public final class ProcessLock: @unchecked Sendable {
   /// throws `SystemCallError(call: "ProcessLock.unlock", errno: EPERM)` so the caller learns
   /// that its critical section was not exclusive. Other file-system failures throw too.
   /// Calling it on an object that does not hold the lock stops the process (misuse).
+  ///
+  /// The record check and the removal are two steps: a process that breaks this live lock
+  /// and takes it again in the instant between them loses its new lock. Breaking a live
+  /// owner's lock is outside the protocol anyway (see ``breakLock()``).
   public func unlock() throws(SystemCallError) {
     try guardLock.withLock { () throws(SystemCallError) in
       guard let token = heldToken else {
