@@ -83,7 +83,7 @@ public final class Thread: @unchecked Sendable {
   /// The thread's key/value store; see ``ThreadDictionary``. Emptied when the thread ends.
   public let threadDictionary = ThreadDictionary()
 
-  /// `Lifecycle` values; atomic.
+  /// `Lifecycle` values; atomic. Nobody sleeps on it (joiners use `pthread_join`).
   private let lifecycle: FutexWord
   /// 0 or 1; set once, under `lock`, read lock-free.
   private let exitRequested = AtomicInteger<UInt32>(0)
@@ -335,7 +335,7 @@ public final class Thread: @unchecked Sendable {
     do {
       _ = try launch(joinable: false)
     } catch {
-      lifecycle.storeAndWakeAll(Lifecycle.notStarted)
+      lifecycle.store(Lifecycle.notStarted)
       throw error
     }
   }
@@ -477,7 +477,7 @@ public final class Thread: @unchecked Sendable {
       criticalBodyRunning = plan.isCritical
     }
     ThreadRegistry.install(retainedSelf)
-    lifecycle.storeAndWakeAll(Lifecycle.running)
+    lifecycle.store(Lifecycle.running)
 
     body()
 
@@ -486,7 +486,7 @@ public final class Thread: @unchecked Sendable {
       criticalBodyRunning = false
     }
     threadDictionary.removeAll()
-    lifecycle.storeAndWakeAll(Lifecycle.finished)
+    lifecycle.store(Lifecycle.finished)
     if plan.isCritical { CriticalThreads.leave() }
   }
 
@@ -494,7 +494,7 @@ public final class Thread: @unchecked Sendable {
   func adoptedThreadDidEnd() {
     guard kind != .toolkit else { return }
     threadDictionary.removeAll()
-    lifecycle.storeAndWakeAll(Lifecycle.finished)
+    lifecycle.store(Lifecycle.finished)
   }
 
   // MARK: Detached errors

@@ -1,0 +1,235 @@
+// Table 2-1, thread creation costs: the toolkit's threads beside raw pthread and Foundation's
+// Thread, measured in the same run, plus stack and kernel memory per thread.
+//
+// Rows (times in ns; rows whose id ends in "-bytes" hold bytes, not ns):
+//   thread.create-to-start       one sample per thread: from just before the create call
+//                                until the first statement of the entry routine (the guide's
+//                                definition); median over all threads
+//   thread.create-to-start.mean  the same, one sample per batch of threads = the batch mean
+//   thread.create-join           create + run an empty body + join (Foundation has no join:
+//                                start + wait for the body's signal)
+//   thread.stack-reserved-bytes  the thread's stack mapping size (/proc/self/smaps, the mapping
+//                                holding a local variable), for the 512 KiB default and 2 MiB
+//   thread.stack-resident-bytes  that mapping's Rss after the body started (pages touched)
+//   thread.kernel-stack-bytes    per parked thread: /proc/meminfo KernelStack delta / N
+//   thread.kernel-slab-bytes     per parked thread: /proc/meminfo SUnreclaim delta / N (the
+//                                task_struct and friends; noisy, other activity counts too)
+// All subjects use a 512 KiB stack except where a row says otherwise. glibc caches freed
+// stacks, so create loops reuse mappings (as real programs do).
+
+import CThreadingShims
+import Dispatch
+import Foundation
+import Sync
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+func registerThreadsBenchmarks(_ harness: Harness) {
+  let group = "Table 2-1"
+  let stackSize = ThreadConfiguration.defaultStackSize
+
+  // Make the process multithreaded before measuring anything (PERFORMANCE.md).
+  _ = try? Threads.Thread.spawn {}.join()
+
+  // MARK: create-to-start, interleaved subject by subject
+
+  if harness.wants("thread.create-to-start") {
+    let batches = harness.quick ? 3 : 21
+    let perBatch = harness.quick ? 5 : 50
+    var samples: [String: [Double]] = [:]
+    var means: [String: [Double]] = [:]
+    for _ in 0..<batches {
+      var batch: [String: [Double]] = [:]
+      for _ in 0..<perBatch {
+        batch["Threads.Thread", default: []].append(toolkitCreateToStart())
+        batch["pthread", default: []].append(rawPthreadCreateToStart(stackSize: stackSize))
+        batch["Foundation.Thread", default: []].append(foundationCreateToStart(stackSize: stackSize))
+      }
+      for (subject, values) in batch {
+        samples[subject, default: []] += values
+        means[subject, default: []].append(values.reduce(0, +) / Double(values.count))
+      }
+    }
+    for subject in ["Threads.Thread", "pthread", "Foundation.Thread"] {
+      harness.record(id: "thread.create-to-start", subject: subject, group: group, nanoseconds: samples[subject]!)
+      harness.record(id: "thread.create-to-start.mean", subject: subject, group: group, nanoseconds: means[subject]!)
+    }
+  }
+
+  // MARK: create + join
+
+  let joins = 200
+  harness.measure(id: "thread.create-join", subject: "Threads.Thread", group: group, operations: joins) { count in
+    for _ in 0..<count { try! Threads.Thread.spawn {}.join() }
+  }
+  harness.measure(id: "thread.create-join", subject: "pthread", group: group, operations: joins) { count in
+    for _ in 0..<count { rawPthreadCreateJoin(stackSize: stackSize) }
+  }
+  harness.measure(id: "thread.create-join", subject: "Foundation.Thread", group: group, operations: joins) { count in
+    for _ in 0..<count {
+      let done = DispatchSemaphore(value: 0)
+      let thread = Foundation.Thread { done.signal() }
+      thread.stackSize = stackSize
+      thread.start()
+      done.wait()
+    }
+  }
+
+  // MARK: memory
+
+  if harness.wants("thread.stack") {
+    for (label, size) in [("512 KiB default", stackSize), ("2 MiB configured", 2 * 1024 * 1024)] {
+      var configuration = ThreadConfiguration()
+      configuration.stackSize = size
+      let sizes = (0..<(harness.quick ? 1 : 5)).map { _ in
+        try! Threads.Thread.spawn(configuration: configuration) { currentStackMapping() }.join()
+      }
+      let subject = "Threads.Thread (\(label))"
+      harness.record(id: "thread.stack-reserved-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.size) })
+      harness.record(id: "thread.stack-resident-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.rss) })
+    }
+  }
+
+  if harness.wants("thread.kernel") {
+    let count = harness.quick ? 20 : 200
+    var stackPerThread: [Double] = []
+    var slabPerThread: [Double] = []
+    var rssPerThread: [Double] = []
+    for _ in 0..<(harness.quick ? 1 : 3) {
+      let before = memoryCounters()
+      let release = AtomicInteger<UInt32>(0)
+      let started = AtomicInteger<Int>(0)
+      let threads = (0..<count).map { _ in
+        try! Threads.Thread.spawn {
+          _ = started.increment(ordering: .full)
+          while release.load(ordering: .acquiring) == 0 { Threads.Thread.sleep(for: .milliseconds(1)) }
+        }
+      }
+      while started.load(ordering: .acquiring) < count { Threads.Thread.yield() }
+      let after = memoryCounters()
+      release.store(1, ordering: .releasing)
+      for thread in threads { thread.join() }
+      stackPerThread.append(Double(after.kernelStack - before.kernelStack) / Double(count))
+      slabPerThread.append(Double(after.unreclaimableSlab - before.unreclaimableSlab) / Double(count))
+      rssPerThread.append(Double(after.residentSet - before.residentSet) / Double(count))
+    }
+    harness.record(id: "thread.kernel-stack-bytes", subject: "Linux (KernelStack / thread)", group: group, nanoseconds: stackPerThread)
+    harness.record(id: "thread.kernel-slab-bytes", subject: "Linux (SUnreclaim / thread)", group: group, nanoseconds: slabPerThread)
+    harness.record(id: "thread.process-resident-bytes", subject: "Threads.Thread (VmRSS / parked thread)", group: group, nanoseconds: rssPerThread)
+  }
+}
+
+// MARK: - Subjects
+
+private func toolkitCreateToStart() -> Double {
+  let start = Harness.now()
+  let started = try! Threads.Thread.spawn { Harness.now() }.join()
+  return Double(started - start)
+}
+
+private func rawPthreadCreateToStart(stackSize: Int) -> Double {
+  let slot = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+  defer { slot.deallocate() }
+  var attributes = pthread_attr_t()
+  precondition(pthread_attr_init(&attributes) == 0)
+  defer { precondition(pthread_attr_destroy(&attributes) == 0) }
+  precondition(pthread_attr_setstacksize(&attributes, stackSize) == 0)
+  var handle = pthread_t()
+  let start = Harness.now()
+  let result = pthread_create(&handle, &attributes, { slot in
+    slot!.assumingMemoryBound(to: UInt64.self).pointee = Harness.now()
+    return nil
+  }, slot)
+  precondition(result == 0)
+  precondition(pthread_join(handle, nil) == 0)
+  return Double(slot.pointee - start)
+}
+
+private func rawPthreadCreateJoin(stackSize: Int) {
+  var attributes = pthread_attr_t()
+  precondition(pthread_attr_init(&attributes) == 0)
+  precondition(pthread_attr_setstacksize(&attributes, stackSize) == 0)
+  var handle = pthread_t()
+  precondition(pthread_create(&handle, &attributes, { _ in nil }, nil) == 0)
+  precondition(pthread_attr_destroy(&attributes) == 0)
+  precondition(pthread_join(handle, nil) == 0)
+}
+
+private final class StartStamp: @unchecked Sendable {
+  var value: UInt64 = 0  // written by the thread before `done.signal()`, read after `wait()`
+  let done = DispatchSemaphore(value: 0)
+}
+
+private func foundationCreateToStart(stackSize: Int) -> Double {
+  let stamp = StartStamp()
+  let start = Harness.now()
+  let thread = Foundation.Thread {
+    stamp.value = Harness.now()
+    stamp.done.signal()
+  }
+  thread.stackSize = stackSize
+  thread.start()
+  stamp.done.wait()
+  return Double(stamp.value - start)
+}
+
+// MARK: - /proc readers
+
+/// The smaps entry (size and Rss in bytes) of the mapping that holds the calling thread's stack.
+private func currentStackMapping() -> (size: Int, rss: Int) {
+  var local = 0
+  let address = withUnsafeMutablePointer(to: &local) { UInt(bitPattern: $0) }
+  let text = readProcFile("/proc/self/smaps")
+  var inMapping = false
+  var size = 0
+  var rss = 0
+  for line in text.split(separator: "\n") {
+    if let dash = line.firstIndex(of: "-"), line.first?.isHexDigit == true,
+      let space = line.firstIndex(of: " "), dash < space
+    {
+      let low = UInt(line[line.startIndex..<dash], radix: 16) ?? 0
+      let high = UInt(line[line.index(after: dash)..<space], radix: 16) ?? 0
+      inMapping = low <= address && address < high
+      continue
+    }
+    guard inMapping else { continue }
+    if line.hasPrefix("Size:") { size = kilobytes(line) * 1024 }
+    if line.hasPrefix("Rss:") { rss = kilobytes(line) * 1024 }
+  }
+  return (size, rss)
+}
+
+private func memoryCounters() -> (kernelStack: Int, unreclaimableSlab: Int, residentSet: Int) {
+  var kernelStack = 0
+  var slab = 0
+  for line in readProcFile("/proc/meminfo").split(separator: "\n") {
+    if line.hasPrefix("KernelStack:") { kernelStack = kilobytes(line) * 1024 }
+    if line.hasPrefix("SUnreclaim:") { slab = kilobytes(line) * 1024 }
+  }
+  var rss = 0
+  for line in readProcFile("/proc/self/status").split(separator: "\n") where line.hasPrefix("VmRSS:") {
+    rss = kilobytes(line) * 1024
+  }
+  return (kernelStack, slab, rss)
+}
+
+private func kilobytes(_ line: Substring) -> Int {
+  Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
+}
+
+private func readProcFile(_ path: String) -> String {
+  let descriptor = open(path, O_RDONLY)
+  guard descriptor >= 0 else { return "" }
+  defer { close(descriptor) }
+  var bytes: [UInt8] = []
+  var buffer = [UInt8](repeating: 0, count: 65536)
+  while true {
+    let count = read(descriptor, &buffer, buffer.count)
+    if count <= 0 { break }
+    bytes += buffer[0..<count]
+  }
+  return String(decoding: bytes, as: UTF8.self)
+}
