@@ -41,12 +41,19 @@ func registerThreadsBenchmarks(_ harness: Harness) {
     let perBatch = harness.quick ? 5 : 50
     var samples: [String: [Double]] = [:]
     var means: [String: [Double]] = [:]
-    for _ in 0..<batches {
+    let subjects: [(String, () -> Double)] = [
+      ("Threads.Thread", { toolkitCreateToStart() }),
+      ("pthread", { rawPthreadCreateToStart(stackSize: stackSize) }),
+      ("Foundation.Thread", { foundationCreateToStart(stackSize: stackSize) }),
+    ]
+    for batchIndex in 0..<batches {
       var batch: [String: [Double]] = [:]
-      for _ in 0..<perBatch {
-        batch["Threads.Thread", default: []].append(toolkitCreateToStart())
-        batch["pthread", default: []].append(rawPthreadCreateToStart(stackSize: stackSize))
-        batch["Foundation.Thread", default: []].append(foundationCreateToStart(stackSize: stackSize))
+      for index in 0..<perBatch {
+        // Rotate the order so no subject always follows the same one.
+        for offset in 0..<subjects.count {
+          let (subject, sample) = subjects[(batchIndex + index + offset) % subjects.count]
+          batch[subject, default: []].append(sample())
+        }
       }
       for (subject, values) in batch {
         samples[subject, default: []] += values
@@ -75,6 +82,7 @@ func registerThreadsBenchmarks(_ harness: Harness) {
       thread.stackSize = stackSize
       thread.start()
       done.wait()
+      while !thread.isFinished { sched_yield() }  // the rest of its exit, as a join would wait
     }
   }
 
@@ -173,6 +181,9 @@ private func foundationCreateToStart(stackSize: Int) -> Double {
   thread.stackSize = stackSize
   thread.start()
   stamp.done.wait()
+  // Foundation threads are detached: let this one finish exiting before the next sample, so
+  // its teardown does not land in another subject's measurement.
+  while !thread.isFinished { sched_yield() }
   return Double(stamp.value - start)
 }
 

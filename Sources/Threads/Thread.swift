@@ -38,8 +38,8 @@ import Sync
 /// The corresponding C functions are `pthread_create`, `pthread_join`, `pthread_detach`,
 /// `pthread_self` and `pthread_getspecific`.
 public final class Thread: @unchecked Sendable {
-  // @unchecked: mutable state is guarded by `lock` (see each property); the lifecycle and
-  // exit flag are atomics; `threadDictionary` locks itself.
+  // @unchecked: mutable state is guarded by the word lock (see each property); the lifecycle
+  // and exit flag are atomics; the dictionary locks itself.
 
   /// The kinds of thread object.
   enum Kind {
@@ -51,7 +51,7 @@ public final class Thread: @unchecked Sendable {
     case adopted
   }
 
-  /// Lifecycle values in `lifecycle`.
+  /// Lifecycle values in `lifecycleWord`.
   enum Lifecycle {
     static let notStarted: UInt32 = 0
     static let starting: UInt32 = 1
@@ -80,16 +80,18 @@ public final class Thread: @unchecked Sendable {
 
   let kind: Kind
 
-  /// The thread's key/value store; see ``ThreadDictionary``. Emptied when the thread ends.
-  public let threadDictionary = ThreadDictionary()
-
+  /// One small block for the words below (a `WordLock`, the lifecycle, the exit flag):
+  /// one allocation instead of a lock object each keeps thread creation cheap.
+  private let words: UnsafeMutablePointer<UInt32>
+  /// The lock guarding the stored properties below.
+  private var lockWord: UnsafeMutablePointer<UInt32> { words }
   /// `Lifecycle` values; atomic. Nobody sleeps on it (joiners use `pthread_join`).
-  private let lifecycle: FutexWord
-  /// 0 or 1; set once, under `lock`, read lock-free.
-  private let exitRequested = AtomicInteger<UInt32>(0)
+  private var lifecycleWord: UnsafeMutablePointer<UInt32> { words + 1 }
+  /// 0 or 1; set once, under the lock, read lock-free.
+  private var exitWord: UnsafeMutablePointer<UInt32> { words + 2 }
 
-  private let lock = Mutex()
-  // Guarded by `lock`:
+  // Guarded by the lock (`withLock`):
+  private var storedDictionary: ThreadDictionary?
   private var storedName: String?
   private var storedConfiguration: ThreadConfiguration
   private var entry: (@Sendable () -> Void)?
@@ -120,7 +122,7 @@ public final class Thread: @unchecked Sendable {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .toolkit
-    lifecycle = FutexWord(Lifecycle.notStarted)
+    words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
     var configuration = configuration
     if let name { configuration.name = name }
     storedConfiguration = configuration
@@ -139,7 +141,7 @@ public final class Thread: @unchecked Sendable {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .toolkit
-    lifecycle = FutexWord(Lifecycle.notStarted)
+    words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
     storedConfiguration = configuration
     storedName = configuration.name
     self.entry = entry
@@ -150,7 +152,7 @@ public final class Thread: @unchecked Sendable {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .adopted
-    lifecycle = FutexWord(Lifecycle.running)
+    words = Thread.allocateWords(lifecycle: Lifecycle.running)
     storedConfiguration = ThreadConfiguration()
     storedKernelThreadID = tid
   }
@@ -160,9 +162,38 @@ public final class Thread: @unchecked Sendable {
     id = 1
     isMainThread = true
     kind = .main
-    lifecycle = FutexWord(Lifecycle.running)
+    words = Thread.allocateWords(lifecycle: Lifecycle.running)
     storedConfiguration = ThreadConfiguration()
     storedKernelThreadID = pid
+  }
+
+  deinit {
+    words.deallocate()
+  }
+
+  /// The lock, lifecycle and exit-flag words, initialized.
+  private static func allocateWords(lifecycle: UInt32) -> UnsafeMutablePointer<UInt32> {
+    let words = UnsafeMutablePointer<UInt32>.allocate(capacity: 4)
+    words.initialize(repeating: 0, count: 4)
+    words[1] = lifecycle
+    return words
+  }
+
+  /// Runs `body` holding the thread object's lock (short sections; never user code).
+  @inline(__always)
+  private func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    try WordLock.withLock(lockWord, body)
+  }
+
+  /// The thread's key/value store; see ``ThreadDictionary``. Created on first use (most
+  /// threads never touch it) and emptied when the thread ends.
+  public var threadDictionary: ThreadDictionary {
+    withLock {
+      if let storedDictionary { return storedDictionary }
+      let dictionary = ThreadDictionary()
+      storedDictionary = dictionary
+      return dictionary
+    }
   }
 
   // MARK: The current and main threads
@@ -207,11 +238,11 @@ public final class Thread: @unchecked Sendable {
   /// kernel name cannot be changed safely then). The corresponding C function is
   /// `pthread_setname_np`.
   public var name: String? {
-    get { lock.withLock { storedName } }
+    get { withLock { storedName } }
     set {
-      if lifecycle.load() == Lifecycle.notStarted && kind == .toolkit {
-        let applied: Bool = lock.withLock {
-          guard lifecycle.load() == Lifecycle.notStarted else { return false }
+      if UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted && kind == .toolkit {
+        let applied: Bool = withLock {
+          guard UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted else { return false }
           storedName = newValue
           storedConfiguration.name = newValue
           return true
@@ -221,7 +252,7 @@ public final class Thread: @unchecked Sendable {
       guard pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque() else {
         threadsMisuse("Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
       }
-      lock.withLock { storedName = newValue }
+      withLock { storedName = newValue }
       let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
     }
@@ -231,10 +262,10 @@ public final class Thread: @unchecked Sendable {
   /// setting it afterwards stops the process (misuse). Threads not created by the toolkit
   /// report the default configuration.
   public var configuration: ThreadConfiguration {
-    get { lock.withLock { storedConfiguration } }
+    get { withLock { storedConfiguration } }
     set {
-      lock.withLock {
-        guard kind == .toolkit, lifecycle.load() == Lifecycle.notStarted else {
+      withLock {
+        guard kind == .toolkit, UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted else {
           threadsMisuse("Thread", "configuration changed after the thread started")
         }
         storedConfiguration = newValue
@@ -247,19 +278,19 @@ public final class Thread: @unchecked Sendable {
   /// `/proc/<pid>/task`), once the thread is running; nil before. Kernel ids are reused after
   /// a thread ends; use ``id`` as a stable key.
   public var kernelThreadID: Int32? {
-    lock.withLock { storedKernelThreadID }
+    withLock { storedKernelThreadID }
   }
 
   /// Whether the thread is running its body (always true for the main and adopted threads
   /// until they end).
-  public var isExecuting: Bool { lifecycle.load() == Lifecycle.running }
+  public var isExecuting: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.running }
 
   /// Whether the thread's body has returned (or thrown).
-  public var isFinished: Bool { lifecycle.load() == Lifecycle.finished }
+  public var isFinished: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished }
 
   /// Whether this thread is inside the body of a `finishBeforeExit` thread (exit handler).
   var isRunningCriticalBody: Bool {
-    lock.withLock { criticalBodyRunning }
+    withLock { criticalBodyRunning }
   }
 
   // MARK: Exit requests (Listing 2-3)
@@ -269,9 +300,9 @@ public final class Thread: @unchecked Sendable {
   /// Callable from any thread, any number of times; only the first call runs the handlers.
   /// Does not interrupt the thread: it notices at its next ``isExitRequested`` check.
   public func requestExit() {
-    let handlers: [@Sendable () -> Void] = lock.withLock {
-      if exitRequested.load(ordering: .relaxed) != 0 { return [] }
-      exitRequested.store(1, ordering: .releasing)
+    let handlers: [@Sendable () -> Void] = withLock {
+      if UInt32.atomicLoad(at: exitWord, ordering: .relaxed) != 0 { return [] }
+      UInt32.atomicStore(1, at: exitWord, ordering: .releasing)
       return exitHandlers.map(\.handler)
     }
     for handler in handlers { handler() }
@@ -285,7 +316,7 @@ public final class Thread: @unchecked Sendable {
   /// while moreWork && !Thread.current.isExitRequested { doSomeWork() }
   /// ```
   public var isExitRequested: Bool {
-    exitRequested.load(ordering: .acquiring) != 0
+    UInt32.atomicLoad(at: exitWord, ordering: .acquiring) != 0
   }
 
   /// Adds a handler that ``requestExit()`` runs, on the requesting thread, right after setting
@@ -297,9 +328,9 @@ public final class Thread: @unchecked Sendable {
   /// another thread may still run once.
   @discardableResult
   public func addExitRequestHandler(_ handler: @escaping @Sendable () -> Void) -> ExitRequestHandlerToken {
-    let (token, runNow) = lock.withLock { () -> (UInt64, Bool) in
+    let (token, runNow) = withLock { () -> (UInt64, Bool) in
       nextHandlerToken += 1
-      if exitRequested.load(ordering: .relaxed) != 0 { return (nextHandlerToken, true) }
+      if UInt32.atomicLoad(at: exitWord, ordering: .relaxed) != 0 { return (nextHandlerToken, true) }
       exitHandlers.append((nextHandlerToken, handler))
       return (nextHandlerToken, false)
     }
@@ -310,7 +341,7 @@ public final class Thread: @unchecked Sendable {
   /// Removes a handler added with ``addExitRequestHandler(_:)``. Removing an unknown or
   /// already removed token does nothing.
   public func removeExitRequestHandler(_ token: ExitRequestHandlerToken) {
-    lock.withLock { exitHandlers.removeAll { $0.token == token.value } }
+    withLock { exitHandlers.removeAll { $0.token == token.value } }
   }
 
   // MARK: Starting
@@ -328,14 +359,14 @@ public final class Thread: @unchecked Sendable {
   /// Calling `start()` twice, or on the main thread, an adopted thread or a spawned thread,
   /// stops the process (misuse). The corresponding C function is `pthread_create`.
   public func start() throws(SystemCallError) {
-    guard kind == .toolkit, lifecycle.compareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting)
+    guard kind == .toolkit, UInt32.atomicCompareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
     else {
       threadsMisuse("Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
     }
     do {
       _ = try launch(joinable: false)
     } catch {
-      lifecycle.store(Lifecycle.notStarted)
+      UInt32.atomicStore(Lifecycle.notStarted, at: lifecycleWord, ordering: .releasing)
       throw error
     }
   }
@@ -370,7 +401,7 @@ public final class Thread: @unchecked Sendable {
         outcome.complete(.failure(error))
       }
     }
-    _ = thread.lifecycle.compareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting)
+    UInt32.atomicStore(Lifecycle.starting, at: thread.lifecycleWord, ordering: .relaxed)  // not yet shared
     let handle = try thread.launch(joinable: true)
     return JoinableThread(thread: thread, handle: handle, outcome: outcome)
   }
@@ -393,9 +424,9 @@ public final class Thread: @unchecked Sendable {
     return thread
   }
 
-  /// Creates the POSIX thread. The caller has moved `lifecycle` to `starting`.
+  /// Creates the POSIX thread. The caller has moved the lifecycle to `starting`.
   private func launch(joinable: Bool) throws(SystemCallError) -> pthread_t {
-    let configuration = lock.withLock { storedConfiguration }
+    let configuration = withLock { storedConfiguration }
     let resolved = try configuration.resolved()
 
     var attributes = pthread_attr_t()
@@ -426,7 +457,7 @@ public final class Thread: @unchecked Sendable {
 
     let handshake = resolved.niceValue == nil ? nil : FutexWord(0)
     let isCritical = configuration.finishBeforeExit
-    lock.withLock {
+    withLock {
       startPlan = StartPlan(
         kernelName: resolved.kernelName, niceValue: resolved.niceValue, handshake: handshake, isCritical: isCritical)
     }
@@ -457,7 +488,7 @@ public final class Thread: @unchecked Sendable {
 
   /// Runs on the new thread: applies the start plan, runs the body, ends the thread.
   fileprivate func runOnNewThread(_ retainedSelf: Unmanaged<Thread>) {
-    let (plan, body) = lock.withLock { (startPlan, entry) }
+    let (plan, body) = withLock { (startPlan, entry) }
     guard let plan, let body else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
@@ -470,31 +501,31 @@ public final class Thread: @unchecked Sendable {
         return
       }
     }
-    let tid = tk_gettid()
-    lock.withLock {
+    let tid = ThreadRegistry.currentKernelThreadID()
+    withLock {
       storedKernelThreadID = tid
       startPlan = nil
       criticalBodyRunning = plan.isCritical
     }
     ThreadRegistry.install(retainedSelf)
-    lifecycle.store(Lifecycle.running)
+    UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
     body()
 
-    lock.withLock {
+    withLock {
       entry = nil
       criticalBodyRunning = false
     }
-    threadDictionary.removeAll()
-    lifecycle.store(Lifecycle.finished)
+    withLock { storedDictionary }?.removeAll()
+    UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
     if plan.isCritical { CriticalThreads.leave() }
   }
 
   /// Called by the current-thread key's destructor as a thread exits.
   func adoptedThreadDidEnd() {
     guard kind != .toolkit else { return }
-    threadDictionary.removeAll()
-    lifecycle.store(Lifecycle.finished)
+    withLock { storedDictionary }?.removeAll()
+    UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
   }
 
   // MARK: Detached errors
