@@ -8,6 +8,9 @@
 //   thread.create-to-start.mean  the same, one sample per batch of threads = the batch mean
 //   thread.create-join           create + run an empty body + join (Foundation has no join:
 //                                start + wait for the body's signal)
+//   thread.current              the calling thread's object (beside Foundation and a raw key)
+//   thread.exit-request-check   reading the exit-request flag (Listing 2-3's loop test)
+//   thread.dictionary-read      one thread-dictionary read through the current thread
 //   thread.stack-reserved-bytes  the thread's stack mapping size (/proc/self/smaps, the mapping
 //                                holding a local variable), for the 512 KiB default and 2 MiB
 //   thread.stack-resident-bytes  that mapping's Rss after the body started (pages touched)
@@ -86,6 +89,32 @@ func registerThreadsBenchmarks(_ harness: Harness) {
     }
   }
 
+  // MARK: per-thread state (beyond the guide)
+
+  let lookups = 1_000_000
+  harness.measure(id: "thread.current", subject: "Threads.Thread", group: "Threads", operations: lookups) { count in
+    for _ in 0..<count { blackHole(Threads.Thread.current) }
+  }
+  harness.measure(id: "thread.current", subject: "Foundation.Thread", group: "Threads", operations: lookups) { count in
+    for _ in 0..<count { blackHole(Foundation.Thread.current) }
+  }
+  harness.measure(id: "thread.current", subject: "pthread (pthread_getspecific)", group: "Threads", operations: lookups) { count in
+    let key = rawKey
+    for _ in 0..<count { blackHole(pthread_getspecific(key)) }
+  }
+  harness.measure(id: "thread.exit-request-check", subject: "Threads.Thread", group: "Threads", operations: lookups) { count in
+    let thread = Threads.Thread.current
+    for _ in 0..<count { blackHole(thread.isExitRequested) }
+  }
+  Threads.Thread.current.threadDictionary["bench"] = 1
+  harness.measure(id: "thread.dictionary-read", subject: "Threads.Thread", group: "Threads", operations: lookups / 10) { count in
+    for _ in 0..<count { blackHole(Threads.Thread.current.threadDictionary["bench"]) }
+  }
+  Foundation.Thread.current.threadDictionary["bench"] = 1
+  harness.measure(id: "thread.dictionary-read", subject: "Foundation.Thread", group: "Threads", operations: lookups / 10) { count in
+    for _ in 0..<count { blackHole(Foundation.Thread.current.threadDictionary["bench"]) }
+  }
+
   // MARK: memory
 
   if harness.wants("thread.stack") {
@@ -131,6 +160,20 @@ func registerThreadsBenchmarks(_ harness: Harness) {
 }
 
 // MARK: - Subjects
+
+/// Keeps a value alive so the optimizer cannot delete the work that produced it.
+@inline(never)
+private func blackHole<T>(_ value: T) {
+  withExtendedLifetime(value) {}
+}
+
+/// A pthread key holding a non-nil value on the measuring thread.
+private let rawKey: pthread_key_t = {
+  var key = pthread_key_t()
+  precondition(pthread_key_create(&key, nil) == 0)
+  precondition(pthread_setspecific(key, UnsafeRawPointer(bitPattern: 1)) == 0)
+  return key
+}()
 
 private func toolkitCreateToStart() -> Double {
   let start = Harness.now()

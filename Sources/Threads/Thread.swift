@@ -60,7 +60,7 @@ public final class Thread: @unchecked Sendable {
   }
 
   /// What the new thread applies to itself before running its body (written by the creator
-  /// under `lock` before `pthread_create`, read by the new thread under `lock`).
+  /// under the word lock before `pthread_create`, read by the new thread under it).
   struct StartPlan {
     var kernelName: String?
     var niceValue: Int32?
