@@ -39,6 +39,27 @@ struct ProcessExitTests {
     #expect(seen.value == "late")
   }
 
+  @Test func droppingAnUnjoinedHandleDetachesAndReportsTheError() throws {
+    let latch = TestLatch()
+    let seen = TestBox<String?>(nil)
+    Thread.detachedErrorHandler = { _, thread in
+      seen.value = thread.name
+      latch.open()
+    }
+    defer { Thread.resetDetachedErrorHandler() }
+    do {
+      _ = try Thread.spawn(name: "dropped") { () throws(DiskFull) in throw DiskFull() }
+    }
+    latch.wait()
+    #expect(seen.value == "dropped")
+  }
+
+  @Test func criticalThreadThatCallsExitItselfDoesNotWaitForItself() async {
+    await #expect(processExitsWith: .exitCode(7)) {
+      childCriticalThreadCallsExit()
+    }
+  }
+
   @Test func defaultHandlerPrintsTheThreadsNameToStandardError() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardErrorContent]) {
       childThrowingFromACriticalDetachedThread()
@@ -73,6 +94,15 @@ func childThrowingFromACriticalDetachedThread() {
     Thread.sleep(for: .milliseconds(20))  // makes it outlive the caller; not synchronization
     throw ProcessExitTests.DiskFull()
   }
+}
+
+/// Child body: a critical thread ends the process with exit(7) while it is still counted.
+func childCriticalThreadCallsExit() {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  let worker = try? Thread.spawn(configuration: configuration) { exit(7) }
+  worker?.join()  // never returns: the worker's exit ends the process
+  exit(1)
 }
 
 /// Child body: starts a slow critical writer and returns at once.
