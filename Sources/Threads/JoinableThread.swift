@@ -34,6 +34,7 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   private let handle: pthread_t
   private let outcome: JoinOutcome<Value, Failure>
 
+  @usableFromInline
   init(thread: Thread, handle: pthread_t, outcome: JoinOutcome<Value, Failure>) {
     self.thread = thread
     self.handle = handle

@@ -137,7 +137,8 @@ public final class Thread: @unchecked Sendable {
   }
 
   /// A toolkit thread whose entry reports its own outcome (spawn).
-  private init(spawnedWith configuration: ThreadConfiguration, entry: @escaping @Sendable () -> Void) {
+  @usableFromInline
+  init(spawnedWith configuration: ThreadConfiguration, entry: @escaping @Sendable () -> Void) {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .toolkit
@@ -341,7 +342,14 @@ public final class Thread: @unchecked Sendable {
   /// Removes a handler added with ``addExitRequestHandler(_:)``. Removing an unknown or
   /// already removed token does nothing.
   public func removeExitRequestHandler(_ token: ExitRequestHandlerToken) {
-    withLock { exitHandlers.removeAll { $0.token == token.value } }
+    // The removed closure is released after the lock, in case its captures' deinitializers
+    // use this thread object.
+    let removed = withLock { () -> [(token: UInt64, handler: @Sendable () -> Void)] in
+      let removed = exitHandlers.filter { $0.token == token.value }
+      exitHandlers.removeAll { $0.token == token.value }
+      return removed
+    }
+    _ = removed
   }
 
   // MARK: Starting
@@ -387,10 +395,13 @@ public final class Thread: @unchecked Sendable {
   ///   - configuration: Stack, priority, affinity and the other settings.
   ///   - body: The entry routine; the thread ends when it returns.
   /// - Throws: `SystemCallError` as described for ``start()``.
+  @inlinable
   public static func spawn<Value: Sendable, Failure: Error>(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration(),
     _ body: @escaping @Sendable () throws(Failure) -> Value
   ) throws(SystemCallError) -> JoinableThread<Value, Failure> {
+    // Inlinable so the generic parts (the result box, the handle) are specialized in the
+    // caller: unspecialized, their metadata lookups cost a measurable share of a thread start.
     var configuration = configuration
     if let name { configuration.name = name }
     let outcome = JoinOutcome<Value, Failure>()
@@ -401,9 +412,15 @@ public final class Thread: @unchecked Sendable {
         outcome.complete(.failure(error))
       }
     }
-    UInt32.atomicStore(Lifecycle.starting, at: thread.lifecycleWord, ordering: .relaxed)  // not yet shared
-    let handle = try thread.launch(joinable: true)
+    let handle = try thread.launchSpawned()
     return JoinableThread(thread: thread, handle: handle, outcome: outcome)
+  }
+
+  /// Starts a thread made by `init(spawnedWith:entry:)`, joinable.
+  @usableFromInline
+  func launchSpawned() throws(SystemCallError) -> pthread_t {
+    UInt32.atomicStore(Lifecycle.starting, at: lifecycleWord, ordering: .relaxed)  // not yet shared
+    return try launch(joinable: true)
   }
 
   /// Creates and starts a detached thread running `body` (the guide's
@@ -488,35 +505,49 @@ public final class Thread: @unchecked Sendable {
 
   /// Runs on the new thread: applies the start plan, runs the body, ends the thread.
   fileprivate func runOnNewThread(_ retainedSelf: Unmanaged<Thread>) {
-    let (plan, body) = withLock { (startPlan, entry) }
-    guard let plan, let body else { fatalError("Thread internal error: started without a plan or a body") }
+    let tid = ThreadRegistry.currentKernelThreadID()
+    // One lock section on the common path (no priority to apply). Values released here
+    // (the plan) are dropped after the lock is released, never under it.
+    let (taken, body) = withLock { () -> (StartPlan?, (@Sendable () -> Void)?) in
+      let plan = startPlan
+      startPlan = nil
+      if let plan, plan.niceValue == nil {
+        storedKernelThreadID = tid
+        criticalBodyRunning = plan.isCritical
+      }
+      return (plan, entry)
+    }
+    guard let plan = taken, let body else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
     }
     if let nice = plan.niceValue {
       let result = tk_thread_set_nice(nice)
+      if result == 0 {
+        withLock {
+          storedKernelThreadID = tid
+          criticalBodyRunning = plan.isCritical
+        }
+      }
       plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(result) + 2)
       if result != 0 {
         retainedSelf.release()
         return
       }
     }
-    let tid = ThreadRegistry.currentKernelThreadID()
-    withLock {
-      storedKernelThreadID = tid
-      startPlan = nil
-      criticalBodyRunning = plan.isCritical
-    }
     ThreadRegistry.install(retainedSelf)
     UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
     body()
 
-    withLock {
+    // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
+    // runs no deinitializer there; the captures are released when this function returns.
+    let dictionary = withLock { () -> ThreadDictionary? in
       entry = nil
       criticalBodyRunning = false
+      return storedDictionary
     }
-    withLock { storedDictionary }?.removeAll()
+    dictionary?.removeAll()
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
     if plan.isCritical { CriticalThreads.leave() }
   }
@@ -540,7 +571,14 @@ public final class Thread: @unchecked Sendable {
   /// standard error. Set it early, once, from any thread.
   public static var detachedErrorHandler: DetachedErrorHandler {
     get { DetachedErrors.box.lock.withLock { DetachedErrors.box.handler } }
-    set { DetachedErrors.box.lock.withLock { DetachedErrors.box.handler = newValue } }
+    set {
+      let old = DetachedErrors.box.lock.withLock { () -> DetachedErrorHandler in
+        let old = DetachedErrors.box.handler
+        DetachedErrors.box.handler = newValue
+        return old
+      }
+      _ = old  // released after the lock
+    }
   }
 
   /// Restores the default ``detachedErrorHandler`` (print to standard error).

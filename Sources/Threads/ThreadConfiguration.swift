@@ -30,17 +30,17 @@ public struct ThreadConfiguration: Sendable, Hashable {
 
   /// The smallest stack accepted: 16 KiB (the guide's minimum, and glibc's `PTHREAD_STACK_MIN`
   /// on x86-64; where the C library's minimum is larger, that one applies).
-  public static var minimumStackSize: Int {
+  public static let minimumStackSize: Int = {
     let system = sysconf(Int32(_SC_THREAD_STACK_MIN))
     return Swift.max(16 * 1024, system > 0 ? system : 0)
-  }
+  }()
 
   /// The size of a memory page (`sysconf(_SC_PAGESIZE)`): stack and guard sizes are rounded
   /// up to a multiple of it.
-  public static var pageSize: Int {
+  public static let pageSize: Int = {
     let size = sysconf(Int32(_SC_PAGESIZE))
     return size > 0 ? size : 4096
-  }
+  }()
 
   /// The longest name the Linux kernel keeps for a thread: 15 bytes of UTF-8 (`TASK_COMM_LEN`
   /// is 16 with the terminating NUL).

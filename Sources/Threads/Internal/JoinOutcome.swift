@@ -9,6 +9,7 @@ enum JoinState {
 
 /// Where a spawned thread leaves its result for the joiner, the handle's join/detach state,
 /// and the reporting of an error once the handle has been detached.
+@usableFromInline
 final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   // @unchecked: `result` and `state` are only touched with the word lock held.
 
@@ -17,6 +18,7 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   private var result: Result<Value, Failure>?
   private var state = JoinState.joinable
 
+  @usableFromInline
   init() {
     lockWord = .allocate(capacity: 2)
     lockWord.initialize(repeating: 0, count: 2)
@@ -27,6 +29,7 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   }
 
   /// Called on the spawned thread when its body returns or throws.
+  @usableFromInline
   func complete(_ outcome: Result<Value, Failure>) {
     let report: Bool = WordLock.withLock(lockWord) {
       if state == JoinState.detached { return true }
