@@ -69,23 +69,28 @@ func registerThreadsBenchmarks(_ harness: Harness) {
     }
   }
 
-  // MARK: create + join
+  // MARK: create + join, interleaved: one sample of each subject in turn
 
-  let joins = 200
-  harness.measure(id: "thread.create-join", subject: "Threads.Thread", group: group, operations: joins) { count in
-    for _ in 0..<count { try! Threads.Thread.spawn {}.join() }
-  }
-  harness.measure(id: "thread.create-join", subject: "pthread", group: group, operations: joins) { count in
-    for _ in 0..<count { rawPthreadCreateJoin(stackSize: stackSize) }
-  }
-  harness.measure(id: "thread.create-join", subject: "Foundation.Thread", group: group, operations: joins) { count in
-    for _ in 0..<count {
-      let done = DispatchSemaphore(value: 0)
-      let thread = Foundation.Thread { done.signal() }
-      thread.stackSize = stackSize
-      thread.start()
-      done.wait()
-      while !thread.isFinished { sched_yield() }  // the rest of its exit, as a join would wait
+  if harness.wants("thread.create-join") {
+    let perSample = harness.quick ? 5 : 50
+    let sampleCount = harness.quick ? 3 : 21
+    let subjects: [(String, () -> Void)] = [
+      ("Threads.Thread", { try! Threads.Thread.spawn {}.join() }),
+      ("pthread", { rawPthreadCreateJoin(stackSize: stackSize) }),
+      ("Foundation.Thread", { foundationStartAndWait(stackSize: stackSize) }),
+    ]
+    var samples: [String: [Double]] = [:]
+    for round in 0..<(sampleCount + 1) {  // round 0 warms up
+      for offset in 0..<subjects.count {
+        let (subject, operation) = subjects[(round + offset) % subjects.count]
+        let start = Harness.now()
+        for _ in 0..<perSample { operation() }
+        let elapsed = Double(Harness.now() - start) / Double(perSample)
+        if round > 0 { samples[subject, default: []].append(elapsed) }
+      }
+    }
+    for (subject, _) in subjects {
+      harness.record(id: "thread.create-join", subject: subject, group: group, nanoseconds: samples[subject]!)
     }
   }
 
@@ -207,6 +212,16 @@ private func rawPthreadCreateJoin(stackSize: Int) {
   precondition(pthread_create(&handle, &attributes, { _ in nil }, nil) == 0)
   precondition(pthread_attr_destroy(&attributes) == 0)
   precondition(pthread_join(handle, nil) == 0)
+}
+
+/// Foundation has no join: start a thread and wait until it reports finished.
+private func foundationStartAndWait(stackSize: Int) {
+  let done = DispatchSemaphore(value: 0)
+  let thread = Foundation.Thread { done.signal() }
+  thread.stackSize = stackSize
+  thread.start()
+  done.wait()
+  while !thread.isFinished { sched_yield() }  // the rest of its exit, as a join would wait
 }
 
 private final class StartStamp: @unchecked Sendable {
