@@ -31,8 +31,10 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   /// The thread's object: its name, id, dictionary and exit requests.
   public let thread: Thread
 
-  private let handle: pthread_t
-  private let outcome: JoinOutcome<Value, Failure>
+  @usableFromInline
+  let handle: pthread_t
+  @usableFromInline
+  let outcome: JoinOutcome<Value, Failure>
 
   @usableFromInline
   init(thread: Thread, handle: pthread_t, outcome: JoinOutcome<Value, Failure>) {
@@ -53,6 +55,7 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   /// after ``detach()``, or from the thread itself. The corresponding C function is
   /// `pthread_join`.
   @available(*, noasync, message: "blocks the thread until the joined thread ends")
+  @inlinable
   public func join() throws(Failure) -> Value {
     if pthread_equal(handle, pthread_self()) != 0 {
       threadsMisuse("JoinableThread", "a thread cannot join itself (it would wait forever)")

@@ -1,22 +1,30 @@
 import Sync
 
 /// The states of a `JoinableThread` handle.
+@usableFromInline
 enum JoinState {
-  static let joinable: UInt32 = 0
-  static let joined: UInt32 = 1
-  static let detached: UInt32 = 2
+  @usableFromInline static let joinable: UInt32 = 0
+  @usableFromInline static let joined: UInt32 = 1
+  @usableFromInline static let detached: UInt32 = 2
 }
 
 /// Where a spawned thread leaves its result for the joiner, the handle's join/detach state,
 /// and the reporting of an error once the handle has been detached.
+///
+/// The join path (`complete`, `beginJoin`, `take`) is inlinable so it is specialized for the
+/// concrete `Value`/`Failure` in the caller: unspecialized, every access to the stored
+/// `Result` looked up generic metadata at run time (visible in profiles of create+join).
 @usableFromInline
 final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   // @unchecked: `result` and `state` are only touched with the word lock held.
 
   /// [0] the `WordLock`, [1] unused: one allocation.
-  private let lockWord: UnsafeMutablePointer<UInt32>
-  private var result: Result<Value, Failure>?
-  private var state = JoinState.joinable
+  @usableFromInline
+  let lockWord: UnsafeMutablePointer<UInt32>
+  @usableFromInline
+  var result: Result<Value, Failure>?
+  @usableFromInline
+  var state = JoinState.joinable
 
   @usableFromInline
   init() {
@@ -29,50 +37,59 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   }
 
   /// Called on the spawned thread when its body returns or throws.
-  @usableFromInline
+  @inlinable
   func complete(_ outcome: Result<Value, Failure>) {
-    let report: Bool = WordLock.withLock(lockWord) {
-      if state == JoinState.detached { return true }
-      result = outcome
-      return false
-    }
-    if report, case .failure(let error) = outcome {
+    WordLock.lock(lockWord)
+    let detached = state == JoinState.detached
+    if !detached { result = outcome }
+    WordLock.unlock(lockWord)
+    if detached, case .failure(let error) = outcome {
       DetachedErrors.report(error, from: Thread.current)
     }
   }
 
   /// Moves joinable -> joined; returns the previous state (the caller reports misuse).
+  @inlinable
   func beginJoin() -> UInt32 {
-    WordLock.withLock(lockWord) {
-      let previous = state
-      if previous == JoinState.joinable { state = JoinState.joined }
-      return previous
-    }
+    WordLock.lock(lockWord)
+    let previous = state
+    if previous == JoinState.joinable { state = JoinState.joined }
+    WordLock.unlock(lockWord)
+    return previous
   }
 
   /// Called by the joiner after `pthread_join` returned (the result is there).
+  @inlinable
   func take() -> Result<Value, Failure> {
-    let taken = WordLock.withLock(lockWord) { () -> Result<Value, Failure>? in
-      defer { result = nil }
-      return result
-    }
-    guard let taken else { fatalError("JoinableThread internal error: joined thread left no result") }
+    WordLock.lock(lockWord)
+    let taken = result
+    result = nil
+    WordLock.unlock(lockWord)
+    guard let taken else { joinedThreadLeftNoResult() }
     return taken
   }
 
   /// Moves joinable -> detached and reports an error already stored; returns the previous
   /// state (nothing changes unless it was joinable).
   func detach(thread: Thread) -> UInt32 {
-    let (previous, stored) = WordLock.withLock(lockWord) { () -> (UInt32, Result<Value, Failure>?) in
-      let previous = state
-      guard previous == JoinState.joinable else { return (previous, nil) }
+    var stored: Result<Value, Failure>? = nil
+    WordLock.lock(lockWord)
+    let previous = state
+    if previous == JoinState.joinable {
       state = JoinState.detached
-      defer { result = nil }
-      return (previous, result)
+      stored = result
+      result = nil
     }
+    WordLock.unlock(lockWord)
     if case .failure(let error) = stored {
       DetachedErrors.report(error, from: thread)
     }
     return previous
   }
+}
+
+/// The internal-error stop for `JoinOutcome.take` (kept out of line).
+@usableFromInline
+func joinedThreadLeftNoResult() -> Never {
+  fatalError("JoinableThread internal error: joined thread left no result")
 }

@@ -119,6 +119,7 @@ enum CriticalThreads {
 }
 
 /// The application's handler for errors escaping detached threads.
+@usableFromInline
 enum DetachedErrors {
   final class Box: @unchecked Sendable {
     // @unchecked: `handler` is only touched with `lock` held.
@@ -132,6 +133,7 @@ enum DetachedErrors {
     writeToStandardError("Thread \(name) (id \(thread.id)): error escaped a detached thread: \(error)\n")
   }
 
+  @usableFromInline
   static func report(_ error: any Error, from thread: Thread) {
     let handler = box.lock.withLock { box.handler }
     handler(error, thread)

@@ -22,13 +22,16 @@ import Sync
 /// Acquire ordering on taking the lock and release ordering on giving it up make the
 /// protected writes visible to the next holder. Not recursive: the sections guarded by it
 /// never call out to user code.
+@usableFromInline
 enum WordLock {
+  @inlinable
   @inline(__always)
   static func lock(_ word: UnsafeMutablePointer<UInt32>) {
     if UInt32.atomicCompareAndSwap(expected: 0, desired: 1, at: word, ordering: .acquiring) { return }
     lockContended(word)
   }
 
+  @usableFromInline
   @inline(never)
   static func lockContended(_ word: UnsafeMutablePointer<UInt32>) {
     while UInt32.atomicExchange(2, at: word, ordering: .acquiring) != 0 {
@@ -39,14 +42,22 @@ enum WordLock {
     }
   }
 
+  @inlinable
   @inline(__always)
   static func unlock(_ word: UnsafeMutablePointer<UInt32>) {
     if UInt32.atomicExchange(0, at: word, ordering: .releasing) == 2 {
-      let result = tk_futex_wake(word, 1)
-      if result < 0 { fatalError("\(SystemCallError(call: "futex", errno: -result))") }
+      wakeOne(word)
     }
   }
 
+  @usableFromInline
+  @inline(never)
+  static func wakeOne(_ word: UnsafeMutablePointer<UInt32>) {
+    let result = tk_futex_wake(word, 1)
+    if result < 0 { fatalError("\(SystemCallError(call: "futex", errno: -result))") }
+  }
+
+  @inlinable
   @inline(__always)
   static func withLock<Result>(_ word: UnsafeMutablePointer<UInt32>, _ body: () throws -> Result) rethrows -> Result {
     lock(word)
