@@ -250,8 +250,10 @@ public final class Thread: @unchecked Sendable {
         }
         if applied { return }
       }
-      guard pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque() else {
-        threadsMisuse("Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
+      let isCurrent = pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque()
+      guard isCurrent else {
+        threadsMisuse(
+          "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
       }
       withLock { storedName = newValue }
       let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")
@@ -266,7 +268,8 @@ public final class Thread: @unchecked Sendable {
     get { withLock { storedConfiguration } }
     set {
       withLock {
-        guard kind == .toolkit, UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted else {
+        let notStarted = UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted
+        guard kind == .toolkit, notStarted else {
           threadsMisuse("Thread", "configuration changed after the thread started")
         }
         storedConfiguration = newValue
@@ -367,9 +370,12 @@ public final class Thread: @unchecked Sendable {
   /// Calling `start()` twice, or on the main thread, an adopted thread or a spawned thread,
   /// stops the process (misuse). The corresponding C function is `pthread_create`.
   public func start() throws(SystemCallError) {
-    guard kind == .toolkit, UInt32.atomicCompareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
+    guard kind == .toolkit,
+      UInt32.atomicCompareAndSwap(
+        expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
     else {
-      threadsMisuse("Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
+      threadsMisuse(
+        "Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
     }
     do {
       _ = try launch(joinable: false)
