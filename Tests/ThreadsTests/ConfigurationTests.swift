@@ -144,6 +144,19 @@ struct PriorityConfigurationTests {
     #expect(priority == 0.25)
   }
 
+  @Test func detachedThreadAppliesItsPriorityBeforeTheBody() throws {
+    let latch = TestLatch()
+    let nice = TestBox<Int32?>(nil)
+    var configuration = ThreadConfiguration()
+    configuration.relativePriority = 0.0
+    try Thread.detach(configuration: configuration) {
+      nice.value = try Thread.currentNiceValue()
+      latch.open()
+    }
+    latch.wait()
+    #expect(nice.value == 19)
+  }
+
   @Test func threadCanChangeItsOwnPriority() throws {
     let readBack = try onThread(ThreadConfiguration()) { () -> Double in
       try Thread.setCurrentRelativePriority(0.125)
@@ -296,6 +309,12 @@ func childWithoutSchedulingPermission() -> Int32 {
     return 3
   } catch {
     if error != SystemCallError(call: "setpriority", errno: EACCES) { return 4 }
+  }
+  do throws(SystemCallError) {
+    try Thread.detach(configuration: raised) {}
+    return 5
+  } catch {
+    if error != SystemCallError(call: "setpriority", errno: EACCES) { return 6 }
   }
   return 0
 }
