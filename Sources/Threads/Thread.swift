@@ -362,8 +362,8 @@ public final class Thread: @unchecked Sendable {
   /// applied it); the body may not have started yet.
   ///
   /// - Throws: `SystemCallError` for an invalid configuration (`EINVAL`), when the system
-  ///   refuses another thread (`EAGAIN` from `pthread_create`), cannot map the stack
-  ///   (`ENOMEM`), or the priority needs a permission the process lacks (`EPERM` from
+  ///   refuses another thread or cannot map its stack (`EAGAIN` from `pthread_create`), or
+  ///   the priority needs a permission the process lacks (`EPERM` from
   ///   `pthread_create` for real-time policies, `EACCES` from `setpriority`). After a failure
   ///   the thread object may be reconfigured and started again.
   ///

@@ -51,8 +51,11 @@ public struct ThreadConfiguration: Sendable, Hashable {
   ///
   /// **Rounded up** to a multiple of ``pageSize`` (the guide requires a 4 KiB multiple; the
   /// toolkit rounds instead of failing). Below ``minimumStackSize`` creation throws
-  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `ENOMEM`
-  /// or `EAGAIN` from `pthread_create`. The guard area is allocated in addition to this size.
+  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `EAGAIN`
+  /// from `pthread_create` (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX
+  /// specifies). The guard area is allocated in addition to this size. glibc reuses the
+  /// stacks of ended threads, and may hand a thread a cached stack up to 4x the requested
+  /// size (never a smaller one).
   public var stackSize: Int = ThreadConfiguration.defaultStackSize
 
   /// The size of the inaccessible guard area below the stack that turns a stack overflow
