@@ -233,3 +233,16 @@ struct SleepTests {
     #expect(start.duration(to: .now) < .seconds(10))
   }
 }
+
+@Suite("Identity and description")
+struct ThreadIdentityTests {
+  @Test func equalityIsIdentityAndDescriptionNamesTheThread() throws {
+    let worker = try Thread.spawn(name: "decoder") { Thread.current }
+    let inside = worker.join()
+    #expect(inside == worker.thread)
+    #expect(inside != Thread.main)
+    #expect(Set([inside, worker.thread, Thread.main]).count == 2)
+    #expect(inside.description == "Thread \(inside.id) \"decoder\"")
+    #expect(Thread.main.description.hasSuffix(" main") || Thread.main.name != nil)
+  }
+}
