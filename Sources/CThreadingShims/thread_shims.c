@@ -97,6 +97,14 @@ int tk_sleep_until_monotonic(int64_t deadline_ns) {
   }
 }
 
+int32_t tk_thread_kernel_id_without_syscall(void) {
+  clockid_t clock;
+  if (pthread_getcpuclockid(pthread_self(), &clock) != 0) return -1;
+  // CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2) in the low three bits.
+  if ((clock & 7) != 6) return -1;
+  return (int32_t)~(clock >> 3);
+}
+
 int tk_sched_fifo(void) { return SCHED_FIFO; }
 int tk_sched_rr(void) { return SCHED_RR; }
 int tk_sched_other(void) { return SCHED_OTHER; }

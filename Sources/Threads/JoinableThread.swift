@@ -26,16 +26,17 @@ import Sync
 ///
 /// The corresponding C functions are `pthread_join` and `pthread_detach`.
 public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked Sendable {
-  // @unchecked: `state` is atomic; `handle` and `outcome` are immutable references.
+  // @unchecked: immutable; the join/detach state lives in `outcome`, under its lock.
 
   /// The thread's object: its name, id, dictionary and exit requests.
   public let thread: Thread
 
-  private let handle: pthread_t
-  private let outcome: JoinOutcome<Value, Failure>
-  /// 0 joinable, 1 joined (or joining), 2 detached.
-  private let state = AtomicInteger<UInt32>(0)
+  @usableFromInline
+  let handle: pthread_t
+  @usableFromInline
+  let outcome: JoinOutcome<Value, Failure>
 
+  @usableFromInline
   init(thread: Thread, handle: pthread_t, outcome: JoinOutcome<Value, Failure>) {
     self.thread = thread
     self.handle = handle
@@ -43,8 +44,7 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   }
 
   deinit {
-    if state.compareAndSwap(expected: 0, desired: 2, ordering: .full) {
-      outcome.detach(thread: thread)
+    if outcome.detach(thread: thread) == JoinState.joinable {
       checkOrDie(pthread_detach(handle), "pthread_detach")
     }
   }
@@ -55,15 +55,17 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   /// after ``detach()``, or from the thread itself. The corresponding C function is
   /// `pthread_join`.
   @available(*, noasync, message: "blocks the thread until the joined thread ends")
+  @inlinable
   public func join() throws(Failure) -> Value {
     if pthread_equal(handle, pthread_self()) != 0 {
       threadsMisuse("JoinableThread", "a thread cannot join itself (it would wait forever)")
     }
-    let previous = state.compareExchange(expected: 0, desired: 1, ordering: .full)
-    if !previous.exchanged {
+    let previous = outcome.beginJoin()
+    if previous != JoinState.joinable {
       threadsMisuse(
         "JoinableThread",
-        previous.original == 1 ? "join() called twice on the same thread" : "join() called on a detached thread")
+        previous == JoinState.joined
+          ? "join() called twice on the same thread" : "join() called on a detached thread")
     }
     checkOrDie(pthread_join(handle, nil), "pthread_join")
     return try outcome.take().get()
@@ -76,13 +78,13 @@ public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked S
   /// Stops the process when called twice or after ``join()``. The corresponding C function
   /// is `pthread_detach`.
   public func detach() {
-    let previous = state.compareExchange(expected: 0, desired: 2, ordering: .full)
-    if !previous.exchanged {
+    let previous = outcome.detach(thread: thread)
+    if previous != JoinState.joinable {
       threadsMisuse(
         "JoinableThread",
-        previous.original == 1 ? "detach() called on a joined thread" : "detach() called twice on the same thread")
+        previous == JoinState.joined
+          ? "detach() called on a joined thread" : "detach() called twice on the same thread")
     }
-    outcome.detach(thread: thread)
     checkOrDie(pthread_detach(handle), "pthread_detach")
   }
 }

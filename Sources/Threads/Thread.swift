@@ -38,8 +38,8 @@ import Sync
 /// The corresponding C functions are `pthread_create`, `pthread_join`, `pthread_detach`,
 /// `pthread_self` and `pthread_getspecific`.
 public final class Thread: @unchecked Sendable {
-  // @unchecked: mutable state is guarded by `lock` (see each property); the lifecycle and
-  // exit flag are atomics; `threadDictionary` locks itself.
+  // @unchecked: mutable state is guarded by the word lock (see each property); the lifecycle
+  // and exit flag are atomics; the dictionary locks itself.
 
   /// The kinds of thread object.
   enum Kind {
@@ -51,7 +51,7 @@ public final class Thread: @unchecked Sendable {
     case adopted
   }
 
-  /// Lifecycle values in `lifecycle`.
+  /// Lifecycle values in `lifecycleWord`.
   enum Lifecycle {
     static let notStarted: UInt32 = 0
     static let starting: UInt32 = 1
@@ -60,7 +60,7 @@ public final class Thread: @unchecked Sendable {
   }
 
   /// What the new thread applies to itself before running its body (written by the creator
-  /// under `lock` before `pthread_create`, read by the new thread under `lock`).
+  /// under the word lock before `pthread_create`, read by the new thread under it).
   struct StartPlan {
     var kernelName: String?
     var niceValue: Int32?
@@ -80,16 +80,18 @@ public final class Thread: @unchecked Sendable {
 
   let kind: Kind
 
-  /// The thread's key/value store; see ``ThreadDictionary``. Emptied when the thread ends.
-  public let threadDictionary = ThreadDictionary()
+  /// One small block for the words below (a `WordLock`, the lifecycle, the exit flag):
+  /// one allocation instead of a lock object each keeps thread creation cheap.
+  private let words: UnsafeMutablePointer<UInt32>
+  /// The lock guarding the stored properties below.
+  private var lockWord: UnsafeMutablePointer<UInt32> { words }
+  /// `Lifecycle` values; atomic. Nobody sleeps on it (joiners use `pthread_join`).
+  private var lifecycleWord: UnsafeMutablePointer<UInt32> { words + 1 }
+  /// 0 or 1; set once, under the lock, read lock-free.
+  private var exitWord: UnsafeMutablePointer<UInt32> { words + 2 }
 
-  /// `Lifecycle` values; atomic.
-  private let lifecycle: FutexWord
-  /// 0 or 1; set once, under `lock`, read lock-free.
-  private let exitRequested = AtomicInteger<UInt32>(0)
-
-  private let lock = Mutex()
-  // Guarded by `lock`:
+  // Guarded by the lock (`withLock`):
+  private var storedDictionary: ThreadDictionary?
   private var storedName: String?
   private var storedConfiguration: ThreadConfiguration
   private var entry: (@Sendable () -> Void)?
@@ -120,7 +122,7 @@ public final class Thread: @unchecked Sendable {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .toolkit
-    lifecycle = FutexWord(Lifecycle.notStarted)
+    words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
     var configuration = configuration
     if let name { configuration.name = name }
     storedConfiguration = configuration
@@ -135,11 +137,12 @@ public final class Thread: @unchecked Sendable {
   }
 
   /// A toolkit thread whose entry reports its own outcome (spawn).
-  private init(spawnedWith configuration: ThreadConfiguration, entry: @escaping @Sendable () -> Void) {
+  @usableFromInline
+  init(spawnedWith configuration: ThreadConfiguration, entry: @escaping @Sendable () -> Void) {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .toolkit
-    lifecycle = FutexWord(Lifecycle.notStarted)
+    words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
     storedConfiguration = configuration
     storedName = configuration.name
     self.entry = entry
@@ -150,7 +153,7 @@ public final class Thread: @unchecked Sendable {
     id = ThreadRegistry.nextID()
     isMainThread = false
     kind = .adopted
-    lifecycle = FutexWord(Lifecycle.running)
+    words = Thread.allocateWords(lifecycle: Lifecycle.running)
     storedConfiguration = ThreadConfiguration()
     storedKernelThreadID = tid
   }
@@ -160,9 +163,38 @@ public final class Thread: @unchecked Sendable {
     id = 1
     isMainThread = true
     kind = .main
-    lifecycle = FutexWord(Lifecycle.running)
+    words = Thread.allocateWords(lifecycle: Lifecycle.running)
     storedConfiguration = ThreadConfiguration()
     storedKernelThreadID = pid
+  }
+
+  deinit {
+    words.deallocate()
+  }
+
+  /// The lock, lifecycle and exit-flag words, initialized.
+  private static func allocateWords(lifecycle: UInt32) -> UnsafeMutablePointer<UInt32> {
+    let words = UnsafeMutablePointer<UInt32>.allocate(capacity: 4)
+    words.initialize(repeating: 0, count: 4)
+    words[1] = lifecycle
+    return words
+  }
+
+  /// Runs `body` holding the thread object's lock (short sections; never user code).
+  @inline(__always)
+  private func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    try WordLock.withLock(lockWord, body)
+  }
+
+  /// The thread's key/value store; see ``ThreadDictionary``. Created on first use (most
+  /// threads never touch it) and emptied when the thread ends.
+  public var threadDictionary: ThreadDictionary {
+    withLock {
+      if let storedDictionary { return storedDictionary }
+      let dictionary = ThreadDictionary()
+      storedDictionary = dictionary
+      return dictionary
+    }
   }
 
   // MARK: The current and main threads
@@ -207,21 +239,23 @@ public final class Thread: @unchecked Sendable {
   /// kernel name cannot be changed safely then). The corresponding C function is
   /// `pthread_setname_np`.
   public var name: String? {
-    get { lock.withLock { storedName } }
+    get { withLock { storedName } }
     set {
-      if lifecycle.load() == Lifecycle.notStarted && kind == .toolkit {
-        let applied: Bool = lock.withLock {
-          guard lifecycle.load() == Lifecycle.notStarted else { return false }
+      if UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted && kind == .toolkit {
+        let applied: Bool = withLock {
+          guard UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted else { return false }
           storedName = newValue
           storedConfiguration.name = newValue
           return true
         }
         if applied { return }
       }
-      guard pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque() else {
-        threadsMisuse("Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
+      let isCurrent = pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque()
+      guard isCurrent else {
+        threadsMisuse(
+          "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
       }
-      lock.withLock { storedName = newValue }
+      withLock { storedName = newValue }
       let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
     }
@@ -231,10 +265,11 @@ public final class Thread: @unchecked Sendable {
   /// setting it afterwards stops the process (misuse). Threads not created by the toolkit
   /// report the default configuration.
   public var configuration: ThreadConfiguration {
-    get { lock.withLock { storedConfiguration } }
+    get { withLock { storedConfiguration } }
     set {
-      lock.withLock {
-        guard kind == .toolkit, lifecycle.load() == Lifecycle.notStarted else {
+      withLock {
+        let notStarted = UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted
+        guard kind == .toolkit, notStarted else {
           threadsMisuse("Thread", "configuration changed after the thread started")
         }
         storedConfiguration = newValue
@@ -247,19 +282,19 @@ public final class Thread: @unchecked Sendable {
   /// `/proc/<pid>/task`), once the thread is running; nil before. Kernel ids are reused after
   /// a thread ends; use ``id`` as a stable key.
   public var kernelThreadID: Int32? {
-    lock.withLock { storedKernelThreadID }
+    withLock { storedKernelThreadID }
   }
 
   /// Whether the thread is running its body (always true for the main and adopted threads
   /// until they end).
-  public var isExecuting: Bool { lifecycle.load() == Lifecycle.running }
+  public var isExecuting: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.running }
 
   /// Whether the thread's body has returned (or thrown).
-  public var isFinished: Bool { lifecycle.load() == Lifecycle.finished }
+  public var isFinished: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished }
 
   /// Whether this thread is inside the body of a `finishBeforeExit` thread (exit handler).
   var isRunningCriticalBody: Bool {
-    lock.withLock { criticalBodyRunning }
+    withLock { criticalBodyRunning }
   }
 
   // MARK: Exit requests (Listing 2-3)
@@ -269,9 +304,9 @@ public final class Thread: @unchecked Sendable {
   /// Callable from any thread, any number of times; only the first call runs the handlers.
   /// Does not interrupt the thread: it notices at its next ``isExitRequested`` check.
   public func requestExit() {
-    let handlers: [@Sendable () -> Void] = lock.withLock {
-      if exitRequested.load(ordering: .relaxed) != 0 { return [] }
-      exitRequested.store(1, ordering: .releasing)
+    let handlers: [@Sendable () -> Void] = withLock {
+      if UInt32.atomicLoad(at: exitWord, ordering: .relaxed) != 0 { return [] }
+      UInt32.atomicStore(1, at: exitWord, ordering: .releasing)
       return exitHandlers.map(\.handler)
     }
     for handler in handlers { handler() }
@@ -285,7 +320,7 @@ public final class Thread: @unchecked Sendable {
   /// while moreWork && !Thread.current.isExitRequested { doSomeWork() }
   /// ```
   public var isExitRequested: Bool {
-    exitRequested.load(ordering: .acquiring) != 0
+    UInt32.atomicLoad(at: exitWord, ordering: .acquiring) != 0
   }
 
   /// Adds a handler that ``requestExit()`` runs, on the requesting thread, right after setting
@@ -297,9 +332,9 @@ public final class Thread: @unchecked Sendable {
   /// another thread may still run once.
   @discardableResult
   public func addExitRequestHandler(_ handler: @escaping @Sendable () -> Void) -> ExitRequestHandlerToken {
-    let (token, runNow) = lock.withLock { () -> (UInt64, Bool) in
+    let (token, runNow) = withLock { () -> (UInt64, Bool) in
       nextHandlerToken += 1
-      if exitRequested.load(ordering: .relaxed) != 0 { return (nextHandlerToken, true) }
+      if UInt32.atomicLoad(at: exitWord, ordering: .relaxed) != 0 { return (nextHandlerToken, true) }
       exitHandlers.append((nextHandlerToken, handler))
       return (nextHandlerToken, false)
     }
@@ -310,7 +345,14 @@ public final class Thread: @unchecked Sendable {
   /// Removes a handler added with ``addExitRequestHandler(_:)``. Removing an unknown or
   /// already removed token does nothing.
   public func removeExitRequestHandler(_ token: ExitRequestHandlerToken) {
-    lock.withLock { exitHandlers.removeAll { $0.token == token.value } }
+    // The removed closure is released after the lock, in case its captures' deinitializers
+    // use this thread object.
+    let removed = withLock { () -> [(token: UInt64, handler: @Sendable () -> Void)] in
+      let removed = exitHandlers.filter { $0.token == token.value }
+      exitHandlers.removeAll { $0.token == token.value }
+      return removed
+    }
+    _ = removed
   }
 
   // MARK: Starting
@@ -320,22 +362,25 @@ public final class Thread: @unchecked Sendable {
   /// applied it); the body may not have started yet.
   ///
   /// - Throws: `SystemCallError` for an invalid configuration (`EINVAL`), when the system
-  ///   refuses another thread (`EAGAIN` from `pthread_create`), cannot map the stack
-  ///   (`ENOMEM`), or the priority needs a permission the process lacks (`EPERM` from
+  ///   refuses another thread or cannot map its stack (`EAGAIN` from `pthread_create`), or
+  ///   the priority needs a permission the process lacks (`EPERM` from
   ///   `pthread_create` for real-time policies, `EACCES` from `setpriority`). After a failure
   ///   the thread object may be reconfigured and started again.
   ///
   /// Calling `start()` twice, or on the main thread, an adopted thread or a spawned thread,
   /// stops the process (misuse). The corresponding C function is `pthread_create`.
   public func start() throws(SystemCallError) {
-    guard kind == .toolkit, lifecycle.compareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting)
+    guard kind == .toolkit,
+      UInt32.atomicCompareAndSwap(
+        expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
     else {
-      threadsMisuse("Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
+      threadsMisuse(
+        "Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
     }
     do {
       _ = try launch(joinable: false)
     } catch {
-      lifecycle.storeAndWakeAll(Lifecycle.notStarted)
+      UInt32.atomicStore(Lifecycle.notStarted, at: lifecycleWord, ordering: .releasing)
       throw error
     }
   }
@@ -356,10 +401,13 @@ public final class Thread: @unchecked Sendable {
   ///   - configuration: Stack, priority, affinity and the other settings.
   ///   - body: The entry routine; the thread ends when it returns.
   /// - Throws: `SystemCallError` as described for ``start()``.
+  @inlinable
   public static func spawn<Value: Sendable, Failure: Error>(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration(),
     _ body: @escaping @Sendable () throws(Failure) -> Value
   ) throws(SystemCallError) -> JoinableThread<Value, Failure> {
+    // Inlinable so the generic parts (the result box, the handle) are specialized in the
+    // caller: unspecialized, their metadata lookups cost a measurable share of a thread start.
     var configuration = configuration
     if let name { configuration.name = name }
     let outcome = JoinOutcome<Value, Failure>()
@@ -370,9 +418,15 @@ public final class Thread: @unchecked Sendable {
         outcome.complete(.failure(error))
       }
     }
-    _ = thread.lifecycle.compareAndSwap(expected: Lifecycle.notStarted, desired: Lifecycle.starting)
-    let handle = try thread.launch(joinable: true)
+    let handle = try thread.launchSpawned()
     return JoinableThread(thread: thread, handle: handle, outcome: outcome)
+  }
+
+  /// Starts a thread made by `init(spawnedWith:entry:)`, joinable.
+  @usableFromInline
+  func launchSpawned() throws(SystemCallError) -> pthread_t {
+    UInt32.atomicStore(Lifecycle.starting, at: lifecycleWord, ordering: .relaxed)  // not yet shared
+    return try launch(joinable: true)
   }
 
   /// Creates and starts a detached thread running `body` (the guide's
@@ -393,9 +447,9 @@ public final class Thread: @unchecked Sendable {
     return thread
   }
 
-  /// Creates the POSIX thread. The caller has moved `lifecycle` to `starting`.
+  /// Creates the POSIX thread. The caller has moved the lifecycle to `starting`.
   private func launch(joinable: Bool) throws(SystemCallError) -> pthread_t {
-    let configuration = lock.withLock { storedConfiguration }
+    let configuration = withLock { storedConfiguration }
     let resolved = try configuration.resolved()
 
     var attributes = pthread_attr_t()
@@ -426,7 +480,7 @@ public final class Thread: @unchecked Sendable {
 
     let handshake = resolved.niceValue == nil ? nil : FutexWord(0)
     let isCritical = configuration.finishBeforeExit
-    lock.withLock {
+    withLock {
       startPlan = StartPlan(
         kernelName: resolved.kernelName, niceValue: resolved.niceValue, handshake: handshake, isCritical: isCritical)
     }
@@ -457,44 +511,58 @@ public final class Thread: @unchecked Sendable {
 
   /// Runs on the new thread: applies the start plan, runs the body, ends the thread.
   fileprivate func runOnNewThread(_ retainedSelf: Unmanaged<Thread>) {
-    let (plan, body) = lock.withLock { (startPlan, entry) }
-    guard let plan, let body else { fatalError("Thread internal error: started without a plan or a body") }
+    let tid = ThreadRegistry.currentKernelThreadID()
+    // One lock section on the common path (no priority to apply). Values released here
+    // (the plan) are dropped after the lock is released, never under it.
+    let (taken, body) = withLock { () -> (StartPlan?, (@Sendable () -> Void)?) in
+      let plan = startPlan
+      startPlan = nil
+      if let plan, plan.niceValue == nil {
+        storedKernelThreadID = tid
+        criticalBodyRunning = plan.isCritical
+      }
+      return (plan, entry)
+    }
+    guard let plan = taken, let body else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
     }
     if let nice = plan.niceValue {
       let result = tk_thread_set_nice(nice)
+      if result == 0 {
+        withLock {
+          storedKernelThreadID = tid
+          criticalBodyRunning = plan.isCritical
+        }
+      }
       plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(result) + 2)
       if result != 0 {
         retainedSelf.release()
         return
       }
     }
-    let tid = tk_gettid()
-    lock.withLock {
-      storedKernelThreadID = tid
-      startPlan = nil
-      criticalBodyRunning = plan.isCritical
-    }
     ThreadRegistry.install(retainedSelf)
-    lifecycle.storeAndWakeAll(Lifecycle.running)
+    UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
     body()
 
-    lock.withLock {
+    // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
+    // runs no deinitializer there; the captures are released when this function returns.
+    let dictionary = withLock { () -> ThreadDictionary? in
       entry = nil
       criticalBodyRunning = false
+      return storedDictionary
     }
-    threadDictionary.removeAll()
-    lifecycle.storeAndWakeAll(Lifecycle.finished)
+    dictionary?.removeAll()
+    UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
     if plan.isCritical { CriticalThreads.leave() }
   }
 
   /// Called by the current-thread key's destructor as a thread exits.
   func adoptedThreadDidEnd() {
     guard kind != .toolkit else { return }
-    threadDictionary.removeAll()
-    lifecycle.storeAndWakeAll(Lifecycle.finished)
+    withLock { storedDictionary }?.removeAll()
+    UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
   }
 
   // MARK: Detached errors
@@ -509,7 +577,14 @@ public final class Thread: @unchecked Sendable {
   /// standard error. Set it early, once, from any thread.
   public static var detachedErrorHandler: DetachedErrorHandler {
     get { DetachedErrors.box.lock.withLock { DetachedErrors.box.handler } }
-    set { DetachedErrors.box.lock.withLock { DetachedErrors.box.handler = newValue } }
+    set {
+      let old = DetachedErrors.box.lock.withLock { () -> DetachedErrorHandler in
+        let old = DetachedErrors.box.handler
+        DetachedErrors.box.handler = newValue
+        return old
+      }
+      _ = old  // released after the lock
+    }
   }
 
   /// Restores the default ``detachedErrorHandler`` (print to standard error).

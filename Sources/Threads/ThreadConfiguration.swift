@@ -30,17 +30,17 @@ public struct ThreadConfiguration: Sendable, Hashable {
 
   /// The smallest stack accepted: 16 KiB (the guide's minimum, and glibc's `PTHREAD_STACK_MIN`
   /// on x86-64; where the C library's minimum is larger, that one applies).
-  public static var minimumStackSize: Int {
+  public static let minimumStackSize: Int = {
     let system = sysconf(Int32(_SC_THREAD_STACK_MIN))
     return Swift.max(16 * 1024, system > 0 ? system : 0)
-  }
+  }()
 
   /// The size of a memory page (`sysconf(_SC_PAGESIZE)`): stack and guard sizes are rounded
   /// up to a multiple of it.
-  public static var pageSize: Int {
+  public static let pageSize: Int = {
     let size = sysconf(Int32(_SC_PAGESIZE))
     return size > 0 ? size : 4096
-  }
+  }()
 
   /// The longest name the Linux kernel keeps for a thread: 15 bytes of UTF-8 (`TASK_COMM_LEN`
   /// is 16 with the terminating NUL).
@@ -51,8 +51,11 @@ public struct ThreadConfiguration: Sendable, Hashable {
   ///
   /// **Rounded up** to a multiple of ``pageSize`` (the guide requires a 4 KiB multiple; the
   /// toolkit rounds instead of failing). Below ``minimumStackSize`` creation throws
-  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `ENOMEM`
-  /// or `EAGAIN` from `pthread_create`. The guard area is allocated in addition to this size.
+  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `EAGAIN`
+  /// from `pthread_create` (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX
+  /// specifies). The guard area is allocated in addition to this size. glibc reuses the
+  /// stacks of ended threads, and may hand a thread a cached stack up to 4x the requested
+  /// size (never a smaller one).
   public var stackSize: Int = ThreadConfiguration.defaultStackSize
 
   /// The size of the inaccessible guard area below the stack that turns a stack overflow

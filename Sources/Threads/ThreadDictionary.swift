@@ -29,7 +29,15 @@ public final class ThreadDictionary: @unchecked Sendable {
   /// The value stored under `key`, or nil; assigning nil removes the entry.
   public subscript(key: String) -> (any Sendable)? {
     get { lock.withLock { storage[key] } }
-    set { lock.withLock { storage[key] = newValue } }
+    set {
+      // The replaced value is released after the lock: its deinitializer may use this
+      // dictionary.
+      let old = lock.withLock { () -> (any Sendable)? in
+        if let newValue { return storage.updateValue(newValue, forKey: key) }
+        return storage.removeValue(forKey: key)
+      }
+      _ = old
+    }
   }
 
   /// The value stored under `key` if it has type `type`, else nil.

@@ -49,6 +49,12 @@ int tk_thread_get_scheduling(int *policy, int *priority);
 /// resuming after signals (EINTR). Returns 0 or the error clock_nanosleep reported.
 int tk_sleep_until_monotonic(int64_t deadline_ns);
 
+/// The calling thread's kernel id without a system call, or -1 when it cannot be derived.
+/// glibc's pthread_getcpuclockid(pthread_self()) encodes the `tid` the kernel stored at
+/// clone time (CLONE_PARENT_SETTID) as the per-thread CPU clock id `(~tid << 3) | 6`; this
+/// decodes it. Callers validate it once against gettid (tk_gettid) before relying on it.
+int32_t tk_thread_kernel_id_without_syscall(void);
+
 /// The scheduling policy constants (SCHED_FIFO, SCHED_RR, SCHED_OTHER) as plain ints.
 int tk_sched_fifo(void);
 int tk_sched_rr(void);

@@ -27,6 +27,12 @@ final class FutexWord: @unchecked Sendable {
     UInt32.atomicLoad(at: address, ordering: .acquiring)
   }
 
+  /// Stores `value` (releasing) without waking anyone (for words nobody sleeps on).
+  @inline(__always)
+  func store(_ value: UInt32) {
+    UInt32.atomicStore(value, at: address, ordering: .releasing)
+  }
+
   /// Stores `value` (releasing) and wakes every waiter.
   func storeAndWakeAll(_ value: UInt32) {
     UInt32.atomicStore(value, at: address, ordering: .releasing)

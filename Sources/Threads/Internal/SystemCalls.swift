@@ -13,13 +13,14 @@ func check(_ result: Int32, _ call: String) throws(SystemCallError) {
 
 /// For calls whose failure leaves no way to continue correctly (destroying an attribute
 /// object, joining a valid handle): stops the process with the call and the errno.
-@inline(__always)
+@usableFromInline
 func checkOrDie(_ result: Int32, _ call: String) {
   if result != 0 { fatalError("\(SystemCallError(call: call, errno: result))") }
 }
 
 /// Reports a programming error in the use of a Threads type. Stops the process in debug and
 /// release builds (the Threads module's equivalent of Sync's internal `reportMisuse`).
+@usableFromInline
 func threadsMisuse(_ type: String, _ message: String) -> Never {
   fatalError("\(type) misuse: \(message)")
 }
