@@ -78,9 +78,23 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   var activations: [Activation] = []
   /// True while the owning thread blocks in epoll_wait. Protected by `lock`.
   var isSleeping = false
-  /// An eventfd write is outstanding (not yet drained): further wake-ups are coalesced.
-  /// Protected by `lock`.
-  var wakeUpPending = false
+  /// The wake-up state, read and updated with atomics so `wakeUp` never takes `lock` (a
+  /// signalling thread must not contend with the loop's own passes):
+  ///
+  /// | bit | set by | cleared by | meaning |
+  /// |---|---|---|---|
+  /// | `ignoringWakeUps` | owner: after a wait, and while not running | owner: top of a pass | the loop will re-check everything before it sleeps again: no write needed |
+  /// | `wakeUpPending` | `wakeUp` (compare-and-swap, then one eventfd write) | owner: on seeing the eventfd's epoll event | a write is outstanding: further wake-ups coalesce |
+  /// | `wakeUpDropped` | `wakeUp` while ignoring | owner: top of an outermost pass | a nested run may have swallowed a wake-up meant for an outer one |
+  ///
+  /// Why no wake-up is lost: the owner clears `ignoringWakeUps` (a full-barrier RMW) before it
+  /// reads sources, blocks and the stop flag; a client writes those (under their locks) before
+  /// it reads this word with a full barrier. So either the owner sees the client's change, or
+  /// the client sees the bit clear and writes the eventfd, which ends the coming sleep.
+  let wakeState = AtomicInteger<UInt32>(RunLoop.ignoringWakeUps)
+  static let ignoringWakeUps: UInt32 = 1
+  static let wakeUpPending: UInt32 = 2
+  static let wakeUpDropped: UInt32 = 4
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
   var armedDeadline: MonotonicInstant = .distantFuture
@@ -476,17 +490,21 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Makes a sleeping loop wake up and re-check its sources, timers, blocks and stop
   /// request. Coalesced: costs nothing when a wake-up is already pending, when the loop is
   /// not running (it re-checks everything when it starts), or when it has just woken up and
-  /// is about to re-check; otherwise one eventfd write. Never blocks beyond a short internal
-  /// lock. (`CFRunLoopWakeUp`)
+  /// is about to re-check; otherwise one eventfd write. Lock-free: never blocks.
+  /// (`CFRunLoopWakeUp`)
   public func wakeUp() {
-    let write: Bool = lock.withLock {
-      guard let activation = activations.last, !activation.ignoresWakeUps, !wakeUpPending else {
-        return false
-      }
-      wakeUpPending = true
-      return true
+    var state = wakeState.load(ordering: .full)
+    if state & RunLoop.ignoringWakeUps != 0 && state & RunLoop.wakeUpDropped == 0 {
+      _ = wakeState.or(RunLoop.wakeUpDropped, ordering: .full)
+      return
     }
-    if write { backend.signalWakeUp() }
+    while state & (RunLoop.ignoringWakeUps | RunLoop.wakeUpPending) == 0 {
+      if wakeState.compareAndSwap(expected: state, desired: state | RunLoop.wakeUpPending, ordering: .full) {
+        backend.signalWakeUp()
+        return
+      }
+      state = wakeState.load(ordering: .full)
+    }
   }
 
   /// Ends the innermost active run call: it returns ``RunLoopRunResult/stopped`` at the end
@@ -564,6 +582,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       let activation = Activation(mode: items)
       let previousDeadline = currentRunDeadline
       activations.append(activation)
+      // A new activation ignores wake-ups until the top of its first pass.
+      _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
       currentRunDeadline = deadline
       return (activation, previousDeadline, items.observerMask)
     }
@@ -576,6 +596,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     lock.withLock {
       activations.removeLast()
       currentRunDeadline = previousDeadline
+      // Back in the outer activation (mid-pass: wake-ups count), or not running (ignored).
+      if let outer = activations.last, !outer.ignoresWakeUps {
+        let state = wakeState.and(~RunLoop.ignoringWakeUps, ordering: .full)
+        // A wake-up swallowed while the nested run ignored them may have been meant for this
+        // activation, which will not re-check before it sleeps: make that sleep end at once.
+        if state & RunLoop.wakeUpDropped != 0 && state & RunLoop.wakeUpPending == 0 {
+          _ = wakeState.or(RunLoop.wakeUpPending, ordering: .full)
+          backend.signalWakeUp()
+        }
+      } else {
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+      }
     }
     return result
   }
@@ -613,6 +645,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       // Top of the pass: from here on a wake-up must end the coming sleep.
       let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
         activation.ignoresWakeUps = false
+        // The outermost pass re-checks everything, so dropped wake-ups are accounted for.
+        let cleared = activations.count == 1 ? RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped : RunLoop.ignoringWakeUps
+        _ = wakeState.and(~cleared, ordering: .full)
         if firstPass && activation.stopped {  // stopped by an entry observer
           activation.stopped = false
           return (mode.observerMask, true, nil)
@@ -641,6 +676,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
         isSleeping = false
         activation.ignoresWakeUps = true
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
         consumeReadyTokens(readyCount)
         var due: [RunLoopTimer] = []
         if !mode.timers.isEmpty {
@@ -760,7 +796,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       switch backend.readyTokens[index] {
       case EpollBackend.wakeUpToken:
         // Edge-triggered: each write is reported once, the counter needs no read.
-        wakeUpPending = false
+        _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
       case EpollBackend.timerToken:
         backend.drainTimer()
         armedDeadline = .distantPast

@@ -163,6 +163,30 @@ import Testing
     }
   }
 
+  @Test func aWakeUpSwallowedByANestedRunStillEndsTheOuterSleep() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      let outerSource = recordingSource("outer source", into: log)
+      runLoop.add(outerSource, forMode: .default)
+      let inner: RunLoopMode = "inner"
+      runLoop.add(RunLoopSource(perform: {}), forMode: inner)
+      // The nested run's entry happens while it ignores wake-ups: this wake-up is swallowed.
+      runLoop.add(
+        RunLoopObserver(activities: .entry) { _, _ in
+          outerSource.signal()
+          RunLoop.current.wakeUp()
+        }, forMode: inner)
+      // The outer pass runs the nested run right before it sleeps.
+      runLoop.add(
+        RunLoopObserver(activities: .beforeWaiting, repeats: false) { _, _ in
+          RunLoop.current.run(mode: inner, timeout: .zero)
+        }, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true) == .handledSource)
+      #expect(log.snapshot == ["outer source"])
+    }
+  }
+
   @Test func stopWhenNotRunningDoesNotAffectTheNextRun() {
     TestThread.run {
       let runLoop = RunLoop.current

@@ -86,6 +86,7 @@ final class Activation {
   var stopped = false
   /// Core Foundation's "ignore wake-ups" window: from waking up until the top of the next
   /// pass the loop is about to re-check everything, so a wake-up needs no eventfd write.
+  /// The innermost activation's value is mirrored in `RunLoop.wakeState` for `wakeUp`.
   var ignoresWakeUps = true
 
   init(mode: ModeItems) {
