@@ -669,10 +669,30 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       // Deviation from Core Foundation, which would sleep until the deadline: a mode left
       // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
       // does not sleep; the pass ends and the run returns finished.
-      let (poll, waitMask): (Bool, UInt) =
-        sourceHandled || pollOnly ? (true, 0) : lock.withLock { (isEmpty(mode), mode.observerMask) }
-      if !poll && waitMask & RunLoopActivity.beforeWaiting.rawValue != 0 { notify(.beforeWaiting, mode) }
-      let readyCount = waitForEvents(activation, poll: poll, deadline: deadline)
+      let poll: Bool
+      let readyCount: Int
+      if sourceHandled || pollOnly {
+        poll = true
+        readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+      } else {
+        // Without before-waiting observers, deciding to sleep and arming share one lock.
+        let (empty, observed, prepared): (Bool, Bool, Bool?) = lock.withLock {
+          if isEmpty(mode) { return (true, false, nil) }
+          if mode.observerMask & RunLoopActivity.beforeWaiting.rawValue != 0 { return (false, true, nil) }
+          return (false, false, prepareWait(activation, poll: false, deadline: deadline))
+        }
+        poll = empty
+        if empty {
+          readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+        } else if observed {
+          notify(.beforeWaiting, mode)
+          readyCount = waitForEvents(activation, poll: false, deadline: deadline)
+        } else if let block = prepared {
+          readyCount = backend.wait(block: block)
+        } else {
+          readyCount = 0
+        }
+      }
       let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
         isSleeping = false
         activation.ignoresWakeUps = true
@@ -751,9 +771,19 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Fires the signalled custom sources of `mode`, lower order first (only the first when
   /// `onlyOne`). Returns whether one fired.
   func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
-    var ready: [RunLoopSource] = lock.withLock {
-      mode.sources.isEmpty ? [] : mode.sources.filter(\.isReady)
+    // One source in the mode (the common case): claim its signal in the same critical section.
+    let (claimed, candidates): (RunLoopSource?, [RunLoopSource]) = lock.withLock {
+      if mode.sources.count == 1 {
+        let only = mode.sources[0]
+        return (only.claimSignal() ? only : nil, [])
+      }
+      return (nil, mode.sources.isEmpty ? [] : mode.sources.filter(\.isReady))
     }
+    if let claimed {
+      claimed.performCallback()
+      return true
+    }
+    var ready = candidates
     if ready.isEmpty { return false }
     if ready.count > 1 {
       // Stable: equal orders fire in the order they were added.
@@ -775,19 +805,24 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// caller consumes them with the lock held. A polling pass without descriptor members makes
   /// no system call: timers are checked against the clock, wake-ups need no draining.
   func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
-    let block: Bool? = lock.withLock {
-      if poll { return memberCount > 0 ? false : nil }
-      let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
-      if wakeAt <= .now { return memberCount > 0 ? false : nil }
-      if wakeAt != armedDeadline {
-        backend.armTimer(at: wakeAt)
-        armedDeadline = wakeAt
-      }
-      isSleeping = true
-      return true
-    }
+    let block: Bool? = lock.withLock { prepareWait(activation, poll: poll, deadline: deadline) }
     guard let block else { return 0 }
     return backend.wait(block: block)
+  }
+
+  /// Decides how to wait and arms the timerfd: true to block in epoll_wait, false to poll the
+  /// epoll set (descriptor members only), nil for no system call. Sets `isSleeping` when
+  /// blocking. Called with `lock` held.
+  func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Bool? {
+    if poll { return memberCount > 0 ? false : nil }
+    let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
+    if wakeAt <= .now { return memberCount > 0 ? false : nil }
+    if wakeAt != armedDeadline {
+      backend.armTimer(at: wakeAt)
+      armedDeadline = wakeAt
+    }
+    isSleeping = true
+    return true
   }
 
   /// Consumes the ready epoll tokens. Called with `lock` held.
