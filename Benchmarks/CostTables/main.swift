@@ -3,24 +3,124 @@
 #if canImport(Glibc)
   import Glibc
 #endif
-// Usage: swift run -c release cost-tables [--quick] [--json FILE] [--filter SUBSTRING]
+
+/// Every area's rows, in report order. Merging an area adds one line here.
+let registrations: [(Harness) -> Void] = [
+  registerSyncBenchmarks
+]
+
+let usage = """
+  usage: cost-tables [options]
+
+  Measures the guide's cost tables (Table 4-2: mutex and compare-and-swap; Table 2-1: thread
+  creation) and the extended tables (every lock, condition, thread and run-loop row, and the
+  scaling series) for this toolkit and its peers (raw pthread, Synchronization, Foundation),
+  interleaved in one run, and prints them with the ratio to the best peer.
+
+  options:
+    --quick              few iterations and samples: the whole run takes seconds (for CI);
+                         the figures prove the benchmarks run, not speed
+    --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended)
+    --json FILE          also write the rows as JSON: benchmark, subject, group, unit,
+                         median_ns, min_ns, max_ns, samples, method, values
+    --markdown FILE      also write the tables as Markdown (for the README)
+    --svg DIR            also write SVG charts to DIR: one per scaling series (e.g. lock
+                         contention over 1-16 threads), Table 4-2 bars, timer lateness
+    --compare OLD.json   print the change per row against an earlier --json run
+    --from-json FILE     do not measure: report (and chart) the rows of an earlier run
+    --help               this text
+
+  Build and run in release mode:  swift run -c release cost-tables
+  """
 
 var arguments = CommandLine.arguments.dropFirst()
 var quick = false
 var jsonPath: String?
+var markdownPath: String?
+var svgDirectory: String?
+var comparePath: String?
+var fromJSONPath: String?
 var filter: String?
+
+@MainActor
+func value(for option: String) -> String {
+  guard let value = arguments.popFirst(), !value.hasPrefix("--") else {
+    print("cost-tables: \(option) needs a value\n\n" + usage)
+    exit(2)
+  }
+  return value
+}
+
 while let argument = arguments.popFirst() {
   switch argument {
   case "--quick": quick = true
-  case "--json": jsonPath = arguments.popFirst()
-  case "--filter": filter = arguments.popFirst()
+  case "--json": jsonPath = value(for: argument)
+  case "--markdown": markdownPath = value(for: argument)
+  case "--svg": svgDirectory = value(for: argument)
+  case "--compare": comparePath = value(for: argument)
+  case "--from-json": fromJSONPath = value(for: argument)
+  case "--filter": filter = value(for: argument)
+  case "--help", "-h":
+    print(usage)
+    exit(0)
   default:
-    print("usage: cost-tables [--quick] [--json FILE] [--filter SUBSTRING]")
+    print("cost-tables: unknown option \(argument)\n\n" + usage)
     exit(2)
   }
 }
 
 let harness = Harness(quick: quick, filter: filter)
-for row in harness.rows {
-  print(row.benchmark, row.subject, row.median)
+if let fromJSONPath {
+  do {
+    harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
+  } catch {
+    print("cost-tables: cannot read \(fromJSONPath): \(error)")
+    exit(1)
+  }
+} else {
+  // glibc's locks skip their atomics until a second thread has existed.
+  BenchThreads.makeProcessMultithreaded()
+  for register in registrations { register(harness) }
 }
+
+let report = Report(results: RunResults(rows: harness.rows), quick: quick, sampleCount: harness.sampleCount)
+print(report.text())
+
+var failed = false
+if let comparePath {
+  do {
+    let old = try ResultsFile.read(comparePath)
+    print(compareTable(old: old, new: harness.rows, oldPath: comparePath).text())
+  } catch {
+    print("cost-tables: cannot read \(comparePath): \(error)")
+    failed = true
+  }
+}
+if let jsonPath {
+  do {
+    try ResultsFile.write(harness.rows, to: jsonPath)
+    print("Wrote \(harness.rows.count) rows to \(jsonPath)")
+  } catch {
+    print("cost-tables: cannot write \(jsonPath): \(error)")
+    failed = true
+  }
+}
+if let markdownPath {
+  do {
+    try ResultsFile.writeText(report.markdown(), to: markdownPath)
+    print("Wrote the Markdown tables to \(markdownPath)")
+  } catch {
+    print("cost-tables: cannot write \(markdownPath): \(error)")
+    failed = true
+  }
+}
+if let svgDirectory {
+  do {
+    let written = try Charts(results: report.results).write(to: svgDirectory)
+    print("Wrote \(written.count) SVG charts to \(svgDirectory): " + written.joined(separator: ", "))
+  } catch {
+    print("cost-tables: cannot write charts to \(svgDirectory): \(error)")
+    failed = true
+  }
+}
+exit(failed ? 1 : 0)

@@ -1,0 +1,428 @@
+// Sync part 1 rows: the mutex family and atomics against raw pthread, Synchronization and
+// Foundation (issue 2's speed goals, the guide's Table 4-2).
+//
+// Every subject is a final class with one `increment()` that takes the lock, bumps a
+// counter in allocated storage (no exclusivity check, no Swift property access cost that
+// the peers would not pay) and releases. Loops are generic over the class so each is
+// specialised; counters are checked afterwards, so no loop can be optimised away.
+
+import CAtomicOps
+import CThreadingShims
+import Foundation
+import Sync
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// MARK: - Subjects
+
+/// A lock guarding one counter: lock, increment, unlock.
+protocol CountingLock: AnyObject, Sendable {
+  /// Takes the lock, adds one to the counter, releases the lock.
+  func increment()
+  /// The counter; read only when no thread is incrementing.
+  var count: Int { get }
+}
+
+/// Allocated counter storage shared by the subjects: stable address, no exclusivity checks.
+private func makeCounter() -> UnsafeMutablePointer<Int> {
+  let counter = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+  counter.initialize(to: 0)
+  return counter
+}
+
+private func checkPthread(_ result: Int32, _ call: String) {
+  if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
+}
+
+private final class SyncMutexSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.Mutex(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncMutexWithLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.Mutex(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.withLock { counter.pointee &+= 1 }
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncRecursiveMutexSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.RecursiveMutex()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncSpinLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.SpinLock(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncReadWriteLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.ReadWriteLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.writeLock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  /// Read lock, read the counter, unlock.
+  func read() -> Int {
+    lock.readLock()
+    let value = counter.pointee
+    lock.unlock()
+    return value
+  }
+  var count: Int { counter.pointee }
+}
+
+/// Raw `pthread_mutex_t` in allocated storage: the default type, or recursive.
+private final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
+  let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init(recursive: Bool = false) {
+    if recursive {
+      var attributes = pthread_mutexattr_t()
+      checkPthread(pthread_mutexattr_init(&attributes), "pthread_mutexattr_init")
+      checkPthread(
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_RECURSIVE)), "pthread_mutexattr_settype")
+      checkPthread(pthread_mutex_init(mutex, &attributes), "pthread_mutex_init")
+      checkPthread(pthread_mutexattr_destroy(&attributes), "pthread_mutexattr_destroy")
+    } else {
+      checkPthread(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
+    }
+  }
+  func increment() {
+    pthread_mutex_lock(mutex)
+    counter.pointee &+= 1
+    pthread_mutex_unlock(mutex)
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class PthreadSpinSubject: CountingLock, @unchecked Sendable {
+  let spin = UnsafeMutablePointer<pthread_spinlock_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init() {
+    checkPthread(pthread_spin_init(spin, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
+  }
+  func increment() {
+    pthread_spin_lock(spin)
+    counter.pointee &+= 1
+    pthread_spin_unlock(spin)
+  }
+  var count: Int { counter.pointee }
+}
+
+/// Raw `pthread_rwlock_t`: the default (reader-preferring) kind, or glibc's
+/// writer-preferring kind that `Sync.ReadWriteLock` is built on.
+private final class PthreadRWLockSubject: CountingLock, @unchecked Sendable {
+  let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init(preferWriter: Bool = false) {
+    if preferWriter {
+      checkPthread(tk_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init")
+    } else {
+      checkPthread(pthread_rwlock_init(rwlock, nil), "pthread_rwlock_init")
+    }
+  }
+  func increment() {
+    pthread_rwlock_wrlock(rwlock)
+    counter.pointee &+= 1
+    pthread_rwlock_unlock(rwlock)
+  }
+  func read() -> Int {
+    pthread_rwlock_rdlock(rwlock)
+    let value = counter.pointee
+    pthread_rwlock_unlock(rwlock)
+    return value
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSLockSubject: CountingLock, @unchecked Sendable {
+  let lock = NSLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSRecursiveLockSubject: CountingLock, @unchecked Sendable {
+  let lock = NSRecursiveLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+/// `Synchronization.Mutex` guards its own value; closure-only, so `withLock`.
+private final class SynchronizationMutexSubject: CountingLock, Sendable {
+  let mutex = Synchronization.Mutex<Int>(0)
+  func increment() {
+    mutex.withLock { $0 &+= 1 }
+  }
+  var count: Int { mutex.withLock { $0 } }
+}
+
+// MARK: - Loops
+
+/// `iterations` lock+increment+unlock rounds on one thread; checks the counter moved.
+private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterations: Int) {
+  let before = subject.count
+  for _ in 0..<iterations { subject.increment() }
+  if subject.count &- before != iterations {
+    fatalError("cost-tables: \(Subject.self) lost increments")
+  }
+}
+
+/// `threads` threads each doing `iterations / threads` increments at once; returns the
+/// nanoseconds from the start gate to the last join, and checks no increment was lost.
+private func contendedRun<Subject: CountingLock>(_ subject: Subject, threads: Int, _ iterations: Int) -> UInt64 {
+  let perThread = Swift.max(1, iterations / threads)
+  let before = subject.count
+  let elapsed = BenchThreads.timedRun(count: threads) { _ in
+    for _ in 0..<perThread { subject.increment() }
+  }
+  if subject.count &- before != perThread * threads {
+    fatalError("cost-tables: \(Subject.self) lost increments under contention")
+  }
+  // Report per increment actually done, which can differ from `iterations` by rounding.
+  return elapsed * UInt64(iterations) / UInt64(perThread * threads)
+}
+
+/// Atomic subjects' storage.
+private final class SynchronizationAtomicBox: Sendable {
+  let atomic = Synchronization.Atomic<Int>(0)
+}
+
+// MARK: - Registration
+
+/// Thread counts for the contention series.
+let contentionThreadCounts = [1, 2, 4, 8, 16]
+
+func registerSyncBenchmarks(_ harness: Harness) {
+  BenchThreads.makeProcessMultithreaded()
+
+  // Table 4-2: mutex acquisition (lock + unlock, uncontended).
+  let syncMutex = SyncMutexSubject()
+  let syncMutexWithLock = SyncMutexWithLockSubject()
+  let pthreadMutex = PthreadMutexSubject()
+  let nsLock = NSLockSubject()
+  let nsRecursiveLockAsMutex = NSRecursiveLockSubject()
+  let synchronizationMutex = SynchronizationMutexSubject()
+  harness.measureInterleaved(
+    id: "mutex.uncontended", group: "Table 4-2", operations: 200_000,
+    [
+      ("Sync.Mutex", { uncontendedLoop(syncMutex, $0) }),
+      ("pthread", { uncontendedLoop(pthreadMutex, $0) }),
+      ("Foundation.NSLock", { uncontendedLoop(nsLock, $0) }),
+      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursiveLockAsMutex, $0) }),
+      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+    ])
+  harness.measureInterleaved(
+    id: "mutex.uncontended-withlock", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.Mutex", { uncontendedLoop(syncMutexWithLock, $0) }),
+      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+    ])
+
+  // Table 4-2: atomic compare-and-swap (always succeeding, full ordering).
+  let ours = AtomicInteger<Int>(0)
+  let theirs = SynchronizationAtomicBox()
+  let raw = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+  raw.initialize(to: 0)
+  harness.measureInterleaved(
+    id: "cas.uncontended", group: "Table 4-2", operations: 500_000,
+    [
+      (
+        "Sync.AtomicInteger",
+        { iterations in
+          var value = ours.load(ordering: .relaxed)
+          var swapped = 0
+          for _ in 0..<iterations {
+            if ours.compareAndSwap(expected: value, desired: value &+ 1, ordering: .full) { swapped &+= 1 }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: Sync.AtomicInteger CAS failed") }
+        }
+      ),
+      (
+        "Synchronization.Atomic",
+        { iterations in
+          var value = theirs.atomic.load(ordering: .relaxed)
+          var swapped = 0
+          for _ in 0..<iterations {
+            if theirs.atomic.compareExchange(expected: value, desired: value &+ 1, ordering: .sequentiallyConsistent)
+              .exchanged
+            {
+              swapped &+= 1
+            }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: Synchronization.Atomic CAS failed") }
+        }
+      ),
+      (
+        "libatomic_ops",
+        { iterations in
+          var value = raw.pointee
+          var swapped = 0
+          for _ in 0..<iterations {
+            if tk_atomic_u64_compare_and_swap_full(raw, value, value &+ 1) { swapped &+= 1 }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: AO_compare_and_swap_full failed") }
+        }
+      ),
+    ])
+
+  harness.measureInterleaved(
+    id: "fetch-add.uncontended", group: "Atomics, uncontended", operations: 500_000,
+    [
+      (
+        "Sync.AtomicInteger",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= ours.fetchAdd(1, ordering: .full) }
+          blackHole(sum)
+        }
+      ),
+      (
+        "Synchronization.Atomic",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= theirs.atomic.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue }
+          blackHole(sum)
+        }
+      ),
+      (
+        "libatomic_ops",
+        { iterations in
+          var sum: UInt64 = 0
+          for _ in 0..<iterations { sum &+= tk_atomic_u64_fetch_add_full(raw, 1) }
+          blackHole(sum)
+        }
+      ),
+    ])
+
+  // The rest of the lock family, uncontended.
+  let syncRecursive = SyncRecursiveMutexSubject()
+  let pthreadRecursive = PthreadMutexSubject(recursive: true)
+  let nsRecursive = NSRecursiveLockSubject()
+  harness.measureInterleaved(
+    id: "recursive-mutex.uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.RecursiveMutex", { uncontendedLoop(syncRecursive, $0) }),
+      ("pthread", { uncontendedLoop(pthreadRecursive, $0) }),
+      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursive, $0) }),
+    ])
+
+  let syncRW = SyncReadWriteLockSubject()
+  let pthreadRW = PthreadRWLockSubject()
+  let pthreadRWWriter = PthreadRWLockSubject(preferWriter: true)
+  harness.measureInterleaved(
+    id: "rwlock.read-uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      (
+        "Sync.ReadWriteLock",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= syncRW.read() }
+          blackHole(sum)
+        }
+      ),
+      (
+        "pthread",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= pthreadRW.read() }
+          blackHole(sum)
+        }
+      ),
+      (
+        "pthread (writer-preferring)",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= pthreadRWWriter.read() }
+          blackHole(sum)
+        }
+      ),
+    ])
+  harness.measureInterleaved(
+    id: "rwlock.write-uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.ReadWriteLock", { uncontendedLoop(syncRW, $0) }),
+      ("pthread", { uncontendedLoop(pthreadRW, $0) }),
+      ("pthread (writer-preferring)", { uncontendedLoop(pthreadRWWriter, $0) }),
+    ])
+
+  let syncSpin = SyncSpinLockSubject()
+  let pthreadSpin = PthreadSpinSubject()
+  harness.measureInterleaved(
+    id: "spinlock.uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.SpinLock", { uncontendedLoop(syncSpin, $0) }),
+      ("pthread", { uncontendedLoop(pthreadSpin, $0) }),
+    ])
+
+  // Contention: N threads share one lock and one counter; ns per increment (wall time over
+  // all increments), so a flat line is constant throughput.
+  for threads in contentionThreadCounts {
+    harness.sampleInterleaved(
+      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      [
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, $0) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, $0) }),
+        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, $0) }),
+        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, $0) }),
+      ])
+    harness.sampleInterleaved(
+      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      [
+        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, $0) }),
+        ("pthread", { contendedRun(pthreadRecursive, threads: threads, $0) }),
+        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, $0) }),
+      ])
+    harness.sampleInterleaved(
+      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      [
+        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, $0) }),
+        ("pthread", { contendedRun(pthreadRW, threads: threads, $0) }),
+        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, $0) }),
+      ])
+    harness.sampleInterleaved(
+      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      [
+        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, $0) }),
+        ("pthread", { contendedRun(pthreadSpin, threads: threads, $0) }),
+      ])
+  }
+}
