@@ -95,19 +95,9 @@ final class Harness {
     _ body: (Int) -> Void
   ) {
     guard wants(id) else { return }
-    let iterations = iterations(for: operations)
-    let sampleCount = sampleCount
-    body(iterations)  // warm-up
-    var samples: [Double] = []
-    samples.reserveCapacity(sampleCount)
-    for _ in 0..<sampleCount {
-      let start = Harness.now()
-      body(iterations)
-      let elapsed = Harness.now() - start
-      samples.append(Double(elapsed) / Double(iterations))
+    withoutActuallyEscaping(body) { body in
+      measureInterleaved(id: id, group: group, operations: operations, [(subject: subject, body: body)])
     }
-    record(id: id, subject: subject, group: group, nanoseconds: samples)
-    rows[rows.count - 1].method = "median of \(sampleCount) samples x \(iterations) ops, 1 warm-up"
   }
 
   /// Records samples measured by the caller (ns per operation, one value per sample).
@@ -156,29 +146,77 @@ final class Harness {
       })
   }
 
+  /// Longest a single sample may take (seconds). A subject whose estimate exceeds it runs
+  /// fewer operations per sample (the row's method says so): a collapsing peer must not
+  /// turn a one-minute report into an hour.
+  var sampleBudget: Double { quick ? 0.02 : 0.25 }
+
   /// Like `measureInterleaved`, but each body times itself and returns elapsed nanoseconds
   /// for its `iterations` operations (to leave set-up such as thread creation out).
+  ///
+  /// Per subject: a probe run of 1% of the operations estimates the sample time; if it is
+  /// over `sampleBudget` the subject's operations are cut to fit. Then one warm-up run, then
+  /// `sampleCount` rounds in which every subject takes one sample, starting subject rotating.
   func sampleInterleaved(
     id: String, group: String, operations: Int = 100_000,
     _ subjects: [(subject: String, body: (Int) -> UInt64)]
   ) {
     guard wants(id), !subjects.isEmpty else { return }
+    let began = Harness.now()
+    defer { progress(id, since: began) }
     let iterations = iterations(for: operations)
     let sampleCount = sampleCount
-    for entry in subjects { _ = entry.body(iterations) }  // warm-up
+    var chosen = [Int](repeating: iterations, count: subjects.count)
+    for (index, entry) in subjects.enumerated() {
+      let probeIterations = Swift.max(1, iterations / 100)
+      let probe = Double(entry.body(probeIterations)) / 1e9
+      let estimate = probe * Double(iterations) / Double(probeIterations)
+      if estimate > sampleBudget {
+        chosen[index] = Swift.max(probeIterations, Int(Double(iterations) * sampleBudget / estimate))
+      }
+      _ = entry.body(chosen[index])  // warm-up
+    }
     var samples = [[Double]](repeating: [], count: subjects.count)
+    var cutWhileSampling = [Bool](repeating: false, count: subjects.count)
     for round in 0..<sampleCount {
       for offset in 0..<subjects.count {
         let index = (round + offset) % subjects.count
-        let elapsed = subjects[index].body(iterations)
-        samples[index].append(Double(elapsed) / Double(iterations))
+        let elapsed = subjects[index].body(chosen[index])
+        samples[index].append(Double(elapsed) / Double(chosen[index]))
+        // A subject that collapses now and then (a priority-inheritance futex under
+        // contention takes seconds per sample) gets fewer operations from here on.
+        let seconds = Double(elapsed) / 1e9
+        if seconds > 4 * sampleBudget, chosen[index] > 1 {
+          chosen[index] = Swift.max(1, Int(Double(chosen[index]) * sampleBudget / seconds))
+          cutWhileSampling[index] = true
+        }
       }
     }
     for (index, entry) in subjects.enumerated() {
       record(id: id, subject: entry.subject, group: group, nanoseconds: samples[index])
-      rows[rows.count - 1].method =
-        "median of \(sampleCount) samples x \(iterations) ops, 1 warm-up, interleaved with \(subjects.count - 1) other subjects"
+      var method = "median of \(sampleCount) samples x \(chosen[index]) ops, 1 warm-up"
+      if cutWhileSampling[index] {
+        method =
+          "median of \(sampleCount) samples, 1 warm-up; ops per sample cut to \(chosen[index]) after a sample over \(Format.fixed(4 * sampleBudget, 1)) s"
+      }
+      if subjects.count > 1 { method += ", interleaved with \(subjects.count - 1) other subjects" }
+      if chosen[index] < iterations {
+        method += " (cut from \(iterations) ops: too slow for the \(Format.fixed(sampleBudget, 2)) s sample budget)"
+      }
+      rows[rows.count - 1].method = method
     }
+  }
+
+  /// Whether to print one line per measured id on stderr (`--progress`; on by default when
+  /// stderr is a terminal).
+  var showsProgress = isatty(2) != 0
+
+  /// One line on stderr per measured id, so a long run shows where it is.
+  func progress(_ id: String, since began: UInt64) {
+    guard showsProgress else { return }
+    let seconds = Double(Harness.now() - began) / 1e9
+    var line = "  measured \(id) in \(Format.fixed(seconds, 2)) s\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
   }
 
   /// Appends rows read back from an earlier run (`--from-json`).

@@ -347,7 +347,7 @@ struct Report {
       row.subject + " " + Format.value(row.median, unit: row.unit) + " [min "
         + Format.value(row.min, unit: row.unit) + ", max " + Format.value(row.max, unit: row.unit) + "]"
     }
-    return id + ": " + first.method + ". " + spreads.joined(separator: "; ")
+    return id + ": " + (first.method.isEmpty ? "" : first.method + ". ") + spreads.joined(separator: "; ")
   }
 
   func detailTable(group: String, ids: [String]) -> ReportTable {
@@ -364,7 +364,7 @@ struct Report {
         if !methods.contains(row.method) { methods.append(row.method) }
       }
     }
-    table.notes = methods.map { "Method: " + $0 }
+    table.notes = methods.filter { !$0.isEmpty }.map { "Method: " + $0 }
     return table
   }
 
@@ -373,15 +373,25 @@ struct Report {
     let unit = results.rows(id: series.points[0].id).first?.unit ?? "ns"
     var table = ReportTable(
       title: "Scaling: " + series.base + "-N (median per operation)",
-      columns: ["subject"] + series.points.map { "N=" + String($0.n) } + ["growth with N"], rows: [])
+      columns: ["subject"] + series.points.map { "N=" + String($0.n) } + ["growth with N", "worst sample"], rows: [])
     var findings: [String] = []
     for subject in subjects {
       let medians = series.medians(subject: subject, in: results)
       let growth = Series.growth(Series.slope(medians))
+      let worst = series.points.compactMap { point -> (n: Int, value: Double)? in
+        guard let row = results.rows(id: point.id).first(where: { $0.subject == subject }) else { return nil }
+        return (point.n, row.max)
+      }.max { $0.value < $1.value }
+      let worstText = worst.map { Format.value($0.value, unit: unit) + " (N=" + String($0.n) + ")" } ?? "-"
       table.rows.append(
-        [subject] + medians.map { $0.value.map { Format.value($0, unit: unit) } ?? "-" } + [growth])
+        [subject] + medians.map { $0.value.map { Format.value($0, unit: unit) } ?? "-" } + [growth, worstText])
+      if let worst, let median = medians.first(where: { $0.n == worst.n })?.value, worst.value > 20 * median {
+        findings.append(
+          "Finding: " + subject + " has samples " + Format.fixed(worst.value / median, 0) + "x its median at N="
+            + String(worst.n) + " (" + Format.value(worst.value, unit: unit) + " per operation): it collapses now and then.")
+      }
       if growth.hasPrefix("SUPER-LINEAR") {
-        findings.append("Finding: " + subject + " grows super-linearly in " + series.base + " " + growth + ".")
+        findings.append("Finding: " + subject + " grows super-linearly in " + series.base + ": " + growth + ".")
       }
     }
     // Ratio rows: each of ours against the best peer at every N.
@@ -392,7 +402,7 @@ struct Report {
         else { return "-" }
         return Format.ratio(ours.median / best.median)
       }
-      table.rows.append([subject + " / best peer"] + ratios + [""])
+      table.rows.append([subject + " / best peer"] + ratios + ["", ""])
     }
     if let first = results.rows(id: series.points[0].id).first { table.notes.append("Method: " + first.method) }
     if series.base.contains("contended") {

@@ -203,10 +203,13 @@ private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterat
   }
 }
 
-/// `threads` threads each doing `iterations / threads` increments at once; returns the
-/// nanoseconds from the start gate to the last join, and checks no increment was lost.
-private func contendedRun<Subject: CountingLock>(_ subject: Subject, threads: Int, _ iterations: Int) -> UInt64 {
-  let perThread = Swift.max(1, iterations / threads)
+/// `threads` threads each doing `perThread` increments at once; returns the nanoseconds
+/// from the start gate to the last join, and checks no increment was lost. The harness
+/// divides by the `iterations` it passed, so scale to ns per increment over all threads.
+private func contendedRun<Subject: CountingLock>(
+  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int
+) -> UInt64 {
+  let perThread = Swift.max(1, perThread)
   let before = subject.count
   let elapsed = BenchThreads.timedRun(count: threads) { _ in
     for _ in 0..<perThread { subject.increment() }
@@ -214,7 +217,6 @@ private func contendedRun<Subject: CountingLock>(_ subject: Subject, threads: In
   if subject.count &- before != perThread * threads {
     fatalError("cost-tables: \(Subject.self) lost increments under contention")
   }
-  // Report per increment actually done, which can differ from `iterations` by rounding.
   return elapsed * UInt64(iterations) / UInt64(perThread * threads)
 }
 
@@ -395,34 +397,37 @@ func registerSyncBenchmarks(_ harness: Harness) {
 
   // Contention: N threads share one lock and one counter; ns per increment (wall time over
   // all increments), so a flat line is constant throughput.
+  // Each thread does K increments (K = 50,000; 500 with --quick): the harness passes
+  // iterations = K x threads and gets ns per increment back.
+  let perThread = 50_000
   for threads in contentionThreadCounts {
     harness.sampleInterleaved(
-      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
       [
-        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, $0) }),
-        ("pthread", { contendedRun(pthreadMutex, threads: threads, $0) }),
-        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, $0) }),
-        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, $0) }),
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0) }),
+        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0) }),
+        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0) }),
       ])
     harness.sampleInterleaved(
-      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
       [
-        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, $0) }),
-        ("pthread", { contendedRun(pthreadRecursive, threads: threads, $0) }),
-        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, $0) }),
+        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0) }),
+        ("pthread", { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0) }),
+        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0) }),
       ])
     harness.sampleInterleaved(
-      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
       [
-        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, $0) }),
-        ("pthread", { contendedRun(pthreadRW, threads: threads, $0) }),
-        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, $0) }),
+        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0) }),
+        ("pthread", { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0) }),
+        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0) }),
       ])
     harness.sampleInterleaved(
-      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: 200_000,
+      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
       [
-        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, $0) }),
-        ("pthread", { contendedRun(pthreadSpin, threads: threads, $0) }),
+        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0) }),
+        ("pthread", { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0) }),
       ])
   }
 }

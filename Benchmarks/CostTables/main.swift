@@ -28,6 +28,8 @@ let usage = """
                          contention over 1-16 threads), Table 4-2 bars, timer lateness
     --compare OLD.json   print the change per row against an earlier --json run
     --from-json FILE     do not measure: report (and chart) the rows of an earlier run
+    --progress           print each benchmark id on stderr as it finishes (default when
+                         stderr is a terminal)
     --help               this text
 
   Build and run in release mode:  swift run -c release cost-tables
@@ -41,6 +43,7 @@ var svgDirectory: String?
 var comparePath: String?
 var fromJSONPath: String?
 var filter: String?
+var progress = false
 
 @MainActor
 func value(for option: String) -> String {
@@ -54,6 +57,7 @@ func value(for option: String) -> String {
 while let argument = arguments.popFirst() {
   switch argument {
   case "--quick": quick = true
+  case "--progress": progress = true
   case "--json": jsonPath = value(for: argument)
   case "--markdown": markdownPath = value(for: argument)
   case "--svg": svgDirectory = value(for: argument)
@@ -70,6 +74,7 @@ while let argument = arguments.popFirst() {
 }
 
 let harness = Harness(quick: quick, filter: filter)
+if progress { harness.showsProgress = true }
 if let fromJSONPath {
   do {
     harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
