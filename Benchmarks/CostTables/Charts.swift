@@ -192,8 +192,10 @@ struct Charts {
     title: String, subtitle: String, xLabel: String,
     lines: [(label: String, ours: Bool, points: [(n: Int, value: Double?)])], unit: String
   ) -> SVG {
-    let legendWidth = 300.0
-    var svg = SVG(width: 860 + legendWidth - 160, height: 480)
+    // Legend to the right, sized for its longest label (about 7.5 px per character).
+    let longest = Double(lines.map(\.label.count).max() ?? 10)
+    let legendWidth = Swift.max(260, 24 + 32 + longest * 7.5 + 20)
+    var svg = SVG(width: 80 + 540 + legendWidth, height: 480)
     let left = 80.0
     let top = 70.0
     let plotWidth = 540.0
