@@ -158,14 +158,15 @@ final class Harness {
   /// over `sampleBudget` the subject's operations are cut to fit. Then one warm-up run, then
   /// `sampleCount` rounds in which every subject takes one sample, starting subject rotating.
   func sampleInterleaved(
-    id: String, group: String, operations: Int = 100_000,
+    id: String, group: String, operations: Int = 100_000, samples requestedSamples: Int? = nil,
     _ subjects: [(subject: String, body: (Int) -> UInt64)]
   ) {
     guard wants(id), !subjects.isEmpty else { return }
     let began = Harness.now()
     defer { progress(id, since: began) }
     let iterations = iterations(for: operations)
-    let sampleCount = sampleCount
+    // A row may ask for fewer samples when each is long; --quick caps it at the quick count.
+    let sampleCount = Swift.min(self.sampleCount, requestedSamples ?? self.sampleCount)
     var chosen = [Int](repeating: iterations, count: subjects.count)
     for (index, entry) in subjects.enumerated() {
       let probeIterations = Swift.max(1, iterations / 100)

@@ -449,7 +449,7 @@ struct Report {
       "Machine: " + field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
         + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? ""),
       "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
-        + "; " + String(sampleCount) + " samples per row after one warm-up; peers interleaved with ours.",
+        + "; up to " + String(sampleCount) + " samples per row after one warm-up (each row says); peers interleaved with ours.",
       "Every figure was taken in a multithreaded process (one thread started and joined first).",
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",
     ]

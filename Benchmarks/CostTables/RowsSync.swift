@@ -203,21 +203,34 @@ private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterat
   }
 }
 
-/// `threads` threads each doing `perThread` increments at once; returns the nanoseconds
-/// from the start gate to the last join, and checks no increment was lost. The harness
-/// divides by the `iterations` it passed, so scale to ns per increment over all threads.
+/// `threads` threads each doing up to `perThread` increments at once; returns the
+/// nanoseconds from the start gate to the last join, scaled to `iterations` increments, and
+/// checks no increment was lost. A lock that collapses (a priority-inheritance futex under
+/// contention can take tens of microseconds per hand-off) would make one sample last minutes,
+/// so every thread stops at `timeLimit` nanoseconds after the gate and the cost is taken over
+/// the increments actually done.
 private func contendedRun<Subject: CountingLock>(
-  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int
+  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64
 ) -> UInt64 {
   let perThread = Swift.max(1, perThread)
   let before = subject.count
+  let done = AtomicInteger<Int>(0)
   let elapsed = BenchThreads.timedRun(count: threads) { _ in
-    for _ in 0..<perThread { subject.increment() }
+    let deadline = Harness.now() + timeLimit
+    var mine = 0
+    while mine < perThread {
+      let chunk = Swift.min(1_024, perThread - mine)
+      for _ in 0..<chunk { subject.increment() }
+      mine += chunk
+      if Harness.now() > deadline { break }
+    }
+    _ = done.add(mine, ordering: .relaxed)
   }
-  if subject.count &- before != perThread * threads {
+  let completed = subject.count &- before
+  if completed <= 0 || completed != done.load(ordering: .relaxed) {
     fatalError("cost-tables: \(Subject.self) lost increments under contention")
   }
-  return elapsed * UInt64(iterations) / UInt64(perThread * threads)
+  return elapsed * UInt64(iterations) / UInt64(completed)
 }
 
 /// Atomic subjects' storage.
@@ -397,37 +410,40 @@ func registerSyncBenchmarks(_ harness: Harness) {
 
   // Contention: N threads share one lock and one counter; ns per increment (wall time over
   // all increments), so a flat line is constant throughput.
-  // Each thread does K increments (K = 50,000; 500 with --quick): the harness passes
-  // iterations = K x threads and gets ns per increment back.
-  let perThread = 50_000
+  // Each thread does K increments (K = 200,000; 2,000 with --quick), long enough (over a
+  // scheduler time slice) that the threads really overlap on few cores; the harness passes
+  // iterations = K x threads and gets ns per increment back. 11 samples: each is long.
+  let perThread = 200_000
+  // One sample stops after four sample budgets at most (1 s; 80 ms with --quick).
+  let limit = UInt64(4 * harness.sampleBudget * 1e9)
   for threads in contentionThreadCounts {
     harness.sampleInterleaved(
-      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
+      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0) }),
-        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0) }),
-        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0) }),
-        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0) }),
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     harness.sampleInterleaved(
-      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
+      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0) }),
-        ("pthread", { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0) }),
-        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0) }),
+        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     harness.sampleInterleaved(
-      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
+      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0) }),
-        ("pthread", { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0) }),
-        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0) }),
+        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     harness.sampleInterleaved(
-      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
+      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0) }),
-        ("pthread", { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0) }),
+        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
   }
 }
