@@ -210,7 +210,8 @@ private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterat
 /// so every thread stops at `timeLimit` nanoseconds after the gate and the cost is taken over
 /// the increments actually done.
 private func contendedRun<Subject: CountingLock>(
-  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64
+  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64,
+  work: Int = 0
 ) -> UInt64 {
   let perThread = Swift.max(1, perThread)
   let before = subject.count
@@ -218,19 +219,38 @@ private func contendedRun<Subject: CountingLock>(
   let elapsed = BenchThreads.timedRun(count: threads) { _ in
     let deadline = Harness.now() + timeLimit
     var mine = 0
+    var local = UInt64(truncatingIfNeeded: mine &+ 1)
     while mine < perThread {
       let chunk = Swift.min(1_024, perThread - mine)
-      for _ in 0..<chunk { subject.increment() }
+      if work == 0 {
+        for _ in 0..<chunk { subject.increment() }
+      } else {
+        for _ in 0..<chunk {
+          subject.increment()
+          local = localWork(local, rounds: work)
+        }
+      }
       mine += chunk
       if Harness.now() > deadline { break }
     }
     _ = done.add(mine, ordering: .relaxed)
+    blackHole(local)
   }
   let completed = subject.count &- before
   if completed <= 0 || completed != done.load(ordering: .relaxed) {
     fatalError("cost-tables: \(Subject.self) lost increments under contention")
   }
   return elapsed * UInt64(iterations) / UInt64(completed)
+}
+
+/// Work outside the lock: a chain of `rounds` dependent xor-shift-multiply steps (about
+/// 1.5 ns each; the shift keeps the optimiser from folding the chain into one multiply), so
+/// threads leave the lock and come back, forcing real hand-offs between cores.
+@inline(__always)
+private func localWork(_ seed: UInt64, rounds: Int) -> UInt64 {
+  var value = seed
+  for _ in 0..<rounds { value = (value ^ (value >> 29)) &* 0xbf58_476d_1ce4_e5b9 }
+  return value
 }
 
 /// Atomic subjects' storage.
@@ -424,6 +444,23 @@ func registerSyncBenchmarks(_ harness: Harness) {
         ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+      ])
+    // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
+    // between threads far more often, as in real code.
+    harness.sampleInterleaved(
+      id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
+      samples: 11,
+      [
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (
+          "Foundation.NSLock",
+          { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
+        (
+          "Synchronization.Mutex",
+          { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
       ])
     harness.sampleInterleaved(
       id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
