@@ -429,7 +429,11 @@ struct Report {
         ])
       }
     }
-    if table.rows.isEmpty { table.notes.append("None: every row of ours is ahead of its best peer in this run.") }
+    if results.rows.isEmpty {
+      table.notes.append("No rows were measured.")
+    } else if table.rows.isEmpty {
+      table.notes.append("None: every row of ours is ahead of its best peer in this run.")
+    }
     table.notes.append("Reasons belong in the README's closing note; a ratio within a few percent is noise here.")
     return table
   }

@@ -9,7 +9,13 @@ let registrations: [(Harness) -> Void] = [
   registerSyncBenchmarks
 ]
 
-let usage = """
+/// Prints to stderr (errors must not mix into a report piped to a file).
+func printError(_ text: String) {
+  var line = text + "\n"
+  line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+}
+
+let costTablesUsage = """
   usage: cost-tables [options]
 
   Measures the guide's cost tables (Table 4-2: mutex and compare-and-swap; Table 2-1: thread
@@ -35,97 +41,107 @@ let usage = """
   Build and run in release mode:  swift run -c release cost-tables
   """
 
-var arguments = CommandLine.arguments.dropFirst()
-var quick = false
-var jsonPath: String?
-var markdownPath: String?
-var svgDirectory: String?
-var comparePath: String?
-var fromJSONPath: String?
-var filter: String?
-var progress = false
+/// The command line, parsed. (Kept out of top-level globals so row files can name their
+/// own helpers freely.)
+struct CostTablesOptions {
+  var quick = false
+  var jsonPath: String?
+  var markdownPath: String?
+  var svgDirectory: String?
+  var comparePath: String?
+  var fromJSONPath: String?
+  var filter: String?
+  var progress = false
 
+  init(_ commandLine: [String]) {
+    var arguments = commandLine.dropFirst()
+    func value(for option: String) -> String {
+      guard let value = arguments.popFirst(), !value.hasPrefix("--") else {
+        printError("cost-tables: \(option) needs a value\n\n" + costTablesUsage)
+        exit(2)
+      }
+      return value
+    }
+    while let argument = arguments.popFirst() {
+      switch argument {
+      case "--quick": quick = true
+      case "--progress": progress = true
+      case "--json": jsonPath = value(for: argument)
+      case "--markdown": markdownPath = value(for: argument)
+      case "--svg": svgDirectory = value(for: argument)
+      case "--compare": comparePath = value(for: argument)
+      case "--from-json": fromJSONPath = value(for: argument)
+      case "--filter": filter = value(for: argument)
+      case "--help", "-h":
+        print(costTablesUsage)
+        exit(0)
+      default:
+        printError("cost-tables: unknown option \(argument)\n\n" + costTablesUsage)
+        exit(2)
+      }
+    }
+  }
+}
+
+/// Measures (or loads), prints and writes everything the options ask for.
 @MainActor
-func value(for option: String) -> String {
-  guard let value = arguments.popFirst(), !value.hasPrefix("--") else {
-    print("cost-tables: \(option) needs a value\n\n" + usage)
-    exit(2)
+func runCostTables(_ options: CostTablesOptions) -> Int32 {
+  let harness = Harness(quick: options.quick, filter: options.filter)
+  if options.progress { harness.showsProgress = true }
+  if let fromJSONPath = options.fromJSONPath {
+    do {
+      harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
+    } catch {
+      printError("cost-tables: cannot read \(fromJSONPath): \(error)")
+      return 1
+    }
+  } else {
+    // glibc's locks skip their atomics until a second thread has existed.
+    BenchThreads.makeProcessMultithreaded()
+    for register in registrations { register(harness) }
   }
-  return value
+
+  let report = Report(results: RunResults(rows: harness.rows), quick: options.quick, sampleCount: harness.sampleCount)
+  print(report.text())
+
+  var failed = false
+  if let comparePath = options.comparePath {
+    do {
+      let old = try ResultsFile.read(comparePath)
+      print(compareTable(old: old, new: harness.rows, oldPath: comparePath).text())
+    } catch {
+      printError("cost-tables: cannot read \(comparePath): \(error)")
+      failed = true
+    }
+  }
+  if let jsonPath = options.jsonPath {
+    do {
+      try ResultsFile.write(harness.rows, to: jsonPath)
+      print("Wrote \(harness.rows.count) rows to \(jsonPath)")
+    } catch {
+      printError("cost-tables: cannot write \(jsonPath): \(error)")
+      failed = true
+    }
+  }
+  if let markdownPath = options.markdownPath {
+    do {
+      try ResultsFile.writeText(report.markdown(), to: markdownPath)
+      print("Wrote the Markdown tables to \(markdownPath)")
+    } catch {
+      printError("cost-tables: cannot write \(markdownPath): \(error)")
+      failed = true
+    }
+  }
+  if let svgDirectory = options.svgDirectory {
+    do {
+      let written = try Charts(results: report.results).write(to: svgDirectory)
+      print("Wrote \(written.count) SVG charts to \(svgDirectory): " + written.joined(separator: ", "))
+    } catch {
+      printError("cost-tables: cannot write charts to \(svgDirectory): \(error)")
+      failed = true
+    }
+  }
+  return failed ? 1 : 0
 }
 
-while let argument = arguments.popFirst() {
-  switch argument {
-  case "--quick": quick = true
-  case "--progress": progress = true
-  case "--json": jsonPath = value(for: argument)
-  case "--markdown": markdownPath = value(for: argument)
-  case "--svg": svgDirectory = value(for: argument)
-  case "--compare": comparePath = value(for: argument)
-  case "--from-json": fromJSONPath = value(for: argument)
-  case "--filter": filter = value(for: argument)
-  case "--help", "-h":
-    print(usage)
-    exit(0)
-  default:
-    print("cost-tables: unknown option \(argument)\n\n" + usage)
-    exit(2)
-  }
-}
-
-let harness = Harness(quick: quick, filter: filter)
-if progress { harness.showsProgress = true }
-if let fromJSONPath {
-  do {
-    harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
-  } catch {
-    print("cost-tables: cannot read \(fromJSONPath): \(error)")
-    exit(1)
-  }
-} else {
-  // glibc's locks skip their atomics until a second thread has existed.
-  BenchThreads.makeProcessMultithreaded()
-  for register in registrations { register(harness) }
-}
-
-let report = Report(results: RunResults(rows: harness.rows), quick: quick, sampleCount: harness.sampleCount)
-print(report.text())
-
-var failed = false
-if let comparePath {
-  do {
-    let old = try ResultsFile.read(comparePath)
-    print(compareTable(old: old, new: harness.rows, oldPath: comparePath).text())
-  } catch {
-    print("cost-tables: cannot read \(comparePath): \(error)")
-    failed = true
-  }
-}
-if let jsonPath {
-  do {
-    try ResultsFile.write(harness.rows, to: jsonPath)
-    print("Wrote \(harness.rows.count) rows to \(jsonPath)")
-  } catch {
-    print("cost-tables: cannot write \(jsonPath): \(error)")
-    failed = true
-  }
-}
-if let markdownPath {
-  do {
-    try ResultsFile.writeText(report.markdown(), to: markdownPath)
-    print("Wrote the Markdown tables to \(markdownPath)")
-  } catch {
-    print("cost-tables: cannot write \(markdownPath): \(error)")
-    failed = true
-  }
-}
-if let svgDirectory {
-  do {
-    let written = try Charts(results: report.results).write(to: svgDirectory)
-    print("Wrote \(written.count) SVG charts to \(svgDirectory): " + written.joined(separator: ", "))
-  } catch {
-    print("cost-tables: cannot write charts to \(svgDirectory): \(error)")
-    failed = true
-  }
-}
-exit(failed ? 1 : 0)
+exit(runCostTables(CostTablesOptions(CommandLine.arguments)))
