@@ -143,7 +143,9 @@ struct Charts {
           xLabel: "threads (N)", lines: lines, unit: unit(of: entry)))
     }
     // This toolkit's contended locks on one chart.
-    let contended = series.filter { $0.base.contains("contended") }
+    // Bare lock hand-offs only: series with private work between acquisitions have their
+    // own scale and chart.
+    let contended = series.filter { $0.base.contains("contended") && !$0.base.contains("with-work") }
     let combined = contended.flatMap { entry in
       entry.subjects(in: results).filter(Harness.isOurs).map { subject in
         (label: subject + " (" + entry.base + ")", ours: true, points: entry.medians(subject: subject, in: results))

@@ -237,6 +237,20 @@ struct Report {
   let results: RunResults
   let quick: Bool
   let sampleCount: Int
+  /// /proc/loadavg before and after the run: other tenants of a shared machine move
+  /// contended figures most of all (with a busy second core, threads run one at a time).
+  var loadBefore: String? = nil
+  var loadAfter: String? = nil
+
+  /// The 1, 5 and 15 minute load averages, if readable.
+  static func loadAverage() -> String? {
+    guard let file = fopen("/proc/loadavg", "r") else { return nil }
+    defer { fclose(file) }
+    var buffer = [CChar](repeating: 0, count: 128)
+    guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+    let line = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return line.split(separator: " ").prefix(3).joined(separator: " ")
+  }
 
   /// A guide table row: item, guide figure, and the candidate ids (first measured wins;
   /// ids matched by substring when `match` is set).
@@ -457,6 +471,11 @@ struct Report {
       "Every figure was taken in a multithreaded process (one thread started and joined first).",
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",
     ]
+    if let loadBefore, let loadAfter {
+      lines.append(
+        "Load average (1/5/15 min) before the run: " + loadBefore + "; after: " + loadAfter
+          + ". Above the core count, other work shares the cores and contended threads run more one at a time.")
+    }
     if results.rows.isEmpty { lines.append("No rows ran (check --filter).") }
     return lines
   }

@@ -86,6 +86,7 @@ struct CostTablesOptions {
 /// Measures (or loads), prints and writes everything the options ask for.
 @MainActor
 func runCostTables(_ options: CostTablesOptions) -> Int32 {
+  let loadBefore = Report.loadAverage()
   let harness = Harness(quick: options.quick, filter: options.filter)
   if options.progress { harness.showsProgress = true }
   if let fromJSONPath = options.fromJSONPath {
@@ -101,7 +102,11 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
     for register in registrations { register(harness) }
   }
 
-  let report = Report(results: RunResults(rows: harness.rows), quick: options.quick, sampleCount: harness.sampleCount)
+  var report = Report(results: RunResults(rows: harness.rows), quick: options.quick, sampleCount: harness.sampleCount)
+  if options.fromJSONPath == nil {
+    report.loadBefore = loadBefore
+    report.loadAfter = Report.loadAverage()
+  }
   print(report.text())
 
   var failed = false
