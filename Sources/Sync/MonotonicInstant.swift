@@ -81,6 +81,24 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
   @inlinable
   public var hasPassed: Bool { MonotonicInstant.now >= self }
 
+  /// The instant `duration` after `instant`, saturating.
+  @inlinable
+  public static func + (instant: MonotonicInstant, duration: Duration) -> MonotonicInstant {
+    instant.advanced(by: duration)
+  }
+
+  /// The instant `duration` before `instant`, saturating.
+  @inlinable
+  public static func - (instant: MonotonicInstant, duration: Duration) -> MonotonicInstant {
+    instant.advanced(by: .zero - duration)
+  }
+
+  /// The duration from `earlier` to `later`.
+  @inlinable
+  public static func - (later: MonotonicInstant, earlier: MonotonicInstant) -> Duration {
+    earlier.duration(to: later)
+  }
+
   /// Orders instants by time.
   @inlinable
   public static func < (lhs: MonotonicInstant, rhs: MonotonicInstant) -> Bool {

@@ -1,0 +1,290 @@
+import Glibc
+import Sync
+import Testing
+
+@Suite("RecursiveMutex")
+struct RecursiveMutexTests {
+  @Test("the holder re-acquires and must release as often")
+  func levels() {
+    let lock = RecursiveMutex()
+    lock.lock()
+    #expect(lock.tryLock())
+    #expect(lock.lock(timeout: .zero))
+    #expect(lock.levelsHeldByCurrentThread == 3)
+    lock.unlock()
+    lock.unlock()
+    #expect(lock.isHeldByCurrentThread)
+    let busyElsewhere = AtomicInteger<Int>(0)
+    runConcurrently(1) { _ in
+      if !lock.tryLock() { busyElsewhere.store(1, ordering: .relaxed) }
+    }
+    #expect(busyElsewhere.load(ordering: .relaxed) == 1)
+    lock.unlock()
+    #expect(lock.levelsHeldByCurrentThread == 0)
+    runConcurrently(1) { _ in
+      if lock.tryLock() { busyElsewhere.store(2, ordering: .relaxed); lock.unlock() }
+    }
+    #expect(busyElsewhere.load(ordering: .relaxed) == 2)
+  }
+
+  @Test("no increment is lost under contention, with nested acquisition")
+  func stress() {
+    let lock = RecursiveMutex()
+    let counter = UnprotectedCounter()
+    runConcurrently(4) { _ in
+      for _ in 0..<10_000 {
+        lock.withLock { lock.withLock { counter.value += 1 } }
+      }
+    }
+    #expect(counter.value == 40_000)
+  }
+
+  @Test("more unlocks than locks are reported")
+  func overUnlock() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = RecursiveMutex()
+        lock.lock()
+        lock.unlock()
+        lock.unlock()
+      }
+    }
+  }
+
+  @Test("unlocking from a thread that does not hold it is reported")
+  func foreignUnlock() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = RecursiveMutex()
+        lock.lock()
+        runConcurrently(1) { _ in lock.unlock() }
+      }
+    }
+  }
+}
+
+@Suite("ReadWriteLock")
+struct ReadWriteLockTests {
+  @Test("readers share, writers exclude")
+  func sharing() {
+    let lock = ReadWriteLock()
+    lock.readLock()
+    #expect(lock.tryReadLock(), "a second reader gets in")
+    #expect(!lock.tryWriteLock(), "a writer does not while readers hold it")
+    lock.unlock()
+    lock.unlock()
+    lock.writeLock()
+    #expect(lock.isWriteLockedByCurrentThread)
+    let outcomes = AtomicInteger<Int>(0)
+    runConcurrently(1) { _ in
+      if !lock.tryReadLock() { outcomes.add(1, ordering: .relaxed) }
+      if !lock.readLock(before: .after(.milliseconds(10))) { outcomes.add(10, ordering: .relaxed) }
+      if !lock.writeLock(before: .after(.milliseconds(10))) { outcomes.add(100, ordering: .relaxed) }
+    }
+    lock.unlock()
+    #expect(outcomes.load(ordering: .relaxed) == 111)
+  }
+
+  @Test("many readers are inside at the same time")
+  func readersOverlap() {
+    let lock = ReadWriteLock()
+    let inside = AtomicInteger<Int>(0)
+    let peak = AtomicInteger<Int>(0)
+    runConcurrently(4) { _ in
+      lock.withReadLock {
+        let now = inside.increment(ordering: .full)
+        var best = peak.load(ordering: .relaxed)
+        while now > best, !peak.compareAndSwap(expected: best, desired: now, ordering: .relaxed) {
+          best = peak.load(ordering: .relaxed)
+        }
+        // Stay inside until every reader has arrived: only possible if readers overlap.
+        while inside.load(ordering: .acquiring) < 4 { sched_yield() }
+      }
+    }
+    #expect(peak.load(ordering: .relaxed) == 4)
+  }
+
+  @Test("writers exclude everyone: exact counts under mixed load")
+  func writersExclude() {
+    let lock = ReadWriteLock()
+    let counter = UnprotectedCounter()
+    let insideWriters = AtomicInteger<Int>(0)
+    let violations = AtomicInteger<Int>(0)
+    runConcurrently(4) { index in
+      for _ in 0..<5_000 {
+        if index % 2 == 0 {
+          lock.withWriteLock {
+            if insideWriters.increment(ordering: .relaxed) != 1 { violations.increment(ordering: .relaxed) }
+            counter.value += 1
+            insideWriters.decrement(ordering: .relaxed)
+          }
+        } else {
+          lock.withReadLock {
+            if insideWriters.load(ordering: .relaxed) != 0 { violations.increment(ordering: .relaxed) }
+            _ = counter.value
+          }
+        }
+      }
+    }
+    #expect(counter.value == 10_000)
+    #expect(violations.load(ordering: .relaxed) == 0)
+  }
+
+  @Test("while a writer waits, new readers wait (writers are not starved)")
+  func writerPreference() {
+    let lock = ReadWriteLock()
+    lock.readLock()  // the first reader holds on
+    let writerWaiting = Gate()
+    let lateReaderGotIn = AtomicInteger<Int>(-1)
+    runConcurrently(2) { index in
+      if index == 0 {
+        writerWaiting.open()
+        lock.writeLock()  // blocks until the first reader leaves
+        lock.unlock()
+      } else {
+        writerWaiting.wait()
+        // No sleeping as synchronization: poll with short timed read attempts. Before the
+        // writer queues they succeed; once it waits behind the first reader, a new reader
+        // must be refused.
+        var attempts = 0
+        var refused = false
+        while attempts < 2_000 && !refused {
+          if lock.readLock(before: .after(.milliseconds(1))) {
+            lock.unlock()
+          } else {
+            refused = true
+          }
+          attempts += 1
+        }
+        lateReaderGotIn.store(refused ? 0 : 1, ordering: .relaxed)
+        // Release the first reader's lock on its behalf (read locks are not thread-tagged),
+        // which lets the writer finish.
+        lock.unlock()
+      }
+    }
+    #expect(lateReaderGotIn.load(ordering: .relaxed) == 0)
+  }
+
+  @Test("misuse is reported: unlock when free, write-lock while writing")
+  func misuse() async {
+    await #expect(processExitsWith: .failure) {
+      ReadWriteLock().unlock()
+    }
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ReadWriteLock()
+        lock.writeLock()
+        lock.readLock()
+      }
+    }
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ReadWriteLock()
+        lock.writeLock()
+        runConcurrently(1) { _ in lock.unlock() }
+      }
+    }
+  }
+}
+
+@Suite("SpinLock")
+struct SpinLockTests {
+  @Test("basics and exact counts under contention")
+  func basics() {
+    let lock = SpinLock(checked: true)
+    #expect(lock.tryLock())
+    #expect(!lock.tryLock())
+    lock.unlock()
+    #expect(lock.lock(timeout: .milliseconds(1)))
+    lock.unlock()
+    expectExactCount(SpinLock(checked: false), threads: 4)
+    expectExactCount(SpinLock(checked: false), threads: 8, increments: 5_000)
+  }
+
+  @Test("a timed lock gives up at its deadline")
+  func timedOut() {
+    let lock = SpinLock()
+    lock.lock()
+    let timedOut = AtomicInteger<Int>(0)
+    runConcurrently(1) { _ in
+      let start = MonotonicInstant.now
+      if !lock.lock(timeout: .milliseconds(15)), start.duration(to: .now) >= .milliseconds(15) {
+        timedOut.store(1, ordering: .relaxed)
+      }
+    }
+    lock.unlock()
+    #expect(timedOut.load(ordering: .relaxed) == 1)
+  }
+
+  @Test("misuse is reported")
+  func misuse() async {
+    await #expect(processExitsWith: .failure) {
+      SpinLock(checked: false).unlock()
+    }
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = SpinLock()
+        lock.lock()
+        lock.lock()
+      }
+    }
+  }
+}
+
+@Suite("Locking protocol")
+struct LockingProtocolTests {
+  static let locks: [@Sendable () -> any Locking] = [
+    { Mutex() }, { RecursiveMutex() }, { ReadWriteLock() }, { SpinLock() },
+  ]
+
+  @Test("generic code works the same with every lock", arguments: 0..<4)
+  func generic(index: Int) throws {
+    let lock = Self.locks[index]()
+    struct Oops: Error {}
+    #expect(lock.withLock { 5 } == 5)
+    #expect(throws: Oops.self) { try lock.withLock { () throws(Oops) in throw Oops() } }
+    #expect(lock.withLockIfAvailable { 6 } == 6)
+    #expect(lock.withLock(before: .after(.seconds(1))) { 7 } == 7)
+    expectExactCount(lock, threads: 3, increments: 3_000)
+  }
+}
+
+@Suite("MonotonicInstant")
+struct MonotonicInstantTests {
+  @Test("arithmetic saturates and orders")
+  func arithmetic() {
+    let now = MonotonicInstant.now
+    #expect(now + .seconds(1) > now)
+    #expect((now + .seconds(1)).duration(to: now) == .seconds(-1))
+    #expect(MonotonicInstant.distantFuture.advanced(by: .seconds(1)) == .distantFuture)
+    #expect(MonotonicInstant.distantPast.advanced(by: .seconds(-1)) == .distantPast)
+    #expect(now.advanced(by: .seconds(Int64.max)) == .distantFuture)
+    #expect(MonotonicInstant.distantPast.hasPassed)
+    #expect(!MonotonicInstant.distantFuture.hasPassed)
+    #expect(MonotonicInstant.distantPast.remaining == .zero)
+    #expect(MonotonicInstant(nanoseconds: -5).timespec.tv_sec == 0)
+    #expect(MonotonicInstant(nanoseconds: 1_500_000_000).timespec.tv_nsec == 500_000_000)
+    #expect(MonotonicInstant(nanoseconds: 1_000_000_001).description == "monotonic +1.000000001s")
+  }
+
+  @Test("the clock never goes backwards")
+  func monotonic() {
+    var previous = MonotonicInstant.now
+    for _ in 0..<10_000 {
+      let next = MonotonicInstant.now
+      #expect(next >= previous)
+      previous = next
+    }
+  }
+}
+
+@Suite("SystemCallError")
+struct SystemCallErrorTests {
+  @Test("names the call and the errno")
+  func description() {
+    let error = SystemCallError(call: "pthread_create", errno: EAGAIN)
+    #expect(error.errnoName == "EAGAIN")
+    #expect(error.description.hasPrefix("pthread_create failed: EAGAIN ("))
+    #expect(SystemCallError(call: "x", errno: 9999).errnoName == "errno 9999")
+  }
+}

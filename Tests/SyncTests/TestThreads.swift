@@ -1,0 +1,45 @@
+import Glibc
+import Sync
+
+/// Starts `count` raw pthreads running `body(index)` and joins them all before returning.
+/// (SyncTests sits below the Threads module, so it drives pthreads directly.)
+func runConcurrently(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+  final class Box: @unchecked Sendable {
+    let body: @Sendable () -> Void
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+  }
+  var threads: [pthread_t] = []
+  for index in 0..<count {
+    let box = Unmanaged.passRetained(Box { body(index) }).toOpaque()
+    var thread = pthread_t()
+    let result = pthread_create(&thread, nil, { raw in
+      let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+      box.body()
+      return nil
+    }, box)
+    precondition(result == 0, "pthread_create failed: \(result)")
+    threads.append(thread)
+  }
+  for thread in threads {
+    let result = pthread_join(thread, nil)
+    precondition(result == 0, "pthread_join failed: \(result)")
+  }
+}
+
+/// A one-shot gate on a Sync lock-free atomic: threads wait until it opens. Spinning with
+/// sched_yield keeps it independent of the primitives under test.
+final class Gate: @unchecked Sendable {
+  private let flag = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+  init() { flag.initialize(to: 0) }
+  deinit { flag.deallocate() }
+  func open() { UInt32.atomicStore(1, at: flag, ordering: .releasing) }
+  var isOpen: Bool { UInt32.atomicLoad(at: flag, ordering: .acquiring) == 1 }
+  func wait() { while !isOpen { sched_yield() } }
+}
+
+/// Runs `body` synchronously. Exit-test bodies are async closures, where the toolkit's
+/// blocking calls are unavailable (`noasync`); wrapping them in a synchronous closure states
+/// that blocking is intended.
+func blocking(_ body: () -> Void) {
+  body()
+}
