@@ -73,4 +73,4 @@ enum BenchThreads {
 /// Keeps a value alive and observable so the optimiser cannot delete the loop producing it.
 @inline(never)
 @_optimize(none)
-func blackHole<T>(_ value: T) {}
+func opaqueSink<T>(_ value: T) {}

@@ -107,7 +107,9 @@ final class Harness {
       BenchmarkRow(
         benchmark: id, subject: subject, group: group, samples: nanoseconds,
         unit: Harness.defaultUnit(for: id),
-        method: "median of \(nanoseconds.count) samples (timed by the row)"))
+        method: Harness.defaultUnit(for: id) == "ns"
+          ? "median of \(nanoseconds.count) samples (timed by the row)"
+          : "median of \(nanoseconds.count) samples (measured by the row)"))
   }
 
   /// Records values that are not times, such as bytes of memory per thread.

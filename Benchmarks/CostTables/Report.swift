@@ -267,10 +267,15 @@ struct Report {
   ]
 
   static let table21: [GuideItem] = [
-    GuideItem(item: "Kernel data structures", guide: "~1 KB", ids: ["thread.kernel-memory"], match: "kernel"),
     GuideItem(
-      item: "Stack space", guide: "512 KB secondary (8 MB main)", ids: ["thread.stack-size"], match: "stack"),
-    GuideItem(item: "Creation time", guide: "~90 us", ids: ["thread.create-to-start"]),
+      item: "Kernel data structures", guide: "~1 KB",
+      ids: ["thread.kernel-objects-bytes", "thread.kernel-stack-bytes", "thread.kernel-slab-bytes"], match: "kernel"),
+    GuideItem(
+      item: "Stack space", guide: "512 KB secondary (8 MB main)",
+      ids: ["thread.stack-reserved-bytes", "thread.stack-resident-bytes"], match: "stack"),
+    GuideItem(
+      item: "Creation time", guide: "~90 us (mean and median)",
+      ids: ["thread.create-to-start", "thread.create-to-start.mean"]),
     GuideItem(item: "Create + join", guide: "-", ids: ["thread.create-join"]),
   ]
 
@@ -299,22 +304,29 @@ struct Report {
   }
 
   /// Resolves a guide item to the ids measured in this run (or its first id, unmeasured).
-  func resolve(_ item: GuideItem) -> [String] {
-    var found = item.ids.filter { id in results.rows.contains { $0.benchmark == id } }
+  /// Resolves a guide item to the ids measured in this run (or its first id, unmeasured);
+  /// an id already shown for an earlier item (`taken`) is not repeated.
+  func resolve(_ item: GuideItem, taken: inout Set<String>) -> [String] {
+    var found = item.ids.filter { id in !taken.contains(id) && results.rows.contains { $0.benchmark == id } }
     if let match = item.match {
-      for id in results.ids where id.contains(match) && !found.contains(id) && Series.split(id) == nil {
+      for id in results.ids
+      where id.contains(match) && !found.contains(id) && !taken.contains(id) && Series.split(id) == nil {
         found.append(id)
       }
     }
+    taken.formUnion(found)
     return found.isEmpty ? [item.ids[0]] : found
   }
 
   func guideTable(title: String, items: [GuideItem]) -> ReportTable {
-    let resolved = items.map { ($0, resolve($0)) }
-    // Peer columns: every peer subject any of the table's ids has, in order seen.
+    var taken = Set<String>()
+    let resolved = items.map { ($0, resolve($0, taken: &taken)) }
+    // Peer columns: every peer subject of an id that also has a row of ours, in order seen.
+    // An id with no row of ours is a fact about the machine (kernel memory per thread): its
+    // rows go in the toolkit column, one line each, rather than into peer columns.
     var peers: [String] = []
     for (_, ids) in resolved {
-      for id in ids {
+      for id in ids where results.rows(id: id).contains(where: \.isOurs) {
         for row in results.rows(id: id) where !row.isOurs && !peers.contains(row.subject) {
           peers.append(row.subject)
         }
@@ -338,7 +350,11 @@ struct Report {
           continue
         }
         if ours.isEmpty {
-          table.rows.append([label, item.guide, "not measured"] + peerCells + ["-"])
+          for row in rows {
+            table.rows.append(
+              [label, item.guide, Format.value(row.median, unit: row.unit) + " (" + row.subject + ")"]
+                + peers.map { _ in "-" } + ["same for every thread"])
+          }
         }
         for row in ours {
           let subjectLabel = ours.count > 1 ? label + " " + row.subject : label

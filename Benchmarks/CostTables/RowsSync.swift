@@ -234,7 +234,7 @@ private func contendedRun<Subject: CountingLock>(
       if Harness.now() > deadline { break }
     }
     _ = done.add(mine, ordering: .relaxed)
-    blackHole(local)
+    opaqueSink(local)
   }
   let completed = subject.count &- before
   if completed <= 0 || completed != done.load(ordering: .relaxed) {
@@ -347,7 +347,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= ours.fetchAdd(1, ordering: .full) }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
       (
@@ -355,7 +355,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= theirs.atomic.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
       (
@@ -363,7 +363,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum: UInt64 = 0
           for _ in 0..<iterations { sum &+= tk_atomic_u64_fetch_add_full(raw, 1) }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
     ])
@@ -391,7 +391,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= syncRW.read() }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
       (
@@ -399,7 +399,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= pthreadRW.read() }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
       (
@@ -407,7 +407,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= pthreadRWWriter.read() }
-          blackHole(sum)
+          opaqueSink(sum)
         }
       ),
     ])

@@ -6,7 +6,10 @@
 
 /// Every area's rows, in report order. Merging an area adds one line here.
 let registrations: [(Harness) -> Void] = [
-  registerSyncBenchmarks
+  registerSyncBenchmarks,
+  registerSync2Benchmarks,
+  registerThreadsBenchmarks,
+  registerRunLoopBenchmarks,
 ]
 
 /// Prints to stderr (errors must not mix into a report piped to a file).
