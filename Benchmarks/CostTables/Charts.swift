@@ -172,7 +172,8 @@ struct Charts {
         try save("group-" + Charts.slug(group) + ".svg", barChart(title: group, ids: ids))
       }
     }
-    let lateness = results.rows.filter { $0.benchmark.hasPrefix("runloop.timer-lateness") }
+    // Distributions only: rows of a handful of samples (a p99 per run) are summaries.
+    let lateness = results.rows.filter { $0.benchmark.hasPrefix("runloop.timer-lateness") && $0.samples.count >= 5 }
     if !lateness.isEmpty {
       try save("timer-lateness.svg", histogram(rows: lateness))
     }

@@ -18,8 +18,8 @@
 //   harness.record(id:subject:group:values:unit:)  - rows that are not times (bytes).
 // Ids that end in "-<integer>" (for example "mutex.contended-4") form a scaling series:
 // the report prints them as a curve over the integer and charts them with --svg.
-// Rows whose subject starts with "Sync.", "Threads." or "RunLoop." are this toolkit ("ours");
-// every other subject is a peer.
+// Rows whose subject starts with "Sync.", "Threads" or "RunLoop" (or says "(Sync raw)") are
+// this toolkit ("ours"); every other subject is a peer.
 
 #if canImport(Glibc)
   import Glibc
@@ -67,8 +67,11 @@ final class Harness {
   }
 
   /// Whether a subject is this toolkit rather than a peer.
+  /// "Sync.", "Threads" or "RunLoop" (with any separator: "RunLoopTimer ...", "RunLoop (...)")
+  /// or a "(Sync raw)" label; "Synchronization.", "Foundation.RunLoop" and the rest are peers.
   static func isOurs(_ subject: String) -> Bool {
-    subject.hasPrefix("Sync.") || subject.hasPrefix("Threads.") || subject.hasPrefix("RunLoop.")
+    subject.hasPrefix("Sync.") || subject.hasPrefix("Threads") || subject.hasPrefix("RunLoop")
+      || subject.contains("(Sync raw)")
   }
 
   /// Whether a row with this id should run under the current filter.
