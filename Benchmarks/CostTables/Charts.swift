@@ -253,10 +253,13 @@ struct Charts {
     let clusters = ids.map { ($0, results.rows(id: $0)) }
     let barHeight = 16.0
     let gap = 22.0
-    let labelWidth = 250.0
+    // Subject labels right-aligned before the bars, sized for the longest (about 7 px per
+    // character at 12 px).
+    let longest = Double(clusters.flatMap { $0.1.map(\.subject.count) }.max() ?? 20)
+    let labelWidth = Swift.max(180, 28 + longest * 7)
     let plotWidth = 420.0
     let height = 80 + clusters.reduce(0.0) { $0 + Double($1.1.count) * (barHeight + 3) + gap + 14 }
-    var svg = SVG(width: labelWidth + plotWidth + 190, height: height)
+    var svg = SVG(width: labelWidth + plotWidth + 230, height: height)
     svg.text(20, 28, title + ": median per operation", size: 17, weight: "bold")
     svg.text(
       20, 48, "bars scaled within each benchmark; lower is better; blue/green = this toolkit", size: 12,
