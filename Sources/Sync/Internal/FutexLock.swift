@@ -123,28 +123,43 @@ struct FutexLock {
     if ownerTag == me {
       reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveMutex to re-acquire")
     }
-    // Bounded spinning: only while the lock looks free-able soon; never unbounded.
-    var spun = 0
-    while spun < spins {
-      if UInt32.atomicLoad(at: state, ordering: .relaxed) == 0,
-        UInt32.atomicCompareAndSwap(expected: 0, desired: 1, at: state, ordering: .acquiring)
-      {
-        UInt64.atomicStore(me, at: owner, ordering: .relaxed)
-        return true
-      }
-      Backoff.pause(spun)
-      spun += 1
+    // Bounded spinning (as Rust's std futex mutex does): poll, one pause per poll, while the
+    // lock is held and nobody sleeps yet; a holder about to leave hands over without a
+    // system call. Never unbounded, and never while others already sleep (state 2).
+    var current = spin(spins)
+    if current == 0,
+      UInt32.atomicCompareAndSwap(expected: 0, desired: 1, at: state, ordering: .acquiring)
+    {
+      UInt64.atomicStore(me, at: owner, ordering: .relaxed)
+      return true
     }
-    // Mark "sleepers possible" and sleep while someone else holds the lock.
-    while UInt32.atomicExchange(2, at: state, ordering: .acquiring) != 0 {
+    while true {
+      // Mark "sleepers possible" and take the lock if it was free; else sleep on it.
+      if current != 2, UInt32.atomicExchange(2, at: state, ordering: .acquiring) == 0 { break }
       if deadline != .distantFuture, deadline.hasPassed { return false }
       if !Futex.wait(state, expected: 2, deadline: deadline) {
         // Timed out. Our 2 may remain in the word: the next unlock makes one spare wake.
         return false
       }
+      current = spin(spins)
     }
     UInt64.atomicStore(me, at: owner, ordering: .relaxed)
     return true
+  }
+}
+
+extension FutexLock {
+  /// Polls the lock word up to `limit` times (one pause each) while it is held with nobody
+  /// asleep; returns the last value seen.
+  @usableFromInline
+  func spin(_ limit: Int) -> UInt32 {
+    var remaining = limit
+    while true {
+      let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+      if current != 1 || remaining == 0 { return current }
+      tk_cpu_relax()
+      remaining -= 1
+    }
   }
 }
 
