@@ -156,11 +156,19 @@ final class NamedPortListener: @unchecked Sendable {
     return true
   }
 
-  /// Serves until at least one event was handled or `deadline` passes: waits (ppoll) on the
-  /// listener and every peer, accepts new peers (checking their credentials), reads and
+  /// Serves until at least one message was handled or `deadline` passes: waits (ppoll) on
+  /// the listener and every peer, accepts new peers (checking their credentials), reads and
   /// answers complete messages. Returns how many messages were handled; throws
   /// ``PortStatus/becameInvalid`` once the port is invalid.
   func serve(before deadline: MonotonicInstant) throws(PortError) -> Int {
+    while true {
+      let handled = try serveOnce(before: deadline)
+      if handled > 0 || deadline.hasPassed { return handled }
+    }
+  }
+
+  /// One wait and the handling of whatever became ready (possibly only a new connection).
+  func serveOnce(before deadline: MonotonicInstant) throws(PortError) -> Int {
     var entries: [pollfd] = []
     do {
       mutex.lock()
