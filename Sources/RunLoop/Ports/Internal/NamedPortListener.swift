@@ -290,6 +290,9 @@ final class NamedPortListener: @unchecked Sendable {
       let current = mutex.withLock { handler }
       let reply = current(frame)
       handled += 1
+      // Invalidated by the handler or another thread meanwhile: no reply; the pass closes
+      // the connection, which tells the sender its port became invalid.
+      if !isValid { return handled }
       if frame.kind == .request {
         let answer = Frame(kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
         do {
