@@ -15,7 +15,7 @@ func portsIsReadable(_ descriptor: Int32) -> Bool {
 struct PortsQueueTests {
   @Test("messages come out in the order they went in")
   func fifo() throws {
-    let port = try Port(capacity: 8)
+    let port = Port(capacity: 8)
     for id in 0..<8 { try port.send(PortMessage(msgid: Int32(id), payload: [UInt8(id)]), timeout: .zero) }
     #expect(port.pendingMessageCount == 8)
     for id in 0..<8 {
@@ -27,7 +27,7 @@ struct PortsQueueTests {
 
   @Test("a full port makes a sender time out at its deadline, not earlier, without growing")
   func bound() throws {
-    let port = try Port(capacity: 4)
+    let port = Port(capacity: 4)
     for id in 0..<4 { try port.send(PortMessage(msgid: Int32(id)), timeout: .zero) }
     let start = MonotonicInstant.now
     let error = #expect(throws: PortError.self) { try port.send(PortMessage(msgid: 99), timeout: .milliseconds(50)) }
@@ -45,7 +45,7 @@ struct PortsQueueTests {
 
   @Test("a receive with nothing to take times out at its deadline, not earlier")
   func receiveTimeout() throws {
-    let port = try Port()
+    let port = Port()
     let start = MonotonicInstant.now
     let error = #expect(throws: PortError.self) { try port.receive(before: start + .milliseconds(30)) }
     #expect(error?.status == .receiveTimeout)
@@ -54,7 +54,7 @@ struct PortsQueueTests {
 
   @Test("a blocked sender proceeds when the owner drains")
   func blockedSenderProceeds() throws {
-    let port = try Port(capacity: 1)
+    let port = Port(capacity: 1)
     let total = 2_000
     let received = PortsLog()
     portsRunThreads(2) { index in
@@ -82,7 +82,7 @@ struct PortsQueueTests {
 
   @Test("many senders, one owner: every message arrives once, in each sender's order")
   func stress() throws {
-    let port = try Port(capacity: 8)
+    let port = Port(capacity: 8)
     let senders = 4
     let perSender = 5_000
     let problems = PortsLog()
@@ -114,9 +114,9 @@ struct PortsQueueTests {
 
   @Test("invalidation wakes a blocked sender and a blocked receiver, and later sends fail")
   func invalidationWakesBothSides() throws {
-    let full = try Port(capacity: 1)
+    let full = Port(capacity: 1)
     try full.send(PortMessage(msgid: 1), timeout: .zero)
-    let empty = try Port()
+    let empty = Port()
     let outcomes = PortsLog()
     let ready = PortsCounter()
     portsRunThreads(3) { index in
@@ -146,28 +146,32 @@ struct PortsQueueTests {
 
   @Test("the readiness descriptor is readable exactly while messages or the invalidation wait")
   func readiness() throws {
-    let port = try Port(capacity: 4)
-    #expect(!portsIsReadable(port.readinessDescriptor))
+    let port = Port(capacity: 4)
+    let early = Port(capacity: 1)
+    try early.send(PortMessage(msgid: 1), timeout: .zero)
+    #expect(portsIsReadable(try early.readinessDescriptor()), "created late, it still reports what waits")
+    #expect(try early.readinessDescriptor() == early.readinessDescriptor(), "one descriptor per port")
+    #expect(!portsIsReadable(try port.readinessDescriptor()))
     try port.send(PortMessage(msgid: 1), timeout: .zero)
     try port.send(PortMessage(msgid: 2), timeout: .zero)
-    #expect(portsIsReadable(port.readinessDescriptor))
+    #expect(portsIsReadable(try port.readinessDescriptor()))
     _ = try port.tryReceive()
-    #expect(portsIsReadable(port.readinessDescriptor))
+    #expect(portsIsReadable(try port.readinessDescriptor()))
     _ = try port.tryReceive()
-    #expect(!portsIsReadable(port.readinessDescriptor))
+    #expect(!portsIsReadable(try port.readinessDescriptor()))
     port.invalidate()
-    #expect(portsIsReadable(port.readinessDescriptor))
+    #expect(portsIsReadable(try port.readinessDescriptor()))
   }
 
   @Test("the check-in pattern: a port travels inside a message")
   func checkIn() throws {
-    let mainPort = try Port()
+    let mainPort = Port()
     let log = PortsLog()
     portsRunThreads(2) { index in
       do {
         if index == 0 {
           // Worker: create its own port, check in with it, wait for an order.
-          let workerPort = try Port()
+          let workerPort = Port()
           try mainPort.send(PortMessage(msgid: 100, replyPort: .port(workerPort)), timeout: .seconds(10))
           let order = try workerPort.receive(before: .after(.seconds(60)))
           log.append("worker got \(order.msgid)")
@@ -190,7 +194,7 @@ struct PortsQueueTests {
   @Test("a capacity below one is misuse")
   func zeroCapacity() async {
     await #expect(processExitsWith: .failure) {
-      _ = try? Port(capacity: 0)
+      _ = Port(capacity: 0)
     }
   }
 }

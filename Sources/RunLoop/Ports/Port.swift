@@ -18,14 +18,13 @@ import Sync
 /// dropped. Releasing the last reference to a port invalidates it too.
 ///
 /// **Receiving.** Without a run loop, the owning thread calls ``receive(before:)`` (blocking)
-/// or ``tryReceive()``. The port's ``readinessDescriptor`` is an `eventfd` that is readable
-/// while a message or the invalidation waits, which is how a run loop watches the port as a
-/// port-based (version-1) source without a helper thread.
+/// or ``tryReceive()``; ``readinessDescriptor()`` gives an `eventfd` that is readable while a
+/// message or the invalidation waits, for `poll`/`epoll` users.
 ///
 /// ```swift
-/// let mainPort = try Port()
+/// let mainPort = Port()
 /// // worker thread:
-/// let workerPort = try Port()
+/// let workerPort = Port()
 /// try mainPort.send(PortMessage(msgid: 100, replyPort: .port(workerPort)), timeout: .seconds(1))
 /// // main thread:
 /// let checkIn = try mainPort.receive(before: .after(.seconds(1)))
@@ -33,19 +32,17 @@ import Sync
 /// ```
 ///
 /// Built on a mutex and two monotonic-clock condition variables (`pthread_cond_clockwait`)
-/// plus one `eventfd`; no Mach ports exist on Linux.
+/// (plus an `eventfd` only when asked for); no Mach ports exist on Linux.
 public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// How many messages a port created without an explicit capacity holds.
   public static let defaultCapacity = 256
 
   let queue: MessageQueue<PortMessage>
 
-  /// Creates a valid, empty port holding at most `capacity` messages.
-  ///
-  /// Throws ``SystemCallError`` when the system refuses the `eventfd` (`EMFILE`, `ENFILE`,
-  /// `ENOMEM`). A `capacity` below 1 is misuse and stops the process.
-  public init(capacity: Int = Port.defaultCapacity) throws(SystemCallError) {
-    queue = try MessageQueue(capacity: capacity)
+  /// Creates a valid, empty port holding at most `capacity` messages. Opens no descriptor
+  /// (see ``readinessDescriptor()``). A `capacity` below 1 is misuse and stops the process.
+  public init(capacity: Int = Port.defaultCapacity) {
+    queue = MessageQueue(capacity: capacity)
   }
 
   deinit {
@@ -61,9 +58,15 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// How many messages wait to be received.
   public var pendingMessageCount: Int { queue.pendingCount }
 
-  /// An `eventfd` descriptor that is readable while a message or the invalidation waits.
-  /// Owned by the port: watch it (poll, epoll), never read or close it.
-  public var readinessDescriptor: Int32 { queue.readinessDescriptor }
+  /// An `eventfd` descriptor that is readable exactly while a message or the invalidation
+  /// waits, for code that multiplexes the port with other descriptors in `poll`/`epoll`.
+  /// Created on the first call (ports that are only received from, or only scheduled in run
+  /// loops, never pay for it); owned by the port: watch it, never read or close it.
+  ///
+  /// Throws ``SystemCallError`` when the system refuses the `eventfd` (`EMFILE`, `ENFILE`).
+  public func readinessDescriptor() throws(SystemCallError) -> Int32 {
+    try queue.readinessDescriptor()
+  }
 
   /// Queues `message` for the port's owner, waiting while the port is full until `deadline`
   /// (monotonic clock). A deadline in the past makes one attempt, like the guide's
@@ -139,6 +142,6 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
 
   /// `"Port(fd N, k/capacity queued)"` or `"Port(invalid)"`.
   public var description: String {
-    isValid ? "Port(fd \(readinessDescriptor), \(pendingMessageCount)/\(capacity) queued)" : "Port(invalid)"
+    isValid ? "Port(\(pendingMessageCount)/\(capacity) queued)" : "Port(invalid)"
   }
 }

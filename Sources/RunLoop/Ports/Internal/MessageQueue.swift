@@ -19,7 +19,8 @@ import Sync
 /// |---|---|
 /// | `buffer`, `head`, `count` | ring buffer of at most `capacity` elements |
 /// | `invalidated` | set once; afterwards sends fail, waiters wake, pending elements are dropped |
-/// | `signalled` | whether `readinessDescriptor` currently holds a count (queue non-empty or invalidated) |
+/// | `readiness` | the eventfd, created on first request (-1 before) |
+/// | `signalled` | whether `readiness` currently holds a count (queue non-empty or invalidated) |
 ///
 /// `readinessDescriptor` is for poll/epoll users (the run loop): it is readable exactly when
 /// an element or the invalidation is waiting. Blocking users wait on the condition variables
@@ -41,8 +42,10 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// The most elements the queue holds; a sender finding it full waits.
   let capacity: Int
 
-  /// An `eventfd` readable while an element or the invalidation waits (for epoll).
-  let readinessDescriptor: Int32
+  /// The `eventfd` behind ``readinessDescriptor``; -1 until first asked for, so queues that
+  /// nobody polls (blocking receivers, run-loop sources woken by `wakeUp`) pay no system
+  /// calls for it.
+  private var readiness: Int32 = -1
 
   /// What a send did.
   enum SendOutcome: Equatable {
@@ -62,13 +65,10 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   }
 
   /// Creates an empty queue holding at most `capacity` (>= 1) elements.
-  init(capacity: Int) throws(SystemCallError) {
+  init(capacity: Int) {
     if capacity < 1 { fatalError("Port misuse: queue capacity must be at least 1, got \(capacity)") }
     self.capacity = capacity
     buffer = Array(repeating: nil, count: capacity)
-    let descriptor = tk_port_eventfd()
-    if descriptor < 0 { throw SystemCallError(call: "eventfd", errno: -descriptor) }
-    readinessDescriptor = descriptor
     mutex = .allocate(capacity: 1)
     notEmpty = .allocate(capacity: 1)
     notFull = .allocate(capacity: 1)
@@ -88,7 +88,23 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     notFull.deallocate()
     notEmpty.deallocate()
     mutex.deallocate()
-    closeDescriptor(readinessDescriptor)
+    if readiness >= 0 { closeDescriptor(readiness) }
+  }
+
+  /// An `eventfd` readable exactly while an element or the invalidation waits (for poll and
+  /// epoll users), created on first use.
+  func readinessDescriptor() throws(SystemCallError) -> Int32 {
+    lock()
+    defer { unlock() }
+    if readiness >= 0 { return readiness }
+    let descriptor = tk_port_eventfd()
+    if descriptor < 0 { throw SystemCallError(call: "eventfd", errno: -descriptor) }
+    readiness = descriptor
+    if count > 0 || invalidated {
+      signalled = false
+      raiseReadiness()
+    }
+    return descriptor
   }
 
   /// Appends `element`, waiting while the queue is full until `deadline`.
@@ -189,10 +205,10 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   }
 
   private func raiseReadiness() {
-    if signalled { return }
+    if signalled || readiness < 0 { return }
     signalled = true
     var one: UInt64 = 1
-    let written = write(readinessDescriptor, &one, 8)
+    let written = write(readiness, &one, 8)
     // An eventfd write of 1 fails only when the counter would overflow, which `signalled`
     // rules out; anything else is a broken descriptor.
     if written != 8 { fatalError("write(eventfd) for a port queue failed: errno \(errno)") }
@@ -202,7 +218,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     if !signalled { return }
     signalled = false
     var value: UInt64 = 0
-    let read = Glibc.read(readinessDescriptor, &value, 8)
+    let read = Glibc.read(readiness, &value, 8)
     if read != 8 { fatalError("read(eventfd) for a port queue failed: errno \(errno)") }
   }
 
