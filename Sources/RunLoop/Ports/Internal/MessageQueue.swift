@@ -110,21 +110,34 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// Appends `element`, waiting while the queue is full until `deadline`.
   func send(_ element: Element, before deadline: MonotonicInstant) -> SendOutcome {
     lock()
-    defer { unlock() }
-    if invalidated { return .invalid }
+    if invalidated {
+      unlock()
+      return .invalid
+    }
     while count == capacity {
       waitingSenders += 1
       let timedOut = !wait(notFull, before: deadline)
       waitingSenders -= 1
-      if invalidated { return .becameInvalid }
-      if timedOut && count == capacity { return .timedOut }
+      if invalidated {
+        unlock()
+        return .becameInvalid
+      }
+      if timedOut && count == capacity {
+        unlock()
+        return .timedOut
+      }
     }
     buffer[(head + count) % capacity] = element
     count += 1
+    var wakeReceiver = false
     if count == 1 {
       raiseReadiness()
-      if waitingReceivers > 0 { checked("pthread_cond_signal", pthread_cond_signal(notEmpty)) }
+      wakeReceiver = waitingReceivers > 0
     }
+    unlock()
+    // Signalled after unlocking, so the woken receiver does not run straight into the held
+    // mutex and sleep again (the state change it needs is already published by the unlock).
+    if wakeReceiver { checked("pthread_cond_signal", pthread_cond_signal(notEmpty)) }
     return .enqueued
   }
 
@@ -132,24 +145,42 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// once invalidated).
   func tryReceive() -> ReceiveOutcome? {
     lock()
-    defer { unlock() }
-    if invalidated { return .invalid }
-    if count == 0 { return nil }
-    return .element(takeHead())
+    if invalidated {
+      unlock()
+      return .invalid
+    }
+    if count == 0 {
+      unlock()
+      return nil
+    }
+    let (element, wakeSender) = takeHead()
+    unlock()
+    if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+    return .element(element)
   }
 
   /// Removes the oldest element, waiting until one arrives, the queue is invalidated, or
   /// `deadline` passes.
   func receive(before deadline: MonotonicInstant) -> ReceiveOutcome {
     lock()
-    defer { unlock() }
     while true {
-      if invalidated { return .invalid }
-      if count > 0 { return .element(takeHead()) }
+      if invalidated {
+        unlock()
+        return .invalid
+      }
+      if count > 0 {
+        let (element, wakeSender) = takeHead()
+        unlock()
+        if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+        return .element(element)
+      }
       waitingReceivers += 1
       let timedOut = !wait(notEmpty, before: deadline)
       waitingReceivers -= 1
-      if timedOut && count == 0 && !invalidated { return .timedOut }
+      if timedOut && count == 0 && !invalidated {
+        unlock()
+        return .timedOut
+      }
     }
   }
 
@@ -194,14 +225,15 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
 
   // MARK: - Plumbing (all called with `mutex` held)
 
-  private func takeHead() -> Element {
+  /// Removes the head; also says whether a sender waits for room (to be signalled after
+  /// unlocking).
+  private func takeHead() -> (Element, wakeSender: Bool) {
     let element = buffer[head]!
     buffer[head] = nil
-    head = (head + 1) % capacity
+    head = head + 1 == capacity ? 0 : head + 1
     count -= 1
     if count == 0 { lowerReadiness() }
-    if waitingSenders > 0 { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
-    return element
+    return (element, waitingSenders > 0)
   }
 
   private func raiseReadiness() {

@@ -24,6 +24,8 @@ final class NamedPortConnection: @unchecked Sendable {
   private var decoder: FrameDecoder
   private var nextSequence: UInt32 = 1
   private var invalidationReason: PortError?
+  /// Where `recv` writes replies; allocated once (not zeroed per request).
+  private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
 
   /// Connects to the port registered as `name` in `directory`, checking that the listening
   /// process passes `policy` (`SO_PEERCRED`).
@@ -60,6 +62,10 @@ final class NamedPortConnection: @unchecked Sendable {
         detail: "port \"\(name)\" is served by pid \(credentials.processID) uid \(credentials.userID), refused by the peer policy")
     }
     self.socket = socket
+  }
+
+  deinit {
+    chunk.deallocate()
   }
 
   /// Whether the connection can still carry messages.
@@ -123,7 +129,6 @@ final class NamedPortConnection: @unchecked Sendable {
   }
 
   private func awaitReplyLocked(_ socket: UnixSocket, sequence: UInt32, before deadline: MonotonicInstant) throws(PortError) -> [UInt8] {
-    var chunk = [UInt8](repeating: 0, count: 16 * 1024)
     while true {
       do {
         while let frame = try decoder.nextFrame() {
@@ -140,22 +145,23 @@ final class NamedPortConnection: @unchecked Sendable {
       } catch {
         fatalError("unreachable: \(error)")
       }
-      let received: Result<Int?, TransferFailure> = chunk.withUnsafeMutableBytes { buffer in
-        Result { () throws(TransferFailure) in try socket.receiveAvailable(into: buffer) }
+      // Wait first: the reply cannot be there yet right after sending, so an eager `recv`
+      // would only say EAGAIN.
+      do {
+        try socket.waitUntil(.readable, before: deadline)
+      } catch .timedOut {
+        throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
+      } catch .peerClosed {
+        throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
+      } catch {
+        throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
       }
+      let received = Result { () throws(TransferFailure) in try socket.receiveAvailable(into: chunk) }
       switch received {
       case .success(let count?):
-        chunk.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
       case .success(nil):
-        do {
-          try socket.waitUntil(.readable, before: deadline)
-        } catch .timedOut {
-          throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
-        } catch .peerClosed {
-          throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
-        } catch {
-          throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
-        }
+        continue  // a spurious readiness report
       case .failure(.peerClosed):
         throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
       case .failure(.system(let error)):

@@ -57,11 +57,14 @@ final class NamedPortListener: @unchecked Sendable {
     let socket: UnixSocket
     let credentials: PeerCredentials
     var decoder: FrameDecoder
+    /// Where `recv` writes; allocated once per peer (not zeroed per read).
+    let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
     init(socket: UnixSocket, credentials: PeerCredentials, limits: Frame.Limits) {
       self.socket = socket
       self.credentials = credentials
       decoder = FrameDecoder(limits: limits)
     }
+    deinit { chunk.deallocate() }
   }
 
   /// Claims `name` in `directory` and starts listening.
@@ -245,18 +248,15 @@ final class NamedPortListener: @unchecked Sendable {
     }
   }
 
-  /// Reads everything available from `peer`, answers every complete frame in order, and
+  /// Reads what is available from `peer`, answers every complete frame in order, and
   /// drops the peer on end of stream, a transfer failure or a malformed frame (after
   /// answering the frames that preceded it).
   private func service(_ peer: Peer) -> Int {
     var handled = 0
-    var chunk = [UInt8](repeating: 0, count: 64 * 1024)
     while true {
       let received: Int?
       do {
-        received = try chunk.withUnsafeMutableBytes { buffer in
-          Result { () throws(TransferFailure) in try peer.socket.receiveAvailable(into: buffer) }
-        }.get()
+        received = try peer.socket.receiveAvailable(into: peer.chunk)
       } catch .peerClosed {
         handled += drainFrames(of: peer)
         drop(peer, reason: nil)
@@ -266,9 +266,12 @@ final class NamedPortListener: @unchecked Sendable {
         return handled
       }
       guard let received else { return handled }
-      chunk.withUnsafeBytes { peer.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<received])) }
+      peer.decoder.append(UnsafeRawBufferPointer(rebasing: peer.chunk[0..<received]))
       handled += drainFrames(of: peer)
-      if peer.decoder.failure != nil { return handled }
+      // One read per readiness report: poll and epoll are level-triggered, so anything left
+      // in the socket is reported again, and the usual case (one message) saves a `recv`
+      // that would only say EAGAIN.
+      return handled
     }
   }
 
