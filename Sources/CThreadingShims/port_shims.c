@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -122,4 +123,54 @@ int tk_claim_lock_file(const char *path) {
 int tk_port_eventfd(void) {
   int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return fd >= 0 ? fd : -errno;
+}
+
+int tk_port_epoll_create(void) {
+  int fd = epoll_create1(EPOLL_CLOEXEC);
+  return fd >= 0 ? fd : -errno;
+}
+
+int tk_port_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
+  struct epoll_event event = {.events = events, .data.u64 = token};
+  return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
+}
+
+int tk_port_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
+  struct epoll_event event = {.events = events, .data.u64 = token};
+  return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) == 0 ? 0 : -errno;
+}
+
+int tk_port_epoll_remove(int epfd, int fd) {
+  return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno;
+}
+
+int tk_port_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
+                       const struct timespec *deadline) {
+  struct epoll_event ready[64];
+  if (capacity > 64) capacity = 64;
+  for (;;) {
+    int timeout_ms = -1;
+    if (deadline != NULL) {
+      struct timespec now;
+      if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return -errno;
+      long long left = ((long long)deadline->tv_sec - now.tv_sec) * 1000000000LL +
+                       ((long long)deadline->tv_nsec - now.tv_nsec);
+      if (left <= 0) {
+        timeout_ms = 0;
+      } else {
+        // Round up: epoll_wait's millisecond timeout must never end the wait early.
+        long long ms = (left + 999999LL) / 1000000LL;
+        timeout_ms = ms > 0x7fffffffLL ? 0x7fffffff : (int)ms;
+      }
+    }
+    int count = epoll_wait(epfd, ready, capacity, timeout_ms);
+    if (count >= 0) {
+      for (int index = 0; index < count; index++) {
+        tokens[index] = ready[index].data.u64;
+        events[index] = ready[index].events;
+      }
+      return count;
+    }
+    if (errno != EINTR) return -errno;
+  }
 }

@@ -67,4 +67,33 @@ int tk_claim_lock_file(const char *path);
 /// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Returns the descriptor or -errno.
 int tk_port_eventfd(void);
 
+/// Interest flags for the tk_port_epoll_* calls (the EPOLLIN / EPOLLOUT / EPOLLET bits).
+enum {
+  TK_PORT_READABLE = 0x001,
+  TK_PORT_WRITABLE = 0x004,
+  TK_PORT_ERROR = 0x008,
+  TK_PORT_HANGUP = 0x010,
+  TK_PORT_EDGE_TRIGGERED = (int)(1u << 31),
+};
+
+/// epoll_create1(EPOLL_CLOEXEC). Returns the descriptor or -errno.
+int tk_port_epoll_create(void);
+
+/// epoll_ctl(EPOLL_CTL_ADD) of `fd` with interest `events` (TK_PORT_* bits) and `token` as
+/// its user data. Returns 0 or -errno.
+int tk_port_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
+
+/// epoll_ctl(EPOLL_CTL_MOD): changes the interest of `fd` (0 = report nothing but keep the
+/// registration). Returns 0 or -errno.
+int tk_port_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
+
+/// epoll_ctl(EPOLL_CTL_DEL). Returns 0 or -errno.
+int tk_port_epoll_remove(int epfd, int fd);
+
+/// epoll_wait until the absolute CLOCK_MONOTONIC `deadline` (NULL waits forever; a passed
+/// deadline polls), restarting after EINTR with the time left. Stores up to `capacity` ready
+/// tokens and their TK_PORT_* event bits. Returns how many (0 = timed out) or -errno.
+int tk_port_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
+                       const struct timespec *deadline);
+
 #endif

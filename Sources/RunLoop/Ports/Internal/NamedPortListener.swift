@@ -25,9 +25,13 @@ struct PeerRejection: Sendable, CustomStringConvertible {
 /// The serving side of a named message port: a claimed name, a listening socket in the
 /// port directory, and the accepted peer connections.
 ///
+/// All of a listener's descriptors (the wake-up eventfd, the listening socket, every peer)
+/// sit in one epoll set of its own, so one `epoll_wait` reports every ready peer, and a run
+/// loop watches the whole port through the single descriptor ``readinessDescriptor``.
+///
 /// Threading: one thread serves (``serve(before:)``, or a run loop that watches
-/// ``descriptors`` and calls ``handle(descriptor:)``); ``invalidate()`` may come from any
-/// thread. `state` is protected by `mutex`; the descriptors are closed only when no thread is
+/// ``readinessDescriptor`` and calls ``serveOnce(before:)`` with a passed deadline);
+/// ``invalidate()`` may come from any thread. `state` is protected by `mutex`; the descriptors are closed only when no thread is
 /// inside a serving pass (otherwise that pass closes them on its way out), so a descriptor
 /// is never closed under a thread that is polling it.
 final class NamedPortListener: @unchecked Sendable {
@@ -46,6 +50,7 @@ final class NamedPortListener: @unchecked Sendable {
   private var listener: UnixSocket?          // nil once closed
   private var lockDescriptor: Int32          // -1 once closed
   private var wakeDescriptor: Int32          // eventfd; -1 once closed
+  private var epollDescriptor: Int32         // -1 once closed
   private var peers: [Int32: Peer] = [:]
   private var invalidated = false
   private var serving = false
@@ -99,22 +104,47 @@ final class NamedPortListener: @unchecked Sendable {
       throw PortError(.transportError, cause: SystemCallError(call: "eventfd", errno: -wake), detail: "cannot create a wake-up descriptor")
     }
     wakeDescriptor = wake
+    let epoll = tk_port_epoll_create()
+    if epoll < 0 {
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_create1", errno: -epoll), detail: "cannot create the port's epoll set")
+    }
+    epollDescriptor = epoll
     // Holding the claim, any socket file already there is a dead owner's leftover.
     let path = directory.socketPath(for: name)
     if unlink(path) != 0 && errno != ENOENT {
       let error = errno
+      closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
       throw PortError(.transportError, cause: SystemCallError(call: "unlink", errno: error), detail: "cannot remove the stale socket \(path)")
     }
+    let socket: UnixSocket
     do {
-      listener = try UnixSocket.listen(at: path)
+      socket = try UnixSocket.listen(at: path)
     } catch {
+      closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
       throw PortError(.transportError, cause: error, detail: "cannot listen at \(path)")
     }
+    var added = tk_port_epoll_add(epoll, wake, UInt32(TK_PORT_READABLE), NamedPortListener.wakeToken)
+    if added == 0 { added = tk_port_epoll_add(epoll, socket.descriptor, UInt32(TK_PORT_READABLE), NamedPortListener.listenerToken) }
+    if added != 0 {
+      _ = unlink(path)
+      closeDescriptor(epoll)
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_ctl", errno: -added), detail: "cannot watch \(path)")
+    }
+    listener = socket
   }
+
+  private static let wakeToken: UInt64 = 0
+  private static let listenerToken: UInt64 = 1
+  /// Peers are reported as their descriptor plus this.
+  private static let firstPeerToken: UInt64 = 2
 
   deinit {
     invalidate()
@@ -159,7 +189,7 @@ final class NamedPortListener: @unchecked Sendable {
     return true
   }
 
-  /// Serves until at least one message was handled or `deadline` passes: waits (ppoll) on
+  /// Serves until at least one message was handled or `deadline` passes: waits (epoll) on
   /// the listener and every peer, accepts new peers (checking their credentials), reads and
   /// answers complete messages. Returns how many messages were handled; throws
   /// ``PortStatus/becameInvalid`` once the port is invalid.
@@ -170,23 +200,42 @@ final class NamedPortListener: @unchecked Sendable {
     }
   }
 
-  /// One wait and the handling of whatever became ready (possibly only a new connection).
+  /// One wait (until `deadline`; a passed deadline only polls) and the handling of whatever
+  /// became ready: new peers accepted, complete messages answered. Returns how many messages
+  /// were handled (possibly 0: only a new connection); throws like ``serve(before:)``.
   func serveOnce(before deadline: MonotonicInstant) throws(PortError) -> Int {
-    var entries: [pollfd] = []
+    let epoll: Int32
     do {
       mutex.lock()
       defer { mutex.unlock() }
       if invalidated { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
       if serving { fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once") }
       serving = true
-      entries.append(pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0))
-      entries.append(pollfd(fd: listener!.descriptor, events: Int16(POLLIN), revents: 0))
-      for descriptor in peers.keys { entries.append(pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)) }
+      epoll = epollDescriptor
     }
-    let ready = waitForEvents(&entries, before: deadline)
+    let capacity = 16
+    var tokens = [UInt64](repeating: 0, count: capacity)
+    var events = [UInt32](repeating: 0, count: capacity)
+    let ready: Int32 = tokens.withUnsafeMutableBufferPointer { tokenBuffer in
+      events.withUnsafeMutableBufferPointer { eventBuffer in
+        if deadline == .distantFuture {
+          return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), nil)
+        }
+        var time = deadline.timespec
+        return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), &time)
+      }
+    }
     var handled = 0
-    for entry in entries.dropFirst() where entry.revents != 0 {
-      handled += handle(descriptor: entry.fd)
+    for token in tokens.prefix(Int(max(ready, 0))) {
+      switch token {
+      case NamedPortListener.wakeToken:
+        break  // written only by invalidate(), which is handled below
+      case NamedPortListener.listenerToken:
+        if let listener = mutex.withLock({ invalidated ? nil : self.listener }) { acceptPending(listener) }
+      default:
+        let descriptor = Int32(truncatingIfNeeded: token - NamedPortListener.firstPeerToken)
+        if let peer = mutex.withLock({ invalidated ? nil : peers[descriptor] }) { handled += service(peer) }
+      }
     }
     mutex.lock()
     serving = false
@@ -194,31 +243,16 @@ final class NamedPortListener: @unchecked Sendable {
     let closed = invalidated ? closeAllLocked() : []
     mutex.unlock()
     withExtendedLifetime(closed) {}
-    if let failure = ready { throw PortError(.transportError, cause: failure, detail: "waiting for messages failed") }
+    if ready < 0 {
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_wait", errno: -ready), detail: "waiting for messages failed")
+    }
     if becameInvalid && handled == 0 { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
     return handled
   }
 
-  /// The descriptors a run loop must watch for readability: the listener and every peer.
-  var descriptors: [Int32] {
-    mutex.withLock {
-      guard let listener, !invalidated else { return [] }
-      return [listener.descriptor] + Array(peers.keys)
-    }
-  }
-
-  /// Handles readiness of one of ``descriptors``: accepts pending peers (listener) or reads
-  /// and answers a peer's complete messages. Returns how many messages were handled.
-  /// Called on the serving thread only.
-  func handle(descriptor: Int32) -> Int {
-    guard let listener = mutex.withLock({ invalidated ? nil : self.listener }) else { return 0 }
-    if descriptor == listener.descriptor {
-      acceptPending(listener)
-      return 0
-    }
-    guard let peer = mutex.withLock({ peers[descriptor] }) else { return 0 }
-    return service(peer)
-  }
+  /// An epoll descriptor that is readable while the port has work (a new peer, a message,
+  /// the invalidation): what a run loop watches for this port. -1 once closed.
+  var readinessDescriptor: Int32 { mutex.withLock { epollDescriptor } }
 
   // MARK: - Serving (serving thread only)
 
@@ -244,7 +278,16 @@ final class NamedPortListener: @unchecked Sendable {
         continue
       }
       let peer = Peer(socket: socket, credentials: credentials, limits: limits)
-      mutex.withLock { peers[socket.descriptor] = peer }
+      let added: Int32 = mutex.withLock {
+        let result = tk_port_epoll_add(
+          epollDescriptor, socket.descriptor, UInt32(TK_PORT_READABLE),
+          UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
+        if result == 0 { peers[socket.descriptor] = peer }
+        return result
+      }
+      if added != 0 {
+        report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(SystemCallError(call: "epoll_ctl", errno: -added))"))
+      }
     }
   }
 
@@ -312,22 +355,18 @@ final class NamedPortListener: @unchecked Sendable {
   }
 
   private func drop(_ peer: Peer, reason: String?) {
-    mutex.withLock { _ = peers.removeValue(forKey: peer.socket.descriptor) }
+    mutex.withLock {
+      guard peers.removeValue(forKey: peer.socket.descriptor) != nil else { return }
+      // Closing the socket would also remove it from the set, but only once every duplicate
+      // of the descriptor is closed; removing it explicitly keeps the set exact.
+      let removed = tk_port_epoll_remove(epollDescriptor, peer.socket.descriptor)
+      if removed != 0 { fatalError("epoll_ctl(EPOLL_CTL_DEL) of a port peer failed: errno \(-removed)") }
+    }
     if let reason { report(PeerRejection(credentials: peer.credentials, reason: reason)) }
   }
 
   private func report(_ rejection: PeerRejection) {
     if let handler = mutex.withLock({ rejectionHandler }) { handler(rejection) }
-  }
-
-  private func waitForEvents(_ entries: inout [pollfd], before deadline: MonotonicInstant) -> SystemCallError? {
-    var time = deadline.timespec
-    let infinite = deadline == .distantFuture
-    let result = entries.withUnsafeMutableBufferPointer { buffer in
-      infinite ? tk_poll_many(buffer.baseAddress, UInt(buffer.count), nil)
-        : tk_poll_many(buffer.baseAddress, UInt(buffer.count), &time)
-    }
-    return result >= 0 ? nil : SystemCallError(call: "ppoll", errno: -result)
   }
 
   /// Closes every descriptor; returns the peers so they are released outside the lock.
@@ -337,6 +376,8 @@ final class NamedPortListener: @unchecked Sendable {
     let dropped = Array(peers.values)
     peers.removeAll()
     listener = nil
+    closeDescriptor(epollDescriptor)
+    epollDescriptor = -1
     closeDescriptor(wakeDescriptor)
     wakeDescriptor = -1
     closeDescriptor(lockDescriptor)
