@@ -1,0 +1,193 @@
+/// A condition with its own lock: the guide's `NSCondition` (Listings 4-3 and 4-4).
+///
+/// A `Condition` is a lock (it conforms to ``Locking``) plus a place to wait for a change
+/// of state that the lock protects. The pattern is always the same: take the lock, test
+/// your predicate, `wait` while it is false, act, unlock. `wait` releases the lock while it
+/// sleeps and re-acquires it before returning, so the predicate is re-tested with the lock
+/// held. Waits may return without a signal (spurious wake-ups), which is why the predicate
+/// forms ``wait(until:)-(()->Bool)`` loop for you.
+///
+/// ```swift
+/// let condition = Condition()
+/// var work = 0                        // protected by `condition`
+///
+/// // consumer (Listing 4-3)
+/// condition.withLock {
+///     condition.wait(until: { work > 0 })
+///     work -= 1
+/// }
+///
+/// // producer (Listing 4-4): change the state and signal while holding the lock
+/// condition.withLock {
+///     work += 1
+///     condition.signal()
+/// }
+/// ```
+///
+/// **Timed waits** (``wait(before:)``, ``wait(timeout:)`` and the predicate forms with a
+/// deadline) are measured on the monotonic clock: changing the wall clock does not make
+/// them return early or late. A deadline that has passed, or a zero or negative timeout,
+/// returns `false` at once, without releasing the lock.
+///
+/// **Misuse** stops the process with a message: waiting without holding the lock, unlocking
+/// a lock that is not held (the lock behaves like a checked ``Mutex``), and deinitializing a
+/// condition while it is locked. A condition cannot be signalled after it is destroyed:
+/// every caller holds a strong reference to it.
+///
+/// Built on a futex sequence word and a futex lock (no pthread objects); the C functions it
+/// replaces are `pthread_cond_wait`, `pthread_cond_clockwait`, `pthread_cond_signal` and
+/// `pthread_cond_broadcast` over a `pthread_mutex_t`.
+public final class Condition: Locking, @unchecked Sendable {
+  // @unchecked: all state is in `lockCore` and `waitCore`, reached only through atomics and
+  // futexes.
+  @usableFromInline
+  let lockCore: FutexLock
+  @usableFromInline
+  let waitCore: FutexCondition
+
+  /// Creates an unlocked condition.
+  public init() {
+    lockCore = FutexLock()
+    waitCore = FutexCondition()
+  }
+
+  deinit {
+    lockCore.deallocate(typeName: "Condition")
+    waitCore.deallocate()
+  }
+
+  /// Acquires the condition's lock, blocking until it is available. Stops the process if
+  /// the calling thread already holds it (self-deadlock).
+  @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
+  @inlinable
+  public func lock() {
+    _ = lockCore.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Condition")
+  }
+
+  /// Releases the condition's lock. Stops the process if the calling thread does not hold
+  /// it.
+  @inlinable
+  public func unlock() {
+    lockCore.release(checkOwner: true, typeName: "Condition")
+  }
+
+  /// Acquires the lock if it is free right now; never blocks. Returns whether it did.
+  @inlinable
+  public func tryLock() -> Bool {
+    lockCore.tryAcquire()
+  }
+
+  /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
+  /// passes; returns whether it was acquired.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func lock(before deadline: MonotonicInstant) -> Bool {
+    lockCore.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "Condition")
+  }
+
+  /// Whether the calling thread holds the condition's lock; meant for assertions.
+  @inlinable
+  public var isHeldByCurrentThread: Bool {
+    lockCore.isHeldByCurrentThread
+  }
+
+  /// Releases the lock, blocks until signalled, and re-acquires the lock before returning.
+  ///
+  /// May return without a signal (spurious wake-up): re-test your predicate in a loop, or
+  /// use ``wait(until:)-(()->Bool)``. Stops the process if the calling thread does not hold
+  /// the lock. The C function is `pthread_cond_wait`.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait() {
+    checkHeld()
+    _ = waitCore.wait(releasing: lockCore, before: .distantFuture, typeName: "Condition")
+  }
+
+  /// Releases the lock, blocks until signalled or `deadline` (monotonic clock) passes, and
+  /// re-acquires the lock. Returns `false` when the deadline passed (never before it), `true`
+  /// when woken, which may be spuriously. A passed deadline returns `false` at once without
+  /// releasing the lock. Stops the process if the calling thread does not hold the lock.
+  /// The C function is `pthread_cond_clockwait` with `CLOCK_MONOTONIC`.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait(before deadline: MonotonicInstant) -> Bool {
+    checkHeld()
+    return waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
+  }
+
+  /// The same as ``wait(before:)``; the spelling of `NSCondition.wait(until:)`.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait(until deadline: MonotonicInstant) -> Bool {
+    wait(before: deadline)
+  }
+
+  /// Waits at most `timeout` (monotonic clock); see ``wait(before:)``. A zero or negative
+  /// timeout returns `false` at once.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait(timeout: Duration) -> Bool {
+    wait(before: .after(timeout))
+  }
+
+  /// Waits until `predicate` is true, re-testing it after every wake-up with the lock held.
+  /// Returns at once, without releasing the lock, if it is already true. An error thrown by
+  /// `predicate` propagates with the lock still held.
+  ///
+  /// ```swift
+  /// condition.withLock {
+  ///     condition.wait(until: { !queue.isEmpty })
+  ///     item = queue.removeFirst()
+  /// }
+  /// ```
+  @available(*, noasync, message: "blocks the thread")
+  public func wait<Failure: Error>(until predicate: () throws(Failure) -> Bool) throws(Failure) {
+    checkHeld()
+    while try !predicate() {
+      _ = waitCore.wait(releasing: lockCore, before: .distantFuture, typeName: "Condition")
+    }
+  }
+
+  /// Waits until `predicate` is true or `deadline` (monotonic clock) passes, re-testing it
+  /// after every wake-up with the lock held. Returns the predicate's last value: `false`
+  /// means the deadline passed with the predicate still false.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait<Failure: Error>(
+    until predicate: () throws(Failure) -> Bool, before deadline: MonotonicInstant
+  ) throws(Failure) -> Bool {
+    checkHeld()
+    while try !predicate() {
+      if !waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition") {
+        return try predicate()
+      }
+    }
+    return true
+  }
+
+  /// Waits until `predicate` is true or `timeout` (monotonic clock) has elapsed; see
+  /// ``wait(until:before:)``.
+  @available(*, noasync, message: "blocks the thread")
+  public func wait<Failure: Error>(
+    until predicate: () throws(Failure) -> Bool, timeout: Duration
+  ) throws(Failure) -> Bool {
+    try wait(until: predicate, before: .after(timeout))
+  }
+
+  /// Wakes one thread waiting on this condition, if any. Call it while holding the lock,
+  /// after changing the state the waiters test, so the change and the wake-up cannot be
+  /// separated. The C function is `pthread_cond_signal`.
+  @inlinable
+  public func signal() {
+    waitCore.signal()
+  }
+
+  /// Wakes every thread waiting on this condition. The C function is
+  /// `pthread_cond_broadcast`.
+  @inlinable
+  public func broadcast() {
+    waitCore.broadcast()
+  }
+
+  @inline(__always)
+  func checkHeld() {
+    if !lockCore.isHeldByCurrentThread {
+      reportMisuse("Condition", "wait without holding the condition's lock")
+    }
+  }
+}

@@ -1,0 +1,192 @@
+/// A lock shared by processes through the file system: the guide's `NSDistributedLock`.
+///
+/// The lock is a file at ``path``: whoever creates it holds the lock. ``tryLock()`` never
+/// blocks; it returns `false` when another holder has it (retry later, as the guide's
+/// pattern does). Only the holder releases it with ``unlock()``; a lock left behind by a
+/// process that died is removed with ``breakLock()``. The lock is not released when the
+/// holder exits: that is the point of `breakLock`, and of the owner record below.
+///
+/// **Beyond the guide: the owner record.** The file holds the owner's process id, host
+/// name and the wall-clock time it was taken, written *before* the lock file appears (the
+/// record is written to a private file, then hard-linked into place with `link`, which is
+/// atomic and fails if the name exists, also on NFS). ``owner()`` reads it, so a caller can
+/// tell a stale lock from a live one before breaking it:
+///
+/// ```swift
+/// let lock = try ProcessLock(path: "/var/tmp/myapp.lock")
+/// if try lock.tryLock() {
+///     defer { try? lock.unlock() }
+///     doExclusiveWork()
+/// } else if let owner = try lock.owner(), owner.isAlive == false {
+///     try lock.breakLock()            // the owner died holding it; retry next time
+/// }
+/// ```
+///
+/// **Errors** are thrown as ``SystemCallError``: a directory for the lock that does not
+/// exist (`ENOENT`, `ENOTDIR`) or is not writable (`EACCES`, `EROFS`) fails in the
+/// initializer; I/O failures fail the call that met them. ``unlock()`` throws when the lock
+/// was broken behind this object's back (see there).
+///
+/// **Misuse** stops the process with a message: calling ``unlock()`` on an object that does
+/// not hold the lock.
+///
+/// The lock is advisory (it binds only processes that use it) and per object: two
+/// `ProcessLock` objects for the same path, even in one process, exclude each other.
+/// Process ids are recycled, so ``Owner/isAlive`` can mistake a new process for the dead
+/// owner; it never mistakes a live owner for a dead one. The C functions used are `open`
+/// with `O_CREAT | O_EXCL`, `link`, `unlink` and `kill(pid, 0)`.
+public final class ProcessLock: @unchecked Sendable {
+  // @unchecked: `heldToken` is protected by `guardLock`.
+
+  /// Who holds a ``ProcessLock``, as its lock file records it.
+  public struct Owner: Sendable, Hashable, CustomStringConvertible {
+    /// The owning process's id.
+    public let processID: Int32
+    /// The host name of the owner's machine.
+    public let hostName: String
+    /// The wall-clock time the lock was taken, since 1970-01-01 00:00 UTC (the guide's
+    /// `lockDate`). For display only: wall clocks jump, so never compute timeouts from it.
+    public let acquiredAt: Duration
+    /// A token unique to the acquisition.
+    let token: String
+
+    /// Whether the owner process is still running: `true` or `false` when the owner is on
+    /// this host (checked with `kill(pid, 0)`), `nil` when it is on another host and
+    /// cannot be checked from here.
+    public var isAlive: Bool? {
+      guard let here = try? FileCalls.hostName(), here == hostName else { return nil }
+      return FileCalls.processExists(processID)
+    }
+
+    /// `"pid 1234 on host, taken at 1764470000.123456789s"`.
+    public var description: String {
+      let (seconds, attoseconds) = acquiredAt.components
+      var fraction = String(attoseconds / 1_000_000_000)
+      fraction = String(repeating: "0", count: 9 - fraction.count) + fraction
+      return "pid \(processID) on \(hostName), taken at \(seconds).\(fraction)s since 1970"
+    }
+  }
+
+  /// The lock file's path.
+  public let path: String
+
+  let guardLock = Mutex()
+  var heldToken: String?
+
+  /// Creates a lock object for the lock file at `path` (it does not take the lock). Throws
+  /// ``SystemCallError`` if the directory that would hold the file does not exist, is not a
+  /// directory, or is not writable by this process.
+  public init(path: String) throws(SystemCallError) {
+    self.path = path
+    let directory: String
+    if let slash = path.lastIndex(of: "/") {
+      directory = slash == path.startIndex ? "/" : String(path[..<slash])
+    } else {
+      directory = "."
+    }
+    try FileCalls.checkWritableDirectory(directory)
+  }
+
+  /// Whether this object holds the lock (it took it and has not released it). Does not
+  /// look at the file: a lock broken by another process still reads `true` here until
+  /// ``unlock()`` finds out.
+  public var isHeldByThisObject: Bool {
+    guardLock.withLock { heldToken != nil }
+  }
+
+  /// Tries to take the lock; never blocks. Returns `true` when this object now holds it,
+  /// `false` when it is busy (held by anyone, including this object). Throws
+  /// ``SystemCallError`` when the file system fails (no space, permission changed).
+  public func tryLock() throws(SystemCallError) -> Bool {
+    try guardLock.withLock { () throws(SystemCallError) -> Bool in
+      if heldToken != nil { return false }
+      let pid = FileCalls.processID()
+      let host = try FileCalls.hostName()
+      let now = FileCalls.wallClockNow()
+      let token = "\(pid).\(MonotonicInstant.now.nanoseconds).\(UInt64.random(in: 0...UInt64.max))"
+      let (seconds, attoseconds) = now.components
+      let record = "pid=\(pid)\nhost=\(host)\nseconds=\(seconds)\nnanoseconds=\(attoseconds / 1_000_000_000)\ntoken=\(token)\n"
+      let scratch = "\(path).\(token).tmp"
+      try FileCalls.createExclusive(scratch, contents: record)
+      let acquired: Bool
+      do throws(SystemCallError) {
+        acquired = try FileCalls.link(scratch, path)
+      } catch {
+        _ = try? FileCalls.unlink(scratch)
+        throw error
+      }
+      do throws(SystemCallError) {
+        try FileCalls.unlink(scratch)
+      } catch {
+        if acquired { _ = try? FileCalls.unlink(path) }
+        throw error
+      }
+      if acquired { heldToken = token }
+      return acquired
+    }
+  }
+
+  /// Releases the lock this object holds by removing the lock file.
+  ///
+  /// If another process broke the lock meanwhile (the file is gone, or now records another
+  /// owner), the file is left alone, this object no longer holds the lock, and the call
+  /// throws `SystemCallError(call: "ProcessLock.unlock", errno: EPERM)` so the caller learns
+  /// that its critical section was not exclusive. Other file-system failures throw too.
+  /// Calling it on an object that does not hold the lock stops the process (misuse).
+  ///
+  /// The record check and the removal are two steps: a process that breaks this live lock
+  /// and takes it again in the instant between them loses its new lock. Breaking a live
+  /// owner's lock is outside the protocol anyway (see ``breakLock()``).
+  public func unlock() throws(SystemCallError) {
+    try guardLock.withLock { () throws(SystemCallError) in
+      guard let token = heldToken else {
+        reportMisuse("ProcessLock", "unlock() of \(path), which this object does not hold")
+      }
+      heldToken = nil
+      guard let record = try FileCalls.read(path), ProcessLock.parse(record)?.token == token else {
+        throw SystemCallError(call: "ProcessLock.unlock", errno: FileCalls.operationNotPermitted)
+      }
+      try FileCalls.unlink(path)
+    }
+  }
+
+  /// Removes the lock whoever holds it, for a lock left behind by an owner that died.
+  /// Returns whether there was a lock to remove. Check ``owner()`` first: breaking a live
+  /// owner's lock lets two processes into the critical section. Never blocks.
+  @discardableResult
+  public func breakLock() throws(SystemCallError) -> Bool {
+    try guardLock.withLock { () throws(SystemCallError) -> Bool in
+      heldToken = nil
+      return try FileCalls.unlink(path)
+    }
+  }
+
+  /// The current owner as the lock file records it, or `nil` when the lock is free.
+  public func owner() throws(SystemCallError) -> Owner? {
+    guard let record = try FileCalls.read(path) else { return nil }
+    // A file without a readable record was not written by a ProcessLock; report it as
+    // held by an unknown owner rather than as free.
+    return ProcessLock.parse(record) ?? Owner(processID: 0, hostName: "", acquiredAt: .zero, token: "")
+  }
+
+  /// The wall-clock time the current owner took the lock (since 1970), or `nil` when the
+  /// lock is free: the guide's `lockDate`. For display only.
+  public func lockDate() throws(SystemCallError) -> Duration? {
+    try owner()?.acquiredAt
+  }
+
+  static func parse(_ record: String) -> Owner? {
+    var fields: [Substring: Substring] = [:]
+    for line in record.split(separator: "\n") {
+      guard let equals = line.firstIndex(of: "=") else { continue }
+      fields[line[..<equals]] = line[line.index(after: equals)...]
+    }
+    guard let pid = fields["pid"].flatMap({ Int32($0) }), let host = fields["host"],
+      let seconds = fields["seconds"].flatMap({ Int64($0) }),
+      let nanoseconds = fields["nanoseconds"].flatMap({ Int64($0) }), let token = fields["token"]
+    else { return nil }
+    return Owner(
+      processID: pid, hostName: String(host), acquiredAt: .seconds(seconds) + .nanoseconds(nanoseconds),
+      token: String(token))
+  }
+}

@@ -1,0 +1,43 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Turns a pthread-style result (0 or an errno) into a thrown ``SystemCallError``.
+@inline(__always)
+func check(_ result: Int32, _ call: String) throws(SystemCallError) {
+  if result != 0 { throw SystemCallError(call: call, errno: result) }
+}
+
+/// For calls whose failure leaves no way to continue correctly (destroying an attribute
+/// object, joining a valid handle): stops the process with the call and the errno.
+@usableFromInline
+func checkOrDie(_ result: Int32, _ call: String) {
+  if result != 0 { fatalError("\(SystemCallError(call: call, errno: result))") }
+}
+
+/// Reports a programming error in the use of a Threads type. Stops the process in debug and
+/// release builds (the Threads module's equivalent of Sync's internal `reportMisuse`).
+@usableFromInline
+func threadsMisuse(_ type: String, _ message: String) -> Never {
+  fatalError("\(type) misuse: \(message)")
+}
+
+/// Writes `text` to standard error with one `write` (no stdio: `stderr` is a global C
+/// variable Swift 6 refuses to share, and a single write keeps lines from interleaving).
+func writeToStandardError(_ text: String) {
+  var text = text
+  text.withUTF8 { bytes in
+    var offset = 0
+    while offset < bytes.count {
+      let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+      if written < 0 {
+        if errno == EINTR { continue }
+        return  // standard error is gone; nowhere left to report to
+      }
+      offset += written
+    }
+  }
+}

@@ -1,0 +1,141 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Process-wide thread bookkeeping: the pthread key behind `Thread.current`, id numbering,
+/// the multithreaded flag.
+enum ThreadRegistry {
+  /// The key whose per-thread value is a retained `Thread`. Its destructor releases it at
+  /// thread exit, ending adopted threads (the main thread and threads the toolkit did not
+  /// create) on the way.
+  static let currentThreadKey: pthread_key_t = {
+    var key = pthread_key_t()
+    checkOrDie(
+      pthread_key_create(&key) { value in
+        guard let value else { return }
+        let thread = Unmanaged<Thread>.fromOpaque(value).takeRetainedValue()
+        thread.adoptedThreadDidEnd()
+      }, "pthread_key_create")
+    return key
+  }()
+
+  /// The next thread id; 1 is the main thread's.
+  static let idCounter = AtomicInteger<UInt64>(1)
+
+  /// Whether a second thread has been seen (started by the toolkit, or adopted).
+  static let multiThreaded = AtomicInteger<UInt32>(0)
+
+  /// Whether `tk_thread_kernel_id_without_syscall` agrees with `gettid` (checked once, on
+  /// whichever thread asks first; the decoding is the same on every thread).
+  static let kernelIDDecodingWorks: Bool = {
+    let decoded = tk_thread_kernel_id_without_syscall()
+    return decoded > 0 && decoded == tk_gettid()
+  }()
+
+  /// The calling thread's kernel id: decoded from its CPU-clock id when that is known to work
+  /// (no system call; about 0.35 us cheaper per thread start here), else `gettid`.
+  static func currentKernelThreadID() -> Int32 {
+    kernelIDDecodingWorks ? tk_thread_kernel_id_without_syscall() : tk_gettid()
+  }
+
+  /// A fresh, never reused id.
+  static func nextID() -> UInt64 {
+    idCounter.increment(ordering: .relaxed)
+  }
+
+  static func markMultiThreaded() {
+    if multiThreaded.load(ordering: .relaxed) == 0 {
+      multiThreaded.store(1, ordering: .releasing)
+    }
+  }
+
+  /// Installs `thread` as the calling thread's `Thread.current`, consuming one retain.
+  static func install(_ retained: Unmanaged<Thread>) {
+    checkOrDie(pthread_setspecific(currentThreadKey, retained.toOpaque()), "pthread_setspecific")
+  }
+
+  /// `Thread.current` for a thread seen for the first time: the main thread's object, or a new
+  /// adopted one.
+  static func adoptCurrentThread() -> Thread {
+    let tid = currentKernelThreadID()
+    let thread: Thread
+    if tid == getpid() {
+      thread = Thread.main
+    } else {
+      thread = Thread(adoptedKernelThreadID: tid)
+      markMultiThreaded()
+    }
+    install(Unmanaged.passRetained(thread))
+    return thread
+  }
+}
+
+/// Threads marked `finishBeforeExit`, and the `atexit` handler that waits for them.
+enum CriticalThreads {
+  /// How many critical threads have been launched and not yet finished their body.
+  static let running = FutexWord(0)
+
+  /// Registers the exit handler once (swift_once makes this thread-safe).
+  static let registration: Void = {
+    if atexit({ CriticalThreads.waitForAll() }) != 0 {
+      fatalError("atexit failed: cannot guarantee critical threads finish before exit")
+    }
+  }()
+
+  /// Counts a critical thread about to be created.
+  static func enter() {
+    _ = registration
+    running.add(1)
+  }
+
+  /// Counts a critical thread finished (or never created) and wakes an exiting process.
+  static func leave() {
+    running.add(UInt32.max)  // -1
+    running.wakeAll()
+  }
+
+  /// Blocks until every critical thread except possibly the calling one has finished.
+  static func waitForAll() {
+    let own: UInt32
+    if let value = pthread_getspecific(ThreadRegistry.currentThreadKey),
+      Unmanaged<Thread>.fromOpaque(value).takeUnretainedValue().isRunningCriticalBody
+    {
+      own = 1
+    } else {
+      own = 0
+    }
+    while true {
+      let count = running.load()
+      if count <= own { return }
+      let result = tk_futex_wait(running.address, count, nil)
+      if result != 0, -result != EAGAIN, -result != EINTR {
+        fatalError("\(SystemCallError(call: "futex", errno: -result))")
+      }
+    }
+  }
+}
+
+/// The application's handler for errors escaping detached threads.
+@usableFromInline
+enum DetachedErrors {
+  final class Box: @unchecked Sendable {
+    // @unchecked: `handler` is only touched with `lock` held.
+    let lock = Mutex()
+    var handler: Thread.DetachedErrorHandler = DetachedErrors.printToStandardError
+  }
+  static let box = Box()
+
+  static let printToStandardError: Thread.DetachedErrorHandler = { error, thread in
+    let name = thread.name.map { "\"\($0)\"" } ?? "(unnamed)"
+    writeToStandardError("Thread \(name) (id \(thread.id)): error escaped a detached thread: \(error)\n")
+  }
+
+  @usableFromInline
+  static func report(_ error: any Error, from thread: Thread) {
+    let handler = box.lock.withLock { box.handler }
+    handler(error, thread)
+  }
+}

@@ -1,0 +1,107 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// Operations on the calling thread: sleeping, yielding, and reading or changing what the
+// kernel holds for it (name, priority, affinity, stack).
+extension Thread {
+  /// Blocks the calling thread for `duration` on the monotonic clock (never returns early;
+  /// may return late by the scheduler's latency and the default 50 us timer slack). Zero or
+  /// negative durations return at once. Signals do not shorten the sleep.
+  ///
+  /// The corresponding C function is `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`.
+  @available(*, noasync, message: "blocks the thread; use Task.sleep in async code")
+  public static func sleep(for duration: Duration) {
+    sleep(until: .after(duration))
+  }
+
+  /// Blocks the calling thread until `deadline` on the monotonic clock has passed (never
+  /// returns early). A deadline in the past returns at once; ``MonotonicInstant/distantFuture``
+  /// sleeps for good. Signals do not shorten the sleep (`EINTR` is resumed with the same
+  /// absolute deadline).
+  ///
+  /// The corresponding C function is `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`.
+  @available(*, noasync, message: "blocks the thread; use Task.sleep in async code")
+  public static func sleep(until deadline: MonotonicInstant) {
+    let result = tk_sleep_until_monotonic(deadline.nanoseconds)
+    // Only EINVAL/EFAULT remain, impossible with a valid timespec on CLOCK_MONOTONIC.
+    checkOrDie(result, "clock_nanosleep")
+  }
+
+  /// Offers the processor to another runnable thread of the same priority; returns at once if
+  /// there is none. The corresponding C function is `sched_yield`.
+  public static func yield() {
+    // sched_yield always succeeds on Linux.
+    if sched_yield() != 0 { fatalError("\(SystemCallError(call: "sched_yield", errno: errno))") }
+  }
+
+  /// The calling thread's name as the kernel holds it (at most 15 bytes): what debuggers and
+  /// `top -H` show. The corresponding C function is `pthread_getname_np`.
+  public static func currentKernelName() throws(SystemCallError) -> String {
+    var buffer = [CChar](repeating: 0, count: 32)
+    let result = buffer.withUnsafeMutableBufferPointer { tk_thread_get_name($0.baseAddress, $0.count) }
+    try check(result, "pthread_getname_np")
+    return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+  }
+
+  /// The calling thread's nice value (-20 highest priority ... 19 lowest), read from the
+  /// kernel. The corresponding C function is `getpriority(PRIO_PROCESS, 0)`, which Linux
+  /// applies to the calling thread.
+  public static func currentNiceValue() throws(SystemCallError) -> Int32 {
+    var nice: Int32 = 0
+    try check(tk_thread_get_nice(&nice), "getpriority")
+    return nice
+  }
+
+  /// The calling thread's relative priority (0.0...1.0, 0.5 typical) read back from its nice
+  /// value, with the mapping ``ThreadConfiguration/relativePriority`` documents (steps of 1/40).
+  public static func currentRelativePriority() throws(SystemCallError) -> Double {
+    ThreadConfiguration.relativePriority(forNiceValue: try currentNiceValue())
+  }
+
+  /// Sets the calling thread's relative priority (0.0...1.0) as its nice value.
+  ///
+  /// - Throws: `EINVAL` (`setpriority`) outside 0...1 or NaN; `EACCES` (`setpriority`) when
+  ///   raising priority needs `CAP_SYS_NICE`/`RLIMIT_NICE` the process lacks.
+  public static func setCurrentRelativePriority(_ priority: Double) throws(SystemCallError) {
+    guard priority >= 0, priority <= 1 else { throw SystemCallError(call: "setpriority", errno: EINVAL) }
+    try check(tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)), "setpriority")
+  }
+
+  /// The CPUs the calling thread may run on, ascending. The corresponding C function is
+  /// `pthread_getaffinity_np`.
+  public static func currentCPUAffinity() throws(SystemCallError) -> [Int] {
+    var cpus = [Int32](repeating: 0, count: Int(tk_cpu_set_capacity()))
+    var count: Int32 = 0
+    let result = cpus.withUnsafeMutableBufferPointer { tk_thread_get_affinity($0.baseAddress, Int32($0.count), &count) }
+    try check(result, "pthread_getaffinity_np")
+    return cpus.prefix(Int(count)).map { Int($0) }
+  }
+
+  /// Restricts the calling thread to `cpus`.
+  ///
+  /// - Throws: `EINVAL` for an empty list, a number outside 0..<1024, or no online CPU in
+  ///   the list. The corresponding C function is `pthread_setaffinity_np`.
+  public static func setCurrentCPUAffinity(_ cpus: [Int]) throws(SystemCallError) {
+    let capacity = Int(tk_cpu_set_capacity())
+    guard !cpus.isEmpty, cpus.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
+      throw SystemCallError(call: "pthread_setaffinity_np", errno: EINVAL)
+    }
+    let values = cpus.map { Int32($0) }
+    let result = values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }
+    try check(result, "pthread_setaffinity_np")
+  }
+
+  /// The calling thread's stack size and guard size in bytes, as the C library reports them
+  /// (for the main thread, the size is derived from `RLIMIT_STACK`). The corresponding C
+  /// function is `pthread_getattr_np`.
+  public static func currentStackSize() throws(SystemCallError) -> (stackSize: Int, guardSize: Int) {
+    var stack = 0
+    var guardSize = 0
+    try check(tk_thread_get_stack(&stack, &guardSize), "pthread_getattr_np")
+    return (stack, guardSize)
+  }
+}

@@ -1,0 +1,208 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// How a thread is created: stack, name, priority, scheduling policy, CPU affinity, and
+/// whether the process waits for it at exit.
+///
+/// A plain value: fill it in, then pass it to ``Thread/spawn(name:configuration:_:)``,
+/// ``Thread/detach(name:configuration:_:)`` or ``Thread/init(name:configuration:_:)``. Every
+/// value is checked before the thread is created (``validate()``); an invalid one makes
+/// creation throw `SystemCallError` with `errno == EINVAL` and `call` naming the C function
+/// that takes the value, exactly as if the C library had rejected it. Nothing is clamped
+/// silently. Once a thread has started its configuration cannot change.
+///
+/// ```swift
+/// var configuration = ThreadConfiguration()
+/// configuration.name = "image-decoder"
+/// configuration.stackSize = 256 * 1024
+/// configuration.relativePriority = 0.25      // nice 10: yields to interactive work
+/// configuration.cpuAffinity = [1]
+/// let worker = try Thread.spawn(configuration: configuration) { decode() }
+/// ```
+public struct ThreadConfiguration: Sendable, Hashable {
+  /// The guide's stack size for secondary threads: 512 KiB (Table 2-1). glibc's own default
+  /// would be `RLIMIT_STACK` (usually 8 MiB); the toolkit uses the guide's figure.
+  public static let defaultStackSize = 512 * 1024
+
+  /// The smallest stack accepted: 16 KiB (the guide's minimum, and glibc's `PTHREAD_STACK_MIN`
+  /// on x86-64; where the C library's minimum is larger, that one applies).
+  public static let minimumStackSize: Int = {
+    let system = sysconf(Int32(_SC_THREAD_STACK_MIN))
+    return Swift.max(16 * 1024, system > 0 ? system : 0)
+  }()
+
+  /// The size of a memory page (`sysconf(_SC_PAGESIZE)`): stack and guard sizes are rounded
+  /// up to a multiple of it.
+  public static let pageSize: Int = {
+    let size = sysconf(Int32(_SC_PAGESIZE))
+    return size > 0 ? size : 4096
+  }()
+
+  /// The longest name the Linux kernel keeps for a thread: 15 bytes of UTF-8 (`TASK_COMM_LEN`
+  /// is 16 with the terminating NUL).
+  public static let kernelNameLimit = 15
+
+  /// The thread's stack size in bytes, reserved (address space) at creation; pages become
+  /// resident only when touched. Default ``defaultStackSize`` (512 KiB).
+  ///
+  /// **Rounded up** to a multiple of ``pageSize`` (the guide requires a 4 KiB multiple; the
+  /// toolkit rounds instead of failing). Below ``minimumStackSize`` creation throws
+  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `EAGAIN`
+  /// from `pthread_create` (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX
+  /// specifies). The guard area is allocated in addition to this size. glibc reuses the
+  /// stacks of ended threads, and may hand a thread a cached stack up to 4x the requested
+  /// size (never a smaller one).
+  public var stackSize: Int = ThreadConfiguration.defaultStackSize
+
+  /// The size of the inaccessible guard area below the stack that turns a stack overflow
+  /// into a crash instead of silent corruption; `nil` keeps the system default (one page).
+  /// Rounded up to a page multiple; `0` disables the guard. Negative values throw `EINVAL`
+  /// (`pthread_attr_setguardsize`).
+  public var guardSize: Int? = nil
+
+  /// The thread's name, shown in debuggers, crash reports, `top -H` and `/proc`.
+  ///
+  /// ``Thread/name`` always returns the full name. The kernel keeps at most 15 bytes: the
+  /// toolkit gives it the longest prefix of whole characters (extended grapheme clusters)
+  /// that fits in ``kernelNameLimit`` UTF-8 bytes (see ``kernelName(for:)``); it never
+  /// splits a character and never fails because a name is long. A name containing a NUL
+  /// character is cut before it.
+  public var name: String? = nil
+
+  /// The guide's 0.0...1.0 relative priority (1.0 highest, 0.5 typical); `nil` (default)
+  /// inherits the creating thread's nice value.
+  ///
+  /// Linux honours it for normal threads as the thread's own **nice value**
+  /// (`setpriority(PRIO_PROCESS, tid)`, which on Linux applies to one thread):
+  /// `nice = round((0.5 - relativePriority) * 40)` clamped to -20...19, so 0.5 is nice 0,
+  /// 0.25 is nice 10, 0.0 is nice 19, 1.0 is nice -20. ``Thread/currentRelativePriority()``
+  /// reads it back (quantized to steps of 1/40). Values outside 0...1 or NaN throw `EINVAL`
+  /// (`setpriority`). Raising priority above the creator's (nice below its current value)
+  /// needs `CAP_SYS_NICE` or `RLIMIT_NICE`; without it creation throws `EACCES`
+  /// (`setpriority`). Not allowed with a real-time ``schedulingPolicy`` (`EINVAL`).
+  public var relativePriority: Double? = nil
+
+  /// The scheduling policy; `nil` (default) inherits the creator's policy and priority.
+  /// Real-time priorities outside ``ThreadSchedulingPolicy/realTimePriorityRange`` throw
+  /// `EINVAL` (`pthread_attr_setschedparam`); lacking permission throws `EPERM`
+  /// (`pthread_create`).
+  public var schedulingPolicy: ThreadSchedulingPolicy? = nil
+
+  /// The CPUs (numbered from 0) the thread may run on; `nil` (default) inherits the creator's
+  /// affinity. An empty list or a number outside `0..<1024` throws `EINVAL`
+  /// (`pthread_attr_setaffinity_np`); CPUs that are not online make `pthread_create` throw
+  /// `EINVAL`. Applied by the C library before the thread runs its first instruction.
+  public var cpuAffinity: [Int]? = nil
+
+  /// Whether the process must wait for this thread at normal exit: critical work (saving
+  /// data) that must not be cut off, the guide's reason for joinable threads, made explicit.
+  ///
+  /// When set, an `atexit` handler registered on first use blocks a normal exit (`exit()`,
+  /// returning from `main`) until every such thread has returned from its body, whether it
+  /// is joinable or detached. `_exit`, `quick_exit`, signals and crashes do not wait. A
+  /// critical thread that itself calls `exit()` is not waited for (it would wait for itself).
+  public var finishBeforeExit: Bool = false
+
+  /// A configuration with the defaults: 512 KiB stack, system guard, no name, inherited
+  /// priority, policy and affinity, not waited for at exit.
+  public init() {}
+
+  /// The part of `name` the kernel keeps: the longest prefix of whole characters whose UTF-8
+  /// form fits in ``kernelNameLimit`` (15) bytes, cut before any NUL.
+  ///
+  /// ```swift
+  /// ThreadConfiguration.kernelName(for: "com.example.downloader")  // "com.example.dow"
+  /// ThreadConfiguration.kernelName(for: "downloaders-grösse")     // "downloaders-gr" (14 bytes: "ö" needs 2 more)
+  /// ```
+  public static func kernelName(for name: String) -> String {
+    var result = ""
+    var bytes = 0
+    for character in name {
+      if character.unicodeScalars.contains(where: { $0.value == 0 }) { break }
+      let length = character.utf8.count
+      if bytes + length > kernelNameLimit { break }
+      result.append(character)
+      bytes += length
+    }
+    return result
+  }
+
+  /// The nice value ``relativePriority`` maps to: `round((0.5 - p) * 40)` clamped to -20...19.
+  public static func niceValue(forRelativePriority priority: Double) -> Int32 {
+    let nice = ((0.5 - priority) * 40).rounded()
+    return Int32(Swift.min(19, Swift.max(-20, nice)))
+  }
+
+  /// The relative priority a nice value stands for: `0.5 - nice / 40`, within 0...1.
+  public static func relativePriority(forNiceValue nice: Int32) -> Double {
+    Swift.min(1, Swift.max(0, 0.5 - Double(nice) / 40))
+  }
+
+  /// Checks every value without creating a thread; throws what creation would throw for an
+  /// invalid value (`EINVAL`, with `call` naming the C function that takes the value).
+  public func validate() throws(SystemCallError) {
+    _ = try resolved()
+  }
+
+  /// The checked values, rounded as documented.
+  struct Resolved {
+    var stackSize: Int
+    var guardSize: Int?
+    var kernelName: String?
+    var niceValue: Int32?
+    var schedulingPolicy: ThreadSchedulingPolicy?
+    var cpuAffinity: [Int32]?
+  }
+
+  /// Validates and rounds.
+  func resolved() throws(SystemCallError) -> Resolved {
+    let page = ThreadConfiguration.pageSize
+    func roundedUp(_ value: Int, _ call: String) throws(SystemCallError) -> Int {
+      let (sum, overflow) = value.addingReportingOverflow(page - 1)
+      if overflow { throw SystemCallError(call: call, errno: EINVAL) }
+      return sum / page * page
+    }
+    guard stackSize >= ThreadConfiguration.minimumStackSize else {
+      throw SystemCallError(call: "pthread_attr_setstacksize", errno: EINVAL)
+    }
+    let stack = try roundedUp(stackSize, "pthread_attr_setstacksize")
+    var guardBytes: Int? = nil
+    if let guardSize {
+      guard guardSize >= 0 else { throw SystemCallError(call: "pthread_attr_setguardsize", errno: EINVAL) }
+      guardBytes = try roundedUp(guardSize, "pthread_attr_setguardsize")
+    }
+    var nice: Int32? = nil
+    if let relativePriority {
+      guard relativePriority >= 0, relativePriority <= 1 else {  // false for NaN too
+        throw SystemCallError(call: "setpriority", errno: EINVAL)
+      }
+      switch schedulingPolicy {
+      case .fifo, .roundRobin: throw SystemCallError(call: "setpriority", errno: EINVAL)
+      case .normal, nil: break
+      }
+      nice = ThreadConfiguration.niceValue(forRelativePriority: relativePriority)
+    }
+    switch schedulingPolicy {
+    case .fifo(let priority), .roundRobin(let priority):
+      guard ThreadSchedulingPolicy.realTimePriorityRange.contains(priority) else {
+        throw SystemCallError(call: "pthread_attr_setschedparam", errno: EINVAL)
+      }
+    case .normal, nil: break
+    }
+    var cpus: [Int32]? = nil
+    if let cpuAffinity {
+      let capacity = Int(tk_cpu_set_capacity())
+      guard !cpuAffinity.isEmpty, cpuAffinity.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
+        throw SystemCallError(call: "pthread_attr_setaffinity_np", errno: EINVAL)
+      }
+      cpus = cpuAffinity.map { Int32($0) }
+    }
+    return Resolved(
+      stackSize: stack, guardSize: guardBytes, kernelName: name.map(ThreadConfiguration.kernelName(for:)),
+      niceValue: nice, schedulingPolicy: schedulingPolicy, cpuAffinity: cpus)
+  }
+}

@@ -1,0 +1,78 @@
+import Sync
+
+/// A thread's key/value store: the guide's thread dictionary (Cocoa `threadDictionary`).
+///
+/// Reach it from anywhere on a thread through `Thread.current.threadDictionary`; each thread
+/// has its own, so code on different threads never sees each other's entries. Keys are
+/// strings, values any `Sendable` value. Every access takes a short internal lock, so another
+/// thread holding a ``Thread`` may also read or write its dictionary (the guide's
+/// Listing 2-3 sets a worker's exit flag this way); a read-modify-write that must be atomic
+/// goes through ``update(_:)``.
+///
+/// When the thread ends, the toolkit empties its dictionary before the thread's last
+/// moment, so values are released then (not when the last reference to the ``Thread`` goes).
+///
+/// ```swift
+/// Thread.current.threadDictionary["ThreadShouldExitNow"] = false
+/// // ... from another thread:
+/// worker.threadDictionary["ThreadShouldExitNow"] = true
+/// // ... in the worker's loop:
+/// let exitNow = Thread.current.threadDictionary["ThreadShouldExitNow", as: Bool.self] ?? false
+/// ```
+public final class ThreadDictionary: @unchecked Sendable {
+  // @unchecked: `storage` is only touched with `lock` held.
+  private let lock = Mutex()
+  private var storage: [String: any Sendable] = [:]
+
+  init() {}
+
+  /// The value stored under `key`, or nil; assigning nil removes the entry.
+  public subscript(key: String) -> (any Sendable)? {
+    get { lock.withLock { storage[key] } }
+    set {
+      // The replaced value is released after the lock: its deinitializer may use this
+      // dictionary.
+      let old = lock.withLock { () -> (any Sendable)? in
+        if let newValue { return storage.updateValue(newValue, forKey: key) }
+        return storage.removeValue(forKey: key)
+      }
+      _ = old
+    }
+  }
+
+  /// The value stored under `key` if it has type `type`, else nil.
+  public subscript<Value: Sendable>(key: String, as type: Value.Type) -> Value? {
+    lock.withLock { storage[key] as? Value }
+  }
+
+  /// The keys present now, in no particular order.
+  public var keys: [String] {
+    lock.withLock { Array(storage.keys) }
+  }
+
+  /// How many entries are stored.
+  public var count: Int {
+    lock.withLock { storage.count }
+  }
+
+  /// Runs `body` with exclusive access to the whole store and returns its result: for
+  /// read-modify-write sequences that must not interleave with another thread's access.
+  /// Do not touch the same dictionary inside `body` (the lock is not recursive; doing so
+  /// stops the process).
+  public func update<Result, Failure: Error>(
+    _ body: (inout [String: any Sendable]) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(&storage) }
+  }
+
+  /// Removes every entry (releasing the values outside the lock, so their deinitializers may
+  /// use the dictionary).
+  public func removeAll() {
+    let old = lock.withLock { () -> [String: any Sendable] in
+      let old = storage
+      storage = [:]
+      return old
+    }
+    _ = old
+  }
+}

@@ -1,0 +1,100 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A typed value each thread has its own copy of: POSIX thread-specific data
+/// (`pthread_key_create`, `pthread_getspecific`), with an initial value and a destructor.
+///
+/// Declare one, usually as a global or static constant, and every thread that reads
+/// ``value`` gets its own copy, created by `initialValue` on that thread's first access.
+/// When a thread that has a copy ends, `destructor` runs on that thread with the final value
+/// (the POSIX key destructor). Copies never cross threads, so `Value` need not be `Sendable`.
+///
+/// ```swift
+/// let scratch = ThreadLocal<[UInt8]>(initialValue: { [UInt8](repeating: 0, count: 4096) })
+/// let requests = ThreadLocal<Int>(initialValue: { 0 }, destructor: { count in
+///     log("this thread served \(count) requests")
+/// })
+/// requests.value += 1
+/// ```
+///
+/// Notes:
+/// - Destructors run when a thread ends; not for the main thread at process exit (POSIX
+///   runs no key destructors in `exit`), and not for copies left when the `ThreadLocal`
+///   itself is deinitialized (the key is deleted; those copies are leaked).
+/// - Linux offers at most 1024 keys per process (`PTHREAD_KEYS_MAX`); creating more
+///   stops the process. Make thread-locals long-lived constants, not per-object values.
+/// - Inside a destructor, ``Thread/current`` may already be a fresh object (the order in
+///   which POSIX runs key destructors is unspecified).
+public final class ThreadLocal<Value>: @unchecked Sendable {
+  // @unchecked: the key is immutable; each thread's slot is reached only from its thread;
+  // the closures are Sendable.
+  private let key: pthread_key_t
+  private let initialValue: @Sendable () -> Value
+  private let destructor: (@Sendable (Value) -> Void)?
+
+  /// Creates a thread-local whose copies start as `initialValue()` (called on each thread's
+  /// first access) and are passed to `destructor` when their thread ends.
+  ///
+  /// Stops the process if the system has no key left (`pthread_key_create` `EAGAIN`: 1024
+  /// keys, a programming error) or no memory.
+  public init(
+    initialValue: @escaping @Sendable () -> Value, destructor: (@Sendable (Value) -> Void)? = nil
+  ) {
+    var key = pthread_key_t()
+    checkOrDie(
+      pthread_key_create(&key) { slot in
+        guard let slot else { return }
+        Unmanaged<ThreadLocalSlot>.fromOpaque(slot).takeRetainedValue().destroy()
+      }, "pthread_key_create")
+    self.key = key
+    self.initialValue = initialValue
+    self.destructor = destructor
+  }
+
+  deinit {
+    checkOrDie(pthread_key_delete(key), "pthread_key_delete")
+  }
+
+  /// The calling thread's copy, created from `initialValue` on first access.
+  public var value: Value {
+    get { slot().value }
+    set { slot().value = newValue }
+  }
+
+  /// Runs `body` with in-place access to the calling thread's copy (no copy of a large value).
+  public func withValue<Result, Failure: Error>(
+    _ body: (inout Value) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    let slot = slot()
+    return try body(&slot.value)
+  }
+
+  /// Whether the calling thread has a copy yet.
+  public var hasValue: Bool {
+    pthread_getspecific(key) != nil
+  }
+
+  /// Removes the calling thread's copy without running the destructor; the next access
+  /// starts again from `initialValue`.
+  public func removeValue() {
+    guard let slot = pthread_getspecific(key) else { return }
+    checkOrDie(pthread_setspecific(key, nil), "pthread_setspecific")
+    Unmanaged<ThreadLocalSlot>.fromOpaque(slot).release()
+  }
+
+  private func slot() -> TypedThreadLocalSlot<Value> {
+    if let slot = pthread_getspecific(key) {
+      return unsafeDowncast(
+        Unmanaged<ThreadLocalSlot>.fromOpaque(slot).takeUnretainedValue(), to: TypedThreadLocalSlot<Value>.self)
+    }
+    let slot = TypedThreadLocalSlot(value: initialValue(), destructor: destructor)
+    let retained = Unmanaged<ThreadLocalSlot>.passRetained(slot)
+    let result = pthread_setspecific(key, retained.toOpaque())
+    if result != 0 {
+      retained.release()
+      checkOrDie(result, "pthread_setspecific")
+    }
+    return slot
+  }
+}

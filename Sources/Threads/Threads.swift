@@ -1,1 +1,0 @@
-// The Threads module arrives with its issue.

@@ -1,0 +1,157 @@
+import Glibc
+import Sync
+import Testing
+
+/// A fresh private directory under /tmp, removed with its contents by `remove()`.
+struct ScratchDirectory {
+  let path: String
+
+  init() {
+    var template = Array("/tmp/tk-processlock-XXXXXX".utf8CString)
+    let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+    precondition(made != nil, "mkdtemp failed: errno \(errno)")
+    path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+  }
+
+  func remove() {
+    // Only lock files and their scratch files live here.
+    if let directory = opendir(path) {
+      while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+          String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+        }
+        if name != "." && name != ".." { _ = unlink(path + "/" + name) }
+      }
+      closedir(directory)
+    }
+    _ = rmdir(path)
+  }
+}
+
+@Suite("ProcessLock")
+struct ProcessLockTests {
+  @Test("tryLock takes a free lock, reports busy for a second object, unlock frees it")
+  func tryLockAndUnlock() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/app.lock"
+    let first = try ProcessLock(path: path)
+    let second = try ProcessLock(path: path)
+    #expect(try first.owner() == nil)
+    #expect(try first.tryLock())
+    #expect(first.isHeldByThisObject)
+    #expect(try !first.tryLock(), "held by this object: busy, never blocks")
+    #expect(try !second.tryLock())
+    #expect(!second.isHeldByThisObject)
+    try first.unlock()
+    #expect(!first.isHeldByThisObject)
+    #expect(try second.tryLock())
+    try second.unlock()
+    #expect(try first.owner() == nil)
+  }
+
+  @Test("the owner record names this process and host and the time it was taken")
+  func ownerRecord() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let lock = try ProcessLock(path: scratch.path + "/owner.lock")
+    var before = timespec()
+    clock_gettime(CLOCK_REALTIME, &before)
+    #expect(try lock.tryLock())
+    let owner = try #require(try lock.owner())
+    #expect(owner.processID == getpid())
+    var host = [CChar](repeating: 0, count: 256)
+    #expect(gethostname(&host, 255) == 0)
+    let hostName = host.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    #expect(owner.hostName == hostName)
+    #expect(owner.isAlive == true)
+    let seconds = owner.acquiredAt.components.seconds
+    #expect(seconds >= Int64(before.tv_sec) && seconds <= Int64(before.tv_sec) + 60)
+    #expect(try lock.lockDate() == owner.acquiredAt)
+    #expect(owner.description.contains("pid \(getpid())"))
+    try lock.unlock()
+    #expect(try lock.lockDate() == nil)
+  }
+
+  @Test("breakLock removes anyone's lock; the old holder's unlock then throws EPERM")
+  func breakLock() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/break.lock"
+    let holder = try ProcessLock(path: path)
+    let breaker = try ProcessLock(path: path)
+    #expect(try !breaker.breakLock(), "nothing to break")
+    #expect(try holder.tryLock())
+    #expect(try breaker.breakLock())
+    #expect(try breaker.tryLock(), "free after the break")
+    #expect(throws: SystemCallError(call: "ProcessLock.unlock", errno: EPERM)) {
+      try holder.unlock()
+    }
+    #expect(!holder.isHeldByThisObject)
+    #expect(try breaker.owner()?.processID == getpid(), "the breaker's lock was left alone")
+    try breaker.unlock()
+  }
+
+  @Test("a lock file without an owner record is held by an unknown owner, not free")
+  func foreignLockFile() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/foreign.lock"
+    let fd = open(path, O_CREAT | O_WRONLY, 0o644)
+    #expect(fd >= 0)
+    #expect(write(fd, "junk", 4) == 4)
+    close(fd)
+    let lock = try ProcessLock(path: path)
+    let owner = try #require(try lock.owner())
+    #expect(owner.processID == 0)
+    #expect(try !lock.tryLock())
+    #expect(try lock.breakLock())
+    #expect(try lock.tryLock())
+    try lock.unlock()
+  }
+
+  @Test("a directory that does not exist, or is not a directory, is a SystemCallError")
+  func missingDirectory() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    #expect(throws: SystemCallError(call: "access", errno: ENOENT)) {
+      _ = try ProcessLock(path: scratch.path + "/no/such/dir/x.lock")
+    }
+    let file = scratch.path + "/plain"
+    let fd = open(file, O_CREAT | O_WRONLY, 0o644)
+    #expect(fd >= 0)
+    close(fd)
+    #expect(throws: SystemCallError.self) {
+      _ = try ProcessLock(path: file + "/x.lock")
+    }
+    _ = try ProcessLock(path: "relative.lock")  // the current directory is writable here
+  }
+
+  @Test("a directory this process may not write to is a SystemCallError")
+  func unwritableDirectory() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let readOnly = scratch.path + "/readonly"
+    #expect(mkdir(readOnly, 0o555) == 0)
+    defer { rmdir(readOnly) }
+    if geteuid() == 0 {
+      // root may write anywhere; /proc is not writable even for root.
+      #expect(throws: SystemCallError.self) {
+        let lock = try ProcessLock(path: "/proc/tk-test.lock")
+        _ = try lock.tryLock()
+      }
+    } else {
+      #expect(throws: SystemCallError(call: "access", errno: EACCES)) {
+        _ = try ProcessLock(path: readOnly + "/x.lock")
+      }
+    }
+  }
+
+  @Test("unlocking a lock this object does not hold is reported")
+  func unlockMisuse() async {
+    await #expect(processExitsWith: .failure) {
+      let lock = try ProcessLock(path: "/tmp/tk-processlock-misuse-\(getpid()).lock")
+      try lock.unlock()
+    }
+  }
+}

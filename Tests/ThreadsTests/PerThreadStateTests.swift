@@ -1,0 +1,135 @@
+import Sync
+import Testing
+
+@testable import Threads
+
+/// Counts its deinitializations into a shared counter.
+final class ReleaseProbe: Sendable {
+  let released: AtomicInteger<Int>
+  init(_ released: AtomicInteger<Int>) { self.released = released }
+  deinit { _ = released.increment(ordering: .full) }
+}
+
+@Suite("Thread dictionary")
+struct ThreadDictionaryTests {
+  @Test func eachThreadHasItsOwnDictionary() throws {
+    Thread.current.threadDictionary["owner"] = "test"
+    let workers = try (0..<3).map { index in
+      try Thread.spawn { () -> (String?, Int?) in
+        let before = Thread.current.threadDictionary["owner", as: String.self]
+        Thread.current.threadDictionary["index"] = index
+        return (before, Thread.current.threadDictionary["index", as: Int.self])
+      }
+    }
+    let results = workers.map { $0.join() }
+    #expect(results.map(\.0) == [nil, nil, nil])
+    #expect(results.map(\.1) == [0, 1, 2])
+    #expect(Thread.current.threadDictionary["owner", as: String.self] == "test")
+    #expect(Thread.current.threadDictionary["index"] == nil)
+    Thread.current.threadDictionary["owner"] = nil
+    #expect(Thread.current.threadDictionary["owner"] == nil)
+  }
+
+  @Test func valuesAreReleasedWhenTheThreadEnds() throws {
+    let released = AtomicInteger<Int>(0)
+    let worker = try Thread.spawn { () -> Int in
+      Thread.current.threadDictionary["probe"] = ReleaseProbe(released)
+      return Thread.current.threadDictionary.count
+    }
+    #expect(worker.join() == 1)
+    #expect(released.load(ordering: .full) == 1)
+    #expect(worker.thread.threadDictionary.count == 0)
+  }
+
+  @Test func anotherThreadCanWriteThroughTheThreadObject() throws {
+    let started = TestLatch()
+    let worker = try Thread.spawn { () -> Bool in
+      Thread.current.threadDictionary["stop"] = false
+      started.open()
+      while !(Thread.current.threadDictionary["stop", as: Bool.self] ?? false) { Thread.yield() }
+      return true
+    }
+    started.wait()
+    worker.thread.threadDictionary["stop"] = true
+    #expect(worker.join())
+  }
+
+  @Test func updateIsAtomic() throws {
+    Thread.current.threadDictionary["counter"] = 0
+    let target = Thread.current
+    let workers = try (0..<4).map { _ in
+      try Thread.spawn {
+        for _ in 0..<1000 {
+          target.threadDictionary.update { $0["counter"] = (($0["counter"] as? Int) ?? 0) + 1 }
+        }
+      }
+    }
+    for worker in workers { worker.join() }
+    #expect(Thread.current.threadDictionary["counter", as: Int.self] == 4000)
+    #expect(Thread.current.threadDictionary.keys.contains("counter"))
+    Thread.current.threadDictionary.removeAll()
+  }
+}
+
+@Suite("ThreadLocal")
+struct ThreadLocalTests {
+  @Test func eachThreadStartsFromTheInitialValue() throws {
+    let local = ThreadLocal<Int>(initialValue: { 10 })
+    local.value = 99
+    let workers = try (0..<3).map { index in
+      try Thread.spawn { () -> (Bool, Int, Int) in
+        let had = local.hasValue
+        let initial = local.value
+        local.value += index
+        return (had, initial, local.value)
+      }
+    }
+    let results = workers.map { $0.join() }
+    #expect(results.map(\.0) == [false, false, false])
+    #expect(results.map(\.1) == [10, 10, 10])
+    #expect(results.map(\.2) == [10, 11, 12])
+    #expect(local.value == 99)
+  }
+
+  @Test func destructorRunsAtThreadExitWithTheFinalValue() throws {
+    let finals = TestBox<[Int]>([])
+    let local = ThreadLocal<Int>(initialValue: { 0 }, destructor: { value in finals.update { $0.append(value) } })
+    let worker = try Thread.spawn {
+      local.withValue { $0 += 5 }
+      local.value *= 2
+    }
+    worker.join()
+    #expect(finals.value == [10])
+  }
+
+  @Test func destructorDoesNotRunForAThreadThatNeverTouchedIt() throws {
+    let count = AtomicInteger<Int>(0)
+    let local = ThreadLocal<Int>(initialValue: { 0 }, destructor: { _ in _ = count.increment(ordering: .full) })
+    try Thread.spawn {}.join()
+    try Thread.spawn { _ = local.value }.join()
+    #expect(count.load(ordering: .full) == 1)
+  }
+
+  @Test func removeValueStartsOverWithoutTheDestructor() throws {
+    let count = AtomicInteger<Int>(0)
+    let local = ThreadLocal<Int>(initialValue: { 1 }, destructor: { _ in _ = count.increment(ordering: .full) })
+    let worker = try Thread.spawn { () -> Int in
+      local.value = 7
+      local.removeValue()
+      return local.value
+    }
+    #expect(worker.join() == 1)
+    #expect(count.load(ordering: .full) == 1)  // only the second copy, at exit
+  }
+
+  @Test func nonSendableValuesStayOnTheirThread() throws {
+    final class Counter { var value = 0 }
+    let local = ThreadLocal<Counter>(initialValue: { Counter() })
+    let worker = try Thread.spawn { () -> Int in
+      local.value.value += 3
+      return local.value.value
+    }
+    #expect(worker.join() == 3)
+    #expect(local.value.value == 0)
+  }
+}

@@ -1,0 +1,140 @@
+import Testing
+
+@testable import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Errors escaping detached threads, and critical threads at process exit.
+@Suite("Detached errors and critical threads", .serialized)
+struct ProcessExitTests {
+  struct DiskFull: Error {}
+
+  @Test func applicationHandlerReceivesTheErrorAndTheThread() throws {
+    let latch = TestLatch()
+    let seen = TestBox<(String, String?)?>(nil)
+    Thread.detachedErrorHandler = { error, thread in
+      seen.value = ("\(error)", thread.name)
+      latch.open()
+    }
+    defer { Thread.resetDetachedErrorHandler() }
+    try Thread.detach(name: "saver") { throw DiskFull() }
+    latch.wait()
+    #expect(seen.value?.0 == "DiskFull()")
+    #expect(seen.value?.1 == "saver")
+  }
+
+  @Test func errorOfAJoinableThreadDetachedLaterIsReported() throws {
+    let latch = TestLatch()
+    let seen = TestBox<String?>(nil)
+    Thread.detachedErrorHandler = { _, thread in
+      seen.value = thread.name
+      latch.open()
+    }
+    defer { Thread.resetDetachedErrorHandler() }
+    let worker = try Thread.spawn(name: "late") { () throws(DiskFull) in throw DiskFull() }
+    worker.detach()
+    latch.wait()
+    #expect(seen.value == "late")
+  }
+
+  @Test func droppingAnUnjoinedHandleDetachesAndReportsTheError() throws {
+    let latch = TestLatch()
+    let seen = TestBox<String?>(nil)
+    Thread.detachedErrorHandler = { _, thread in
+      seen.value = thread.name
+      latch.open()
+    }
+    defer { Thread.resetDetachedErrorHandler() }
+    do {
+      _ = try Thread.spawn(name: "dropped") { () throws(DiskFull) in throw DiskFull() }
+    }
+    latch.wait()
+    #expect(seen.value == "dropped")
+  }
+
+  @Test func criticalThreadThatCallsExitItselfDoesNotWaitForItself() async {
+    await #expect(processExitsWith: .exitCode(7)) {
+      childCriticalThreadCallsExit()
+    }
+  }
+
+  @Test func defaultHandlerPrintsTheThreadsNameToStandardError() async throws {
+    let result = try await #require(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      childThrowingFromACriticalDetachedThread()
+      exit(0)
+    }
+    let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+    #expect(text.contains("Thread \"archiver\""))
+    #expect(text.contains("DiskFull"))
+  }
+
+  @Test func criticalThreadFinishesWritingBeforeTheProcessExits() async throws {
+    let path = "/tmp/threads-critical-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).txt"
+    defer { unlink(path) }
+    await #expect(processExitsWith: .success) { [path = path as String] in
+      childStartsCriticalWriterThenExits(path: path)
+      exit(0)  // runs atexit handlers: the toolkit waits for the writer
+    }
+    let contents = try #require(readWholeFile(path))
+    let lines = contents.split(separator: "\n")
+    #expect(lines.count == criticalLineCount)
+    #expect(lines.last == "line \(criticalLineCount - 1)")
+  }
+}
+
+let criticalLineCount = 50
+
+/// Child body: a critical detached thread throws after the child's main code has moved on.
+func childThrowingFromACriticalDetachedThread() {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  _ = try? Thread.detach(name: "archiver", configuration: configuration) {
+    Thread.sleep(for: .milliseconds(20))  // makes it outlive the caller; not synchronization
+    throw ProcessExitTests.DiskFull()
+  }
+}
+
+/// Child body: a critical thread ends the process with exit(7) while it is still counted.
+func childCriticalThreadCallsExit() {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  let worker = try? Thread.spawn(configuration: configuration) { exit(7) }
+  worker?.join()  // never returns: the worker's exit ends the process
+  exit(1)
+}
+
+/// Child body: starts a slow critical writer and returns at once.
+func childStartsCriticalWriterThenExits(path: String) {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  do {
+    try Thread.detach(name: "writer", configuration: configuration) {
+      let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+      precondition(descriptor >= 0)
+      for index in 0..<criticalLineCount {
+        var line = "line \(index)\n"
+        line.withUTF8 { bytes in precondition(write(descriptor, bytes.baseAddress, bytes.count) == bytes.count) }
+        Thread.sleep(for: .milliseconds(2))  // slow work the exit must not cut off
+      }
+      precondition(close(descriptor) == 0)
+    }
+  } catch {
+    exit(3)
+  }
+}
+
+func readWholeFile(_ path: String) -> String? {
+  let descriptor = open(path, O_RDONLY)
+  guard descriptor >= 0 else { return nil }
+  defer { close(descriptor) }
+  var bytes: [UInt8] = []
+  var buffer = [UInt8](repeating: 0, count: 4096)
+  while true {
+    let count = read(descriptor, &buffer, buffer.count)
+    if count <= 0 { break }
+    bytes += buffer[0..<count]
+  }
+  return String(decoding: bytes, as: UTF8.self)
+}

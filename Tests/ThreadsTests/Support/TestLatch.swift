@@ -1,0 +1,71 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A one-shot latch for tests: `open()` once, `wait()` blocks until then. Built on a raw
+/// pthread mutex and condition so it depends on nothing under test.
+final class TestLatch: @unchecked Sendable {
+  private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+  private var isOpen = false  // guarded by `mutex`
+
+  init() {
+    precondition(pthread_mutex_init(mutex, nil) == 0)
+    precondition(pthread_cond_init(condition, nil) == 0)
+  }
+
+  deinit {
+    precondition(pthread_cond_destroy(condition) == 0)
+    precondition(pthread_mutex_destroy(mutex) == 0)
+    mutex.deallocate()
+    condition.deallocate()
+  }
+
+  func open() {
+    precondition(pthread_mutex_lock(mutex) == 0)
+    isOpen = true
+    precondition(pthread_cond_broadcast(condition) == 0)
+    precondition(pthread_mutex_unlock(mutex) == 0)
+  }
+
+  func wait() {
+    precondition(pthread_mutex_lock(mutex) == 0)
+    while !isOpen { precondition(pthread_cond_wait(condition, mutex) == 0) }
+    precondition(pthread_mutex_unlock(mutex) == 0)
+  }
+}
+
+/// A value box for passing results out of test threads; guarded by a pthread mutex.
+final class TestBox<Value: Sendable>: @unchecked Sendable {
+  private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  private var stored: Value
+
+  init(_ value: Value) {
+    stored = value
+    precondition(pthread_mutex_init(mutex, nil) == 0)
+  }
+
+  deinit {
+    precondition(pthread_mutex_destroy(mutex) == 0)
+    mutex.deallocate()
+  }
+
+  var value: Value {
+    get {
+      precondition(pthread_mutex_lock(mutex) == 0)
+      defer { precondition(pthread_mutex_unlock(mutex) == 0) }
+      return stored
+    }
+    set {
+      precondition(pthread_mutex_lock(mutex) == 0)
+      stored = newValue
+      precondition(pthread_mutex_unlock(mutex) == 0)
+    }
+  }
+
+  func update(_ body: (inout Value) -> Void) {
+    precondition(pthread_mutex_lock(mutex) == 0)
+    body(&stored)
+    precondition(pthread_mutex_unlock(mutex) == 0)
+  }
+}
