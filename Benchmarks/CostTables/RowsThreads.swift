@@ -17,6 +17,9 @@
 //   thread.kernel-stack-bytes    per parked thread: /proc/meminfo KernelStack delta / N
 //   thread.kernel-slab-bytes     per parked thread: /proc/meminfo SUnreclaim delta / N (the
 //                                task_struct and friends; noisy, other activity counts too)
+//   thread.kernel-objects-bytes  the same objects by their slab sizes (/proc/slabinfo, root)
+//   thread.process-resident-bytes per parked thread: VmRSS delta / N (user side: stack pages
+//                                touched, TLS, the toolkit's objects)
 // All subjects use a 512 KiB stack except where a row says otherwise. glibc caches freed
 // stacks, so create loops reuse mappings (as real programs do).
 
@@ -159,6 +162,15 @@ func registerThreadsBenchmarks(_ harness: Harness) {
       rssPerThread.append(Double(after.residentSet - before.residentSet) / Double(count))
     }
     harness.record(id: "thread.kernel-stack-bytes", subject: "Linux (KernelStack / thread)", group: group, nanoseconds: stackPerThread)
+    // The per-thread kernel objects by their slab sizes (root only): the task_struct, its pid,
+    // and the two VMAs of the stack (stack and guard). Signal, file and mm structures are
+    // shared by the threads of a process.
+    if let slab = slabObjectSizes(["task_struct", "pid", "vm_area_struct"]), slab.count == 3 {
+      let bytes = Double(slab["task_struct"]! + slab["pid"]! + 2 * slab["vm_area_struct"]!)
+      harness.record(
+        id: "thread.kernel-objects-bytes", subject: "Linux (task_struct + pid + 2 VMAs, /proc/slabinfo)",
+        group: group, nanoseconds: [bytes])
+    }
     harness.record(id: "thread.kernel-slab-bytes", subject: "Linux (SUnreclaim / thread)", group: group, nanoseconds: slabPerThread)
     harness.record(id: "thread.process-resident-bytes", subject: "Threads.Thread (VmRSS / parked thread)", group: group, nanoseconds: rssPerThread)
   }
@@ -283,6 +295,19 @@ private func memoryCounters() -> (kernelStack: Int, unreclaimableSlab: Int, resi
     rss = kilobytes(line) * 1024
   }
   return (kernelStack, slab, rss)
+}
+
+/// Object sizes of the named slab caches from /proc/slabinfo (readable by root), or nil.
+private func slabObjectSizes(_ names: Set<String>) -> [String: Int]? {
+  let text = readProcFile("/proc/slabinfo")
+  if text.isEmpty { return nil }
+  var sizes: [String: Int] = [:]
+  for line in text.split(separator: "\n") {
+    let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+    guard fields.count > 3, names.contains(String(fields[0])), let size = Int(fields[3]) else { continue }
+    sizes[String(fields[0])] = size
+  }
+  return sizes
 }
 
 private func kilobytes(_ line: Substring) -> Int {

@@ -1,1 +1,850 @@
-// The RunLoop module arrives with its issue.
+import CThreadingShims
+import Sync
+
+/// A thread's event loop: waits for custom sources, timers, queued blocks and explicit
+/// wake-ups, and dispatches them on its thread (the guide's run loop, with Core Foundation's
+/// semantics and thread-safety rule).
+///
+/// Every thread has exactly one run loop, created on first use through ``current`` and
+/// released when the thread ends; the main thread's run loop is reachable from any thread as
+/// ``main``. A run loop does nothing until its own thread runs it, in one concrete mode
+/// (``RunLoopMode``), with ``run()``, ``run(until:)`` or
+/// ``run(mode:before:returnAfterSourceHandled:)``.
+///
+/// **One pass** (observers see exactly this, see ``RunLoopActivity``): entry (once per run
+/// call); before-timers; before-sources; queued blocks; signalled custom sources (lowest order
+/// first); blocks again if a source fired; before-waiting (skipped for a zero-timeout run and
+/// when a source fired); sleep until a timer, the run's deadline or a wake-up; after-waiting
+/// (only if it slept); due timers fire; blocks; then the run returns handled-source, timed-out,
+/// stopped or finished, or makes another pass; exit (once per run call).
+///
+/// **Items added during a pass** (by a callback, or by another thread) are seen from the next
+/// point that looks at them, as in Core Foundation: an observer at the next notification, a
+/// signalled source at the next source step, a timer at the next check after a wait, a block
+/// at the next block step (blocks queued while blocks run wait for the next step).
+///
+/// **Where this differs from Core Foundation** (each on purpose): deadlines and timers use the
+/// monotonic clock; timers never fire early; a mode left with nothing that could end a wait
+/// (no sources, timers or blocks) ends the run with `finished` instead of sleeping until the
+/// deadline; and a `Threads` exit request for the loop's thread stops its innermost run.
+/// A `stop` or `wakeUp` while the loop is not running is dropped, as in Core Foundation.
+///
+/// **Thread safety**: every method may be called from any thread (the Core Foundation rule),
+/// except that running the loop is reserved to its thread. Callbacks run on the loop's thread
+/// without any lock held, so they may call back into the loop, including running it nested.
+///
+/// **Linux backend**: one epoll set, one coalesced eventfd for wake-ups, one
+/// `CLOCK_MONOTONIC` timerfd armed with absolute nanosecond deadlines to the earliest instant
+/// the loop must wake at (re-armed only when that instant changes). A zero-timeout pass with
+/// nothing but timers, sources and blocks makes no system call at all.
+///
+/// The type is named like Foundation's; a client importing both writes `RunLoop::RunLoop`.
+///
+/// ```swift
+/// let runLoop = RunLoop.current
+/// let timer = RunLoopTimer(after: .milliseconds(100)) { _ in print("fired") }
+/// runLoop.add(timer, forMode: .default)
+/// let result = runLoop.run(mode: .default, timeout: .seconds(1))   // .finished once it fired
+/// ```
+///
+/// Core Foundation equivalent: `CFRunLoopRef` (`CFRunLoopGetCurrent`, `CFRunLoopRunInMode`, ...).
+public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
+  // @unchecked: the mutable state is protected by `lock` as each field says; `backend`'s
+  // descriptors are immutable and it is used as its own doc comment allows.
+
+  /// The wait primitive (epoll + eventfd + timerfd).
+  let backend: EpollBackend
+  /// The owning thread's `tk_thread_self()` value; 0 for the main run loop until the main
+  /// thread first asks for it. Written once.
+  let ownerTag: AtomicInteger<UInt>
+
+  /// Protects every `var` below, and the contents of the `ModeItems` and `Activation`
+  /// objects they reference. Never held while a callback runs. Lock order: this lock, then
+  /// an item's lock.
+  let lock = Mutex()
+  /// Modes by name, created on first mention. Protected by `lock`.
+  var modes: [RunLoopMode: ModeItems] = [:]
+  /// The common modes; only grows. Protected by `lock`.
+  var commonModeNames: Set<RunLoopMode> = [.default]
+  /// Items added to `.common`, re-added to every mode that becomes common. Protected by `lock`.
+  var commonSources: [RunLoopSource] = []
+  /// See `commonSources`. Protected by `lock`.
+  var commonTimers: [RunLoopTimer] = []
+  /// See `commonSources`. Protected by `lock`.
+  var commonObservers: [RunLoopObserver] = []
+  /// Blocks queued by `perform`, FIFO. Protected by `lock`.
+  var blocks: [QueuedBlock] = []
+  /// Active run calls, innermost last. Protected by `lock`.
+  var activations: [Activation] = []
+  /// True while the owning thread blocks in epoll_wait. Protected by `lock`.
+  var isSleeping = false
+  /// The wake-up state, read and updated with atomics so `wakeUp` never takes `lock` (a
+  /// signalling thread must not contend with the loop's own passes):
+  ///
+  /// | bit | set by | cleared by | meaning |
+  /// |---|---|---|---|
+  /// | `ignoringWakeUps` | owner: after a wait, and while not running | owner: top of a pass | the loop will re-check everything before it sleeps again: no write needed |
+  /// | `wakeUpPending` | `wakeUp` (compare-and-swap, then one eventfd write) | owner: on seeing the eventfd's epoll event | a write is outstanding: further wake-ups coalesce |
+  /// | `wakeUpDropped` | `wakeUp` while ignoring | owner: top of an outermost pass | a nested run may have swallowed a wake-up meant for an outer one |
+  ///
+  /// Why no wake-up is lost: the owner clears `ignoringWakeUps` (a full-barrier RMW) before it
+  /// reads sources, blocks and the stop flag; a client writes those (under their locks) before
+  /// it reads this word with a full barrier. So either the owner sees the client's change, or
+  /// the client sees the bit clear and writes the eventfd, which ends the coming sleep.
+  let wakeState = AtomicInteger<UInt32>(RunLoop.ignoringWakeUps)
+  static let ignoringWakeUps: UInt32 = 1
+  static let wakeUpPending: UInt32 = 2
+  static let wakeUpDropped: UInt32 = 4
+  /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
+  /// unknown, so the next arming always happens). Protected by `lock`.
+  var armedDeadline: MonotonicInstant = .distantFuture
+  /// How many descriptor members (issue 6) are in the epoll set; with none, a polling pass
+  /// needs no epoll_wait. Protected by `lock`.
+  var memberCount = 0
+
+  /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
+  let defaultItems = ModeItems(name: .default)
+
+  init(ownerTag: UInt) throws(SystemCallError) {
+    backend = try EpollBackend()
+    self.ownerTag = AtomicInteger(ownerTag)
+    modes[.default] = defaultItems
+  }
+
+  // MARK: Getting a run loop
+
+  /// The calling thread's run loop, created on first use and released when the thread ends.
+  ///
+  /// Creating a run loop opens three descriptors (epoll, eventfd, timerfd); if the system
+  /// refuses them (`EMFILE`, `ENOMEM`), the process stops with a message naming the failed
+  /// call: use ``currentOrThrow()`` to handle that case. (`CFRunLoopGetCurrent`)
+  public static var current: RunLoop {
+    do {
+      return try CurrentRunLoopStorage.current()
+    } catch {
+      fatalError("RunLoop.current: \(error)")
+    }
+  }
+
+  /// The calling thread's run loop, created on first use; throws the ``SystemCallError`` of
+  /// the descriptor call that failed when it cannot be created.
+  public static func currentOrThrow() throws(SystemCallError) -> RunLoop {
+    try CurrentRunLoopStorage.current()
+  }
+
+  /// The main thread's run loop, reachable from any thread (it can only be run by the main
+  /// thread). Stops the process if its descriptors cannot be created. (`CFRunLoopGetMain`)
+  public static var main: RunLoop {
+    do {
+      return try CurrentRunLoopStorage.main()
+    } catch {
+      fatalError("RunLoop.main: \(error)")
+    }
+  }
+
+  /// Records the main thread as the owner of the main run loop created by another thread.
+  func claimOwnership() {
+    _ = ownerTag.compareAndSwap(expected: 0, desired: tk_thread_self(), ordering: .full)
+  }
+
+  /// Whether the calling thread owns this run loop.
+  var isOwnedByCurrentThread: Bool {
+    let owner = ownerTag.load(ordering: .acquiring)
+    if owner == tk_thread_self() { return true }
+    if owner == 0 && CurrentRunLoopStorage.isMainThread {
+      claimOwnership()
+      return true
+    }
+    return false
+  }
+
+  /// Called by the thread-exit destructor: drops every item (custom sources get their
+  /// `cancel` callbacks), so nothing keeps the loop alive after its thread is gone.
+  func threadDidExit() {
+    let (sources, timers, observers) = lock.withLock {
+      () -> ([(RunLoopSource, RunLoopMode)], [RunLoopTimer], [RunLoopObserver]) in
+      var sources: [(RunLoopSource, RunLoopMode)] = []
+      var timers: [RunLoopTimer] = []
+      var observers: [RunLoopObserver] = []
+      for (name, mode) in modes {
+        sources += mode.sources.map { ($0, name) }
+        timers += mode.timers
+        observers += mode.observers
+        mode.sources = []
+        mode.timers = []
+        mode.observers = []
+        mode.observerMask = 0
+      }
+      commonSources = []
+      commonTimers = []
+      commonObservers = []
+      blocks = []
+      return (sources, timers, observers)
+    }
+    for timer in timers { timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } } }
+    for observer in observers {
+      observer.lock.withLock { if observer.runLoop === self { observer.runLoop = nil } }
+    }
+    for (source, mode) in sources { source.cancelCallback?(self, mode) }
+  }
+
+  // MARK: Modes
+
+  /// The mode of the innermost active run call, or nil when the loop is not running.
+  /// (`CFRunLoopCopyCurrentMode`)
+  public var currentMode: RunLoopMode? {
+    lock.withLock { activations.last?.mode.name }
+  }
+
+  /// The modes in the common set (initially only ``RunLoopMode/default``).
+  public var commonModes: Set<RunLoopMode> {
+    lock.withLock { commonModeNames }
+  }
+
+  /// Every mode the loop knows (modes are created when first mentioned).
+  /// (`CFRunLoopCopyAllModes`)
+  public var allModes: Set<RunLoopMode> {
+    lock.withLock { Set(modes.keys) }
+  }
+
+  /// Adds `mode` to the common set: every item added to ``RunLoopMode/common`` (before or
+  /// after) is present in it too. A mode never leaves the set. Adding
+  /// ``RunLoopMode/common`` itself stops the process with a message.
+  /// (`CFRunLoopAddCommonMode`)
+  public func addCommonMode(_ mode: RunLoopMode) {
+    if mode == .common { runLoopMisuse("RunLoop", "addCommonMode(.common): the common pseudo-mode cannot be a common mode") }
+    let scheduled: [RunLoopSource] = lock.withLock {
+      guard !commonModeNames.contains(mode) else { return [] }
+      commonModeNames.insert(mode)
+      let items = modeItems(mode)
+      var scheduled: [RunLoopSource] = []
+      for source in commonSources where source.isValid && items.insert(source) { scheduled.append(source) }
+      for timer in commonTimers where timer.isValid { _ = items.insert(timer) }
+      for observer in commonObservers where observer.isValid { _ = items.insert(observer) }
+      return scheduled
+    }
+    for source in scheduled { source.scheduleCallback?(self, mode) }
+    timerScheduleDidChange()
+  }
+
+  /// The items of `mode`, created if needed. Called with `lock` held.
+  func modeItems(_ mode: RunLoopMode) -> ModeItems {
+    if let items = modes[mode] { return items }
+    let items = ModeItems(name: mode)
+    modes[mode] = items
+    return items
+  }
+
+  /// The concrete modes `mode` stands for. Called with `lock` held.
+  func concreteModes(_ mode: RunLoopMode) -> [RunLoopMode] {
+    mode == .common ? Array(commonModeNames) : [mode]
+  }
+
+  // MARK: Sources
+
+  /// Adds `source` to `mode` (to every common mode for ``RunLoopMode/common``) and calls its
+  /// `schedule` callback for each mode it entered, on the calling thread. Adding a source
+  /// twice to a mode is harmless. Returns false, adding nothing, when the source was
+  /// invalidated. Does not wake the loop. (`CFRunLoopAddSource`)
+  @discardableResult
+  public func add(_ source: RunLoopSource, forMode mode: RunLoopMode) -> Bool {
+    var entered: [RunLoopMode] = []
+    let added: Bool = lock.withLock {
+      guard source.register(in: self) else { return false }
+      if mode == .common && !commonSources.contains(where: { $0 === source }) {
+        commonSources.append(source)
+      }
+      for name in concreteModes(mode) where modeItems(name).insert(source) {
+        entered.append(name)
+      }
+      return true
+    }
+    for name in entered { source.scheduleCallback?(self, name) }
+    return added
+  }
+
+  /// Removes `source` from `mode` (from every common mode for ``RunLoopMode/common``),
+  /// calling its `cancel` callback for each mode it left. Removing what was never added is
+  /// harmless. (`CFRunLoopRemoveSource`)
+  public func remove(_ source: RunLoopSource, forMode mode: RunLoopMode) {
+    let left: [RunLoopMode] = lock.withLock {
+      if mode == .common {
+        guard let index = commonSources.firstIndex(where: { $0 === source }) else { return [] }
+        commonSources.remove(at: index)
+      }
+      return concreteModes(mode).filter { modes[$0]?.remove(source) ?? false }
+    }
+    for name in left { source.cancelCallback?(self, name) }
+  }
+
+  /// Whether `source` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsSource`)
+  public func contains(_ source: RunLoopSource, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonSources.contains { $0 === source } }
+      return modes[mode]?.sources.contains { $0 === source } ?? false
+    }
+  }
+
+  /// Removes an invalidated source everywhere, calling `cancel` for each mode it left.
+  func removeFromEveryMode(_ source: RunLoopSource) {
+    let left: [RunLoopMode] = lock.withLock {
+      commonSources.removeAll { $0 === source }
+      return modes.values.filter { $0.remove(source) }.map(\.name)
+    }
+    for name in left { source.cancelCallback?(self, name) }
+  }
+
+  // MARK: Timers
+
+  /// Adds `timer` to `mode` (to every common mode for ``RunLoopMode/common``). Returns false,
+  /// adding nothing, when the timer was invalidated. A timer belongs to one run loop: adding
+  /// it to a second one stops the process with a message. If the loop sleeps in that mode
+  /// its timerfd is re-armed at once (no wake-up needed). (`CFRunLoopAddTimer`)
+  @discardableResult
+  public func add(_ timer: RunLoopTimer, forMode mode: RunLoopMode) -> Bool {
+    let outcome: Int = lock.withLock {
+      let claim: Int = timer.lock.withLock {
+        guard timer.valid else { return 0 }
+        if let owner = timer.runLoop, owner !== self { return -1 }
+        timer.runLoop = self
+        return 1
+      }
+      guard claim == 1 else { return claim }
+      if mode == .common && !commonTimers.contains(where: { $0 === timer }) {
+        commonTimers.append(timer)
+      }
+      for name in concreteModes(mode) { _ = modeItems(name).insert(timer) }
+      rearmIfSleeping()
+      return 1
+    }
+    if outcome < 0 {
+      runLoopMisuse("RunLoop", "add(timer): the timer is already scheduled in another run loop")
+    }
+    return outcome == 1
+  }
+
+  /// Removes `timer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless if
+  /// it is not there. Once in no mode, the timer may be added to another run loop.
+  /// (`CFRunLoopRemoveTimer`)
+  public func remove(_ timer: RunLoopTimer, forMode mode: RunLoopMode) {
+    lock.withLock {
+      if mode == .common {
+        guard let index = commonTimers.firstIndex(where: { $0 === timer }) else { return }
+        commonTimers.remove(at: index)
+      }
+      for name in concreteModes(mode) { _ = modes[name]?.remove(timer) }
+      releaseTimerIfUnscheduled(timer)
+    }
+  }
+
+  /// Whether `timer` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsTimer`)
+  public func contains(_ timer: RunLoopTimer, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonTimers.contains { $0 === timer } }
+      return modes[mode]?.timers.contains { $0 === timer } ?? false
+    }
+  }
+
+  /// The earliest scheduled fire date among `mode`'s valid timers, or nil.
+  /// (`CFRunLoopGetNextTimerFireDate`)
+  public func nextTimerFireDate(inMode mode: RunLoopMode) -> MonotonicInstant? {
+    lock.withLock {
+      modes[mode]?.timers.compactMap { timer in timer.lock.withLock { timer.valid ? timer.fireDate : nil } }.min()
+    }
+  }
+
+  /// Forgets the timer's owner once it is in no mode. Called with `lock` held.
+  func releaseTimerIfUnscheduled(_ timer: RunLoopTimer) {
+    if commonTimers.contains(where: { $0 === timer }) { return }
+    if modes.values.contains(where: { $0.timers.contains { $0 === timer } }) { return }
+    timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
+  }
+
+  /// Removes an invalidated timer everywhere.
+  func removeFromEveryMode(_ timer: RunLoopTimer) {
+    lock.withLock {
+      commonTimers.removeAll { $0 === timer }
+      for mode in modes.values { _ = mode.remove(timer) }
+      rearmIfSleeping()
+    }
+  }
+
+  /// A timer's fire date or tolerance changed: re-arm now if the loop sleeps.
+  func timerScheduleDidChange() {
+    lock.withLock { rearmIfSleeping() }
+  }
+
+  /// While the loop sleeps, moves the timerfd to the new wake instant of the mode it sleeps
+  /// in, so timer changes from other threads take effect without a wake-up. Called with
+  /// `lock` held.
+  func rearmIfSleeping() {
+    guard isSleeping, let activation = activations.last else { return }
+    let wakeAt = min(earliestWakeDeadline(activation.mode), currentRunDeadline)
+    if wakeAt != armedDeadline {
+      backend.armTimer(at: wakeAt)
+      armedDeadline = wakeAt
+    }
+  }
+
+  /// The deadline of the innermost run call. Protected by `lock`.
+  var currentRunDeadline: MonotonicInstant = .distantFuture
+
+  /// The instant the loop must wake at for `mode`'s timers: the minimum over valid, idle
+  /// timers of fire date plus tolerance (timers whose fire date has passed by then fire in
+  /// the same wake-up, which is how tolerance saves wake-ups). Called with `lock` held.
+  func earliestWakeDeadline(_ mode: ModeItems) -> MonotonicInstant {
+    var earliest = MonotonicInstant.distantFuture
+    for timer in mode.timers {
+      if let deadline = timer.latestWakeDeadline(), deadline < earliest { earliest = deadline }
+    }
+    return earliest
+  }
+
+  // MARK: Observers
+
+  /// Adds `observer` to `mode` (every common mode for ``RunLoopMode/common``). Returns false,
+  /// adding nothing, when it was invalidated; adding it to a second run loop stops the process
+  /// with a message. (`CFRunLoopAddObserver`)
+  @discardableResult
+  public func add(_ observer: RunLoopObserver, forMode mode: RunLoopMode) -> Bool {
+    let outcome: Int = lock.withLock {
+      let claim: Int = observer.lock.withLock {
+        guard observer.valid else { return 0 }
+        if let owner = observer.runLoop, owner !== self { return -1 }
+        observer.runLoop = self
+        return 1
+      }
+      guard claim == 1 else { return claim }
+      if mode == .common && !commonObservers.contains(where: { $0 === observer }) {
+        commonObservers.append(observer)
+      }
+      for name in concreteModes(mode) { _ = modeItems(name).insert(observer) }
+      return 1
+    }
+    if outcome < 0 {
+      runLoopMisuse("RunLoop", "add(observer): the observer belongs to another run loop")
+    }
+    return outcome == 1
+  }
+
+  /// Removes `observer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless
+  /// if it is not there. (`CFRunLoopRemoveObserver`)
+  public func remove(_ observer: RunLoopObserver, forMode mode: RunLoopMode) {
+    lock.withLock {
+      if mode == .common {
+        guard let index = commonObservers.firstIndex(where: { $0 === observer }) else { return }
+        commonObservers.remove(at: index)
+      }
+      for name in concreteModes(mode) { _ = modes[name]?.remove(observer) }
+    }
+  }
+
+  /// Whether `observer` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsObserver`)
+  public func contains(_ observer: RunLoopObserver, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonObservers.contains { $0 === observer } }
+      return modes[mode]?.observers.contains { $0 === observer } ?? false
+    }
+  }
+
+  /// Removes an invalidated observer everywhere.
+  func removeFromEveryMode(_ observer: RunLoopObserver) {
+    lock.withLock {
+      commonObservers.removeAll { $0 === observer }
+      for mode in modes.values { _ = mode.remove(observer) }
+    }
+  }
+
+  // MARK: Blocks
+
+  /// Queues `block` to run on the loop's thread during a pass in one of `modes`
+  /// (``RunLoopMode/common`` means every common mode), after the blocks queued before it.
+  /// Each pass runs every queued block whose mode matches. Does NOT wake a sleeping loop
+  /// (Core Foundation's rule): the block runs when the loop next makes a pass; use
+  /// ``performAndWakeUp(inModes:_:)`` for prompt execution. A queued block keeps its mode
+  /// non-empty, so a run in it does not return finished before the block ran.
+  /// (`CFRunLoopPerformBlock`)
+  public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
+    let item = QueuedBlock(modes: modes, block: block)
+    lock.withLock {
+      // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
+      for mode in modes where mode != .common && mode != .default && self.modes[mode] == nil {
+        _ = modeItems(mode)
+      }
+      blocks.append(item)
+    }
+  }
+
+  /// Queues `block` like ``perform(inModes:_:)`` and wakes the loop so a sleeping loop runs it
+  /// promptly. (`CFRunLoopPerformBlock` + `CFRunLoopWakeUp`)
+  public func performAndWakeUp(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
+    perform(inModes: modes, block)
+    wakeUp()
+  }
+
+  // MARK: Waking and stopping
+
+  /// Makes a sleeping loop wake up and re-check its sources, timers, blocks and stop
+  /// request. Coalesced: costs nothing when a wake-up is already pending, when the loop is
+  /// not running (it re-checks everything when it starts), or when it has just woken up and
+  /// is about to re-check; otherwise one eventfd write. Lock-free: never blocks.
+  /// (`CFRunLoopWakeUp`)
+  public func wakeUp() {
+    var state = wakeState.load(ordering: .full)
+    if state & RunLoop.ignoringWakeUps != 0 && state & RunLoop.wakeUpDropped == 0 {
+      _ = wakeState.or(RunLoop.wakeUpDropped, ordering: .full)
+      return
+    }
+    while state & (RunLoop.ignoringWakeUps | RunLoop.wakeUpPending) == 0 {
+      if wakeState.compareAndSwap(expected: state, desired: state | RunLoop.wakeUpPending, ordering: .full) {
+        backend.signalWakeUp()
+        return
+      }
+      state = wakeState.load(ordering: .full)
+    }
+  }
+
+  /// Ends the innermost active run call: it returns ``RunLoopRunResult/stopped`` at the end
+  /// of its current pass (at once if it sleeps). Outer nested runs continue. Does nothing when
+  /// the loop is not running (a later run is not affected, as in Core Foundation). Callable
+  /// from any thread. (`CFRunLoopStop`)
+  public func stop() {
+    let running: Bool = lock.withLock {
+      guard let activation = activations.last else { return false }
+      activation.stopped = true
+      return true
+    }
+    if running { wakeUp() }
+  }
+
+  /// Whether the loop is asleep waiting for an event. Meant for other threads (is it worth
+  /// waking?); about your own thread's loop it is always false. (`CFRunLoopIsWaiting`)
+  public var isWaiting: Bool {
+    lock.withLock { isSleeping }
+  }
+
+  // MARK: Running
+
+  /// Runs the loop in the default mode until ``stop()`` ends it or the mode has no sources or
+  /// timers left (it returns at once if it has none). Blocks the calling thread, which must
+  /// be the loop's own. (`CFRunLoopRun`)
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  public func run() {
+    while true {
+      let result = run(mode: .default, before: .distantFuture, returnAfterSourceHandled: false)
+      if result == .stopped || result == .finished { return }
+    }
+  }
+
+  /// Runs the loop in the default mode until `deadline` (monotonic clock), ``stop()``, or the
+  /// mode becoming empty, and says which. Blocks; the calling thread must be the loop's own.
+  /// Unlike Foundation's `run(until:)`, a stop ends it.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(until deadline: MonotonicInstant) -> RunLoopRunResult {
+    run(mode: .default, before: deadline, returnAfterSourceHandled: false)
+  }
+
+  /// Runs the loop in `mode` for at most `timeout` (monotonic clock). A zero or negative
+  /// timeout makes exactly one pass. See ``run(mode:before:returnAfterSourceHandled:)``.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(mode: RunLoopMode, timeout: Duration, returnAfterSourceHandled: Bool = false) -> RunLoopRunResult {
+    let deadline: MonotonicInstant = timeout <= .zero ? .distantPast : .after(timeout)
+    return run(mode: mode, before: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
+  }
+
+  /// Runs the loop in `mode` until `deadline` passes (``RunLoopRunResult/timedOut``),
+  /// ``stop()`` (``RunLoopRunResult/stopped``), the mode has no sources or timers
+  /// (``RunLoopRunResult/finished``, at once and without entry/exit notifications if it has
+  /// none on entry), or - when `returnAfterSourceHandled` - one custom source fired
+  /// (``RunLoopRunResult/handledSource``). A deadline already passed makes exactly one pass.
+  /// Runs nest: a callback may run the loop again in any mode; ``stop()`` ends the innermost.
+  ///
+  /// Blocks the calling thread. Misuse stops the process with a message: running another
+  /// thread's run loop, or running in ``RunLoopMode/common``. (`CFRunLoopRunInMode`, with a
+  /// monotonic deadline instead of a relative wall-clock interval)
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  public func run(mode: RunLoopMode, before deadline: MonotonicInstant, returnAfterSourceHandled: Bool = false)
+    -> RunLoopRunResult
+  {
+    guard isOwnedByCurrentThread else {
+      runLoopMisuse("RunLoop", "run: a run loop can only be run by its own thread")
+    }
+    if mode == .common {
+      runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
+    }
+    let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
+      guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
+      let activation = Activation(mode: items)
+      let previousDeadline = currentRunDeadline
+      activations.append(activation)
+      // A new activation ignores wake-ups until the top of its first pass.
+      _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+      currentRunDeadline = deadline
+      return (activation, previousDeadline, items.observerMask)
+    }
+    guard let (activation, previousDeadline, entryMask) = start else { return .finished }
+    let items = activation.mode
+    if entryMask & RunLoopActivity.entry.rawValue != 0 { notify(.entry, items) }
+    let (result, exitMask) = runPasses(
+      activation, deadline: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
+    if exitMask & RunLoopActivity.exit.rawValue != 0 { notify(.exit, items) }
+    lock.withLock {
+      activations.removeLast()
+      currentRunDeadline = previousDeadline
+      // Back in the outer activation (mid-pass: wake-ups count), or not running (ignored).
+      if let outer = activations.last, !outer.ignoresWakeUps {
+        let state = wakeState.and(~RunLoop.ignoringWakeUps, ordering: .full)
+        // A wake-up swallowed while the nested run ignored them may have been meant for this
+        // activation, which will not re-check before it sleeps: make that sleep end at once.
+        if state & RunLoop.wakeUpDropped != 0 && state & RunLoop.wakeUpPending == 0 {
+          _ = wakeState.or(RunLoop.wakeUpPending, ordering: .full)
+          backend.signalWakeUp()
+        }
+      } else {
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+      }
+    }
+    return result
+  }
+
+  /// Whether a run in `mode` has nothing that could ever end a wait: no sources, no timers, no
+  /// queued blocks for it. Called with `lock` held.
+  func isEmpty(_ mode: ModeItems) -> Bool {
+    guard mode.hasNoSourcesOrTimers else { return false }
+    return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
+  }
+
+  /// Takes every queued block (to run those of the running mode), with the common modes they
+  /// are matched against. Called with `lock` held.
+  func takeBlocks() -> ([QueuedBlock], Set<RunLoopMode>) {
+    var taken: [QueuedBlock] = []
+    swap(&taken, &blocks)
+    return (taken, commonModeNames)
+  }
+
+  /// The passes of one run call (steps 2-9 of the guide's list). Returns the result and the
+  /// mode's observer mask at the end (for the exit notification).
+  ///
+  /// Lock traffic is kept to a few acquisitions per pass by folding work into the same
+  /// critical section where the order of events allows it: blocks are taken at the top of a
+  /// pass only when no before-timers/before-sources observer could queue more first, and
+  /// after the wait only when no after-waiting observer or timer runs in between.
+  func runPasses(_ activation: Activation, deadline: MonotonicInstant, returnAfterSourceHandled: Bool)
+    -> (RunLoopRunResult, UInt)
+  {
+    let mode = activation.mode
+    let pollOnly = deadline == .distantPast || deadline.hasPassed
+    let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
+    var firstPass = true
+    while true {
+      // Top of the pass: from here on a wake-up must end the coming sleep.
+      let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
+        activation.ignoresWakeUps = false
+        // The outermost pass re-checks everything, so dropped wake-ups are accounted for.
+        let cleared = activations.count == 1 ? RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped : RunLoop.ignoringWakeUps
+        _ = wakeState.and(~cleared, ordering: .full)
+        if firstPass && activation.stopped {  // stopped by an entry observer
+          activation.stopped = false
+          return (mode.observerMask, true, nil)
+        }
+        let early = mode.observerMask & beforeMask == 0 && !blocks.isEmpty
+        return (mode.observerMask, false, early ? takeBlocks() : nil)
+      }
+      if top.stopped { return (.stopped, top.mask) }
+      firstPass = false
+      if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 { notify(.beforeTimers, mode) }
+      if top.mask & RunLoopActivity.beforeSources.rawValue != 0 { notify(.beforeSources, mode) }
+      if let (queued, common) = top.blocks {
+        runBlocks(queued, common, mode)
+      } else if top.mask & beforeMask != 0 {
+        runBlocks(mode)
+      }
+      let sourceHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+      if sourceHandled { runBlocks(mode) }
+      // Deviation from Core Foundation, which would sleep until the deadline: a mode left
+      // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
+      // does not sleep; the pass ends and the run returns finished.
+      let poll: Bool
+      let readyCount: Int
+      if sourceHandled || pollOnly {
+        poll = true
+        readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+      } else {
+        // Without before-waiting observers, deciding to sleep and arming share one lock.
+        let (empty, observed, prepared): (Bool, Bool, Bool?) = lock.withLock {
+          if isEmpty(mode) { return (true, false, nil) }
+          if mode.observerMask & RunLoopActivity.beforeWaiting.rawValue != 0 { return (false, true, nil) }
+          return (false, false, prepareWait(activation, poll: false, deadline: deadline))
+        }
+        poll = empty
+        if empty {
+          readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+        } else if observed {
+          notify(.beforeWaiting, mode)
+          readyCount = waitForEvents(activation, poll: false, deadline: deadline)
+        } else if let block = prepared {
+          readyCount = backend.wait(block: block)
+        } else {
+          readyCount = 0
+        }
+      }
+      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
+        isSleeping = false
+        activation.ignoresWakeUps = true
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+        consumeReadyTokens(readyCount)
+        var due: [RunLoopTimer] = []
+        if !mode.timers.isEmpty {
+          let now = MonotonicInstant.now
+          var dated: [(RunLoopTimer, MonotonicInstant)] = []
+          for timer in mode.timers {
+            if let date = timer.dueFireDate(at: now) { dated.append((timer, date)) }
+          }
+          if dated.count > 1 { dated.sort { $0.1 < $1.1 } }
+          due = dated.map(\.0)
+        }
+        // Blocks can be taken now unless an after-waiting observer or a timer runs first.
+        let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
+        let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
+        return (due, early ? takeBlocks() : nil, mode.observerMask)
+      }
+      if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
+      for timer in after.due { timer.fireIfDue() }
+      if let (queued, common) = after.blocks {
+        runBlocks(queued, common, mode)
+      } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
+        runBlocks(mode)
+      }
+      let deadlinePassed = pollOnly || (deadline != .distantFuture && deadline.hasPassed)
+      let result: (RunLoopRunResult?, UInt) = lock.withLock {
+        if sourceHandled && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
+        if deadlinePassed { return (.timedOut, mode.observerMask) }
+        if activation.stopped {
+          activation.stopped = false
+          return (.stopped, mode.observerMask)
+        }
+        if isEmpty(mode) { return (.finished, mode.observerMask) }
+        return (nil, 0)
+      }
+      if let value = result.0 { return (value, result.1) }
+    }
+  }
+
+  /// Calls `mode`'s observers of `activity` in order, without the lock.
+  func notify(_ activity: RunLoopActivity, _ mode: ModeItems) {
+    let observers: [RunLoopObserver] = lock.withLock {
+      guard mode.observerMask & activity.rawValue != 0 else { return [] }
+      return mode.observers.filter { $0.activities.contains(activity) }
+    }
+    for observer in observers { observer.fire(activity) }
+  }
+
+  /// Runs the queued blocks that match `mode` (FIFO); blocks queued meanwhile wait for the
+  /// next call, blocks of other modes stay queued in order.
+  func runBlocks(_ mode: ModeItems) {
+    let taken: ([QueuedBlock], Set<RunLoopMode>)? = lock.withLock {
+      blocks.isEmpty ? nil : takeBlocks()
+    }
+    if let (queued, common) = taken { runBlocks(queued, common, mode) }
+  }
+
+  /// Runs the taken blocks that match `mode` and puts the others back at the queue's head.
+  func runBlocks(_ queued: [QueuedBlock], _ common: Set<RunLoopMode>, _ mode: ModeItems) {
+    var kept: [QueuedBlock] = []
+    for item in queued {
+      if item.runs(in: mode.name, commonModes: common) {
+        item.block()
+      } else {
+        kept.append(item)
+      }
+    }
+    if !kept.isEmpty {
+      lock.withLock { blocks = kept + blocks }
+    }
+  }
+
+  /// Fires the signalled custom sources of `mode`, lower order first (only the first when
+  /// `onlyOne`). Returns whether one fired.
+  func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
+    // One source in the mode (the common case): claim its signal in the same critical section.
+    let (claimed, candidates): (RunLoopSource?, [RunLoopSource]) = lock.withLock {
+      if mode.sources.count == 1 {
+        let only = mode.sources[0]
+        return (only.claimSignal() ? only : nil, [])
+      }
+      return (nil, mode.sources.isEmpty ? [] : mode.sources.filter(\.isReady))
+    }
+    if let claimed {
+      claimed.performCallback()
+      return true
+    }
+    var ready = candidates
+    if ready.isEmpty { return false }
+    if ready.count > 1 {
+      // Stable: equal orders fire in the order they were added.
+      ready = ready.enumerated().sorted { ($0.element.order, $0.offset) < ($1.element.order, $1.offset) }.map(\.element)
+    }
+    var handled = false
+    for source in ready {
+      if source.claimSignal() {
+        source.performCallback()
+        handled = true
+        if onlyOne { break }
+      }
+    }
+    return handled
+  }
+
+  /// Step 7: arms the timerfd and sleeps in epoll_wait (or polls the epoll set when there
+  /// are descriptor members). Returns how many ready tokens `backend.readyTokens` holds; the
+  /// caller consumes them with the lock held. A polling pass without descriptor members makes
+  /// no system call: timers are checked against the clock, wake-ups need no draining.
+  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
+    let block: Bool? = lock.withLock { prepareWait(activation, poll: poll, deadline: deadline) }
+    guard let block else { return 0 }
+    return backend.wait(block: block)
+  }
+
+  /// Decides how to wait and arms the timerfd: true to block in epoll_wait, false to poll the
+  /// epoll set (descriptor members only), nil for no system call. Sets `isSleeping` when
+  /// blocking. Called with `lock` held.
+  func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Bool? {
+    if poll { return memberCount > 0 ? false : nil }
+    let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
+    if wakeAt <= .now { return memberCount > 0 ? false : nil }
+    if wakeAt != armedDeadline {
+      backend.armTimer(at: wakeAt)
+      armedDeadline = wakeAt
+    }
+    isSleeping = true
+    return true
+  }
+
+  /// Consumes the ready epoll tokens. Called with `lock` held.
+  func consumeReadyTokens(_ count: Int) {
+    for index in 0..<count {
+      switch backend.readyTokens[index] {
+      case EpollBackend.wakeUpToken:
+        // Edge-triggered: each write is reported once, the counter needs no read.
+        _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
+      case EpollBackend.timerToken:
+        backend.drainTimer()
+        armedDeadline = .distantPast
+      default:
+        // Descriptor sources (issue 6) are dispatched here.
+        break
+      }
+    }
+  }
+
+  /// `"RunLoop(mode: kCFRunLoopDefaultMode, waiting: false)"`.
+  public var description: String {
+    let (mode, sleeping) = lock.withLock { (activations.last?.mode.name, isSleeping) }
+    return "RunLoop(mode: \(mode?.rawValue ?? "none"), waiting: \(sleeping))"
+  }
+}

@@ -90,16 +90,17 @@ public final class Thread: @unchecked Sendable {
   /// 0 or 1; set once, under the lock, read lock-free.
   private var exitWord: UnsafeMutablePointer<UInt32> { words + 2 }
 
-  // Guarded by the lock (`withLock`):
-  private var storedDictionary: ThreadDictionary?
-  private var storedName: String?
-  private var storedConfiguration: ThreadConfiguration
-  private var entry: (@Sendable () -> Void)?
-  private var startPlan: StartPlan?
-  private var exitHandlers: [(token: UInt64, handler: @Sendable () -> Void)] = []
-  private var nextHandlerToken: UInt64 = 0
-  private var storedKernelThreadID: Int32?
-  private var criticalBodyRunning = false
+  // Guarded by the lock (`withLock`). The lock already makes every access exclusive, so the
+  // runtime's dynamic exclusivity checks (a runtime call per access) are switched off.
+  @exclusivity(unchecked) private var storedDictionary: ThreadDictionary?
+  @exclusivity(unchecked) private var storedName: String?
+  @exclusivity(unchecked) private var storedConfiguration: ThreadConfiguration
+  @exclusivity(unchecked) private var entry: (@Sendable () -> Void)?
+  @exclusivity(unchecked) private var startPlan: StartPlan?
+  @exclusivity(unchecked) private var exitHandlers: [(token: UInt64, handler: @Sendable () -> Void)] = []
+  @exclusivity(unchecked) private var nextHandlerToken: UInt64 = 0
+  @exclusivity(unchecked) private var storedKernelThreadID: Int32?
+  @exclusivity(unchecked) private var criticalBodyRunning = false
 
   // MARK: Creating thread objects
 
@@ -514,15 +515,17 @@ public final class Thread: @unchecked Sendable {
     let tid = ThreadRegistry.currentKernelThreadID()
     // One lock section on the common path (no priority to apply). Values released here
     // (the plan) are dropped after the lock is released, never under it.
-    let (taken, body) = withLock { () -> (StartPlan?, (@Sendable () -> Void)?) in
-      let plan = startPlan
-      startPlan = nil
-      if let plan, plan.niceValue == nil {
-        storedKernelThreadID = tid
-        criticalBodyRunning = plan.isCritical
-      }
-      return (plan, entry)
+    // Explicit lock/unlock rather than `withLock`: returning the closure through the generic
+    // result would re-abstract it, two heap allocations on every thread start.
+    WordLock.lock(lockWord)
+    let taken = startPlan
+    startPlan = nil
+    if let taken, taken.niceValue == nil {
+      storedKernelThreadID = tid
+      criticalBodyRunning = taken.isCritical
     }
+    let body = entry
+    WordLock.unlock(lockWord)
     guard let plan = taken, let body else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
       checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")

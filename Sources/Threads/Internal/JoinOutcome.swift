@@ -21,10 +21,11 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   /// [0] the `WordLock`, [1] unused: one allocation.
   @usableFromInline
   let lockWord: UnsafeMutablePointer<UInt32>
+  // Guarded by the word lock; see `Thread` for why dynamic exclusivity checks are off.
   @usableFromInline
-  var result: Result<Value, Failure>?
+  @exclusivity(unchecked) var result: Result<Value, Failure>?
   @usableFromInline
-  var state = JoinState.joinable
+  @exclusivity(unchecked) var state = JoinState.joinable
 
   @usableFromInline
   init() {

@@ -1,0 +1,91 @@
+import Sync
+
+/// A callback invoked at chosen points of a run loop's pass (``RunLoopActivity``).
+///
+/// Observers of a mode fire in increasing ``order`` at each point they watch; a one-shot
+/// observer (`repeats: false`) is invalidated after firing once. An observer belongs to one
+/// run loop (possibly several of its modes); adding it to a second run loop stops the process
+/// with a message, adding an invalidated observer is a no-op (the add returns false).
+/// Observers do not keep a mode alive: a mode with only observers is empty and a run in it
+/// returns ``RunLoopRunResult/finished`` at once. An observer added during a pass is seen
+/// from the next notification point on. The callback runs on the loop's thread without the
+/// loop's lock; it is not re-entered by a nested run while it runs.
+///
+/// ```swift
+/// let observer = RunLoopObserver(activities: .allActivities) { _, activity in
+///     print("run loop:", activity)
+/// }
+/// RunLoop.current.add(observer, forMode: .default)
+/// ```
+///
+/// Core Foundation equivalent: `CFRunLoopObserverCreateWithHandler`,
+/// `CFRunLoopObserverInvalidate`.
+public final class RunLoopObserver: @unchecked Sendable, Hashable {
+  // @unchecked: the mutable state below is protected by `lock`.
+
+  /// The activities the observer is called for.
+  public let activities: RunLoopActivity
+  /// Whether the observer stays after firing (false: invalidated after the first call).
+  public let repeats: Bool
+  /// Lower orders are called first at each point.
+  public let order: Int
+
+  let callback: @Sendable (RunLoopObserver, RunLoopActivity) -> Void
+
+  /// Protects every `var` below. Taken after the run loop's lock, never before.
+  let lock = Mutex()
+  /// Protected by `lock`.
+  var valid = true
+  /// True while the callback runs. Protected by `lock`.
+  var firing = false
+  /// The run loop it was added to. Protected by `lock`.
+  weak var runLoop: RunLoop?
+
+  /// Creates an observer for `activities`, called with itself and the activity.
+  public init(
+    activities: RunLoopActivity, repeats: Bool = true, order: Int = 0,
+    _ callback: @escaping @Sendable (RunLoopObserver, RunLoopActivity) -> Void
+  ) {
+    self.activities = activities
+    self.repeats = repeats
+    self.order = order
+    self.callback = callback
+  }
+
+  /// Whether the observer can still be called. (`CFRunLoopObserverIsValid`)
+  public var isValid: Bool {
+    lock.withLock { valid }
+  }
+
+  /// Removes the observer from every mode of its run loop; it is never called again.
+  /// Callable from any thread, including its own callback; idempotent.
+  /// (`CFRunLoopObserverInvalidate`)
+  public func invalidate() {
+    let loop: RunLoop? = lock.withLock {
+      guard valid else { return nil }
+      valid = false
+      return runLoop
+    }
+    loop?.removeFromEveryMode(self)
+  }
+
+  /// Calls the observer for `activity` unless it is invalid or already running. Called on the
+  /// run loop's thread without its lock.
+  func fire(_ activity: RunLoopActivity) {
+    let go: Bool = lock.withLock {
+      guard valid && !firing else { return false }
+      firing = true
+      return true
+    }
+    guard go else { return }
+    callback(self, activity)
+    lock.withLock { firing = false }
+    if !repeats { invalidate() }
+  }
+
+  /// Identity.
+  public static func == (lhs: RunLoopObserver, rhs: RunLoopObserver) -> Bool { lhs === rhs }
+
+  /// Identity.
+  public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}

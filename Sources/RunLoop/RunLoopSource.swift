@@ -1,0 +1,144 @@
+import Sync
+
+/// A custom (version-0) input source: signalled by hand, fired by every run loop it is in.
+///
+/// A client thread hands work to the run loop's thread by recording it somewhere the
+/// `perform` callback can find it (see Listings 3-3..3-9), then calling ``signal()`` and
+/// ``RunLoop/wakeUp()``: the loop wakes, and in its next pass fires each signalled source of
+/// the mode it runs in, lower ``order`` first. `signal` alone does not wake a sleeping loop
+/// (Core Foundation's rule); a signal is consumed by the first run loop that notices it.
+///
+/// - `schedule(runLoop, mode)` is called (on the thread that adds the source, without any
+///   run-loop lock held) each time the source enters a mode of a run loop; adding it to
+///   ``RunLoopMode/common`` calls it once per common mode.
+/// - `perform()` is called on the run loop's thread when the source fires.
+/// - `cancel(runLoop, mode)` is called each time the source leaves a mode: on
+///   ``RunLoop/remove(_:forMode:)-(RunLoopSource,_)`` and, for every mode it is in, on
+///   ``invalidate()``.
+///
+/// Every method may be called from any thread. Callbacks run without the loop's lock, so they
+/// may call back into the run loop (add, remove, signal, even run it nested).
+///
+/// ```swift
+/// let source = RunLoopSource(order: 0, perform: { drainCommands() })
+/// RunLoop.current.add(source, forMode: .default)
+/// // another thread:
+/// enqueue(command); source.signal(); runLoop.wakeUp()
+/// ```
+///
+/// Core Foundation equivalent: `CFRunLoopSourceCreate` with a version-0 context,
+/// `CFRunLoopSourceSignal`, `CFRunLoopSourceInvalidate`.
+public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringConvertible {
+  // @unchecked: the mutable state below is protected by `lock`; callbacks are immutable.
+
+  /// Lower orders fire first within a pass; with return-after-one-source only the lowest
+  /// ready one fires.
+  public let order: Int
+
+  let scheduleCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
+  let cancelCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
+  let performCallback: @Sendable () -> Void
+
+  /// Protects `signalled`, `valid`, `runLoops`. Taken after a run loop's lock, never before.
+  let lock = Mutex()
+  /// Protected by `lock`.
+  var signalled = false
+  /// Protected by `lock`.
+  var valid = true
+  /// The run loops the source has been added to (deduplicated). Protected by `lock`.
+  var runLoops: [WeakRunLoop] = []
+
+  /// Creates a valid, unsignalled source.
+  ///
+  /// - Parameters:
+  ///   - order: firing order within a pass, lower first.
+  ///   - schedule: called when the source is added to a mode of a run loop.
+  ///   - cancel: called when the source leaves a mode (removal or invalidation).
+  ///   - perform: the work, called on the run loop's thread when the source fires.
+  public init(
+    order: Int = 0,
+    schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
+    cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
+    perform: @escaping @Sendable () -> Void
+  ) {
+    self.order = order
+    self.scheduleCallback = schedule
+    self.cancelCallback = cancel
+    self.performCallback = perform
+  }
+
+  /// Marks the source ready to fire. Does not wake a sleeping run loop: call
+  /// ``RunLoop/wakeUp()`` on the loop that should notice. Harmless on an invalidated source.
+  /// Never blocks beyond a short internal lock. (`CFRunLoopSourceSignal`)
+  public func signal() {
+    lock.withLock {
+      if valid { signalled = true }
+    }
+  }
+
+  /// Whether the source is signalled and not yet fired. (`CFRunLoopSourceIsSignalled`)
+  public var isSignalled: Bool {
+    lock.withLock { signalled }
+  }
+
+  /// Whether the source can still fire (it has not been invalidated).
+  /// (`CFRunLoopSourceIsValid`)
+  public var isValid: Bool {
+    lock.withLock { valid }
+  }
+
+  /// Removes the source from every mode of every run loop it is in, calling `cancel` for each
+  /// of those modes; the source never fires again and adding it later is a no-op (the add
+  /// returns false). Idempotent; callable from any thread. (`CFRunLoopSourceInvalidate`)
+  public func invalidate() {
+    let loops: [RunLoop] = lock.withLock {
+      guard valid else { return [] }
+      valid = false
+      signalled = false
+      let loops = runLoops.compactMap(\.value)
+      runLoops = []
+      return loops
+    }
+    for runLoop in loops {
+      runLoop.removeFromEveryMode(self)
+    }
+  }
+
+  /// Records `runLoop` as a place the source is scheduled; false when the source is invalid.
+  /// Called with `runLoop`'s lock held.
+  func register(in runLoop: RunLoop) -> Bool {
+    lock.withLock {
+      guard valid else { return false }
+      if !runLoops.contains(where: { $0.value === runLoop }) {
+        runLoops.append(WeakRunLoop(value: runLoop))
+      }
+      return true
+    }
+  }
+
+  /// Whether the source is valid and signalled (a candidate for firing).
+  var isReady: Bool {
+    lock.withLock { valid && signalled }
+  }
+
+  /// Atomically consumes the signal; true when this caller should fire the source.
+  func claimSignal() -> Bool {
+    lock.withLock {
+      guard valid && signalled else { return false }
+      signalled = false
+      return true
+    }
+  }
+
+  /// Identity.
+  public static func == (lhs: RunLoopSource, rhs: RunLoopSource) -> Bool { lhs === rhs }
+
+  /// Identity.
+  public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+  /// `"RunLoopSource(order: 0, signalled: false, valid: true)"`.
+  public var description: String {
+    let (isSignalled, isValid) = lock.withLock { (signalled, valid) }
+    return "RunLoopSource(order: \(order), signalled: \(isSignalled), valid: \(isValid))"
+  }
+}

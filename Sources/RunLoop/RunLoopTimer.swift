@@ -1,0 +1,224 @@
+import Sync
+
+/// A timer that fires a block on its run loop's thread at a scheduled monotonic instant,
+/// once or repeatedly.
+///
+/// **Never early**: a timer fires only when `MonotonicInstant.now >= nextFireDate` (the
+/// loop's timerfd is armed on `CLOCK_MONOTONIC` with nanosecond precision, and the clock is
+/// compared again before firing). It may be late: by up to ``tolerance`` (the loop may delay
+/// the wake-up to coalesce timers, never beyond the fire date plus tolerance) plus whatever
+/// the loop was busy with.
+///
+/// **Repeating** timers (``interval`` > 0) reschedule from their scheduled time, not from
+/// when they actually fired: after firing for `t`, the next fire date is the first instant
+/// `t + k * interval` after now. Missing several periods fires the timer once, and it stays on
+/// its original grid. An interval of zero or less makes a one-shot timer, invalidated after it
+/// fires.
+///
+/// A timer belongs to one run loop (it may be in several modes of it); adding it to a second
+/// run loop stops the process with a message. Adding an invalidated timer is a no-op (the add
+/// returns false). Every method may be called from any thread.
+///
+/// ```swift
+/// let timer = RunLoopTimer(after: .milliseconds(100), interval: .milliseconds(300)) { _ in tick() }
+/// RunLoop.current.add(timer, forMode: .common)
+/// ```
+///
+/// The API takes `Duration` and ``MonotonicInstant``, so NaN or infinite intervals cannot be
+/// expressed; the seconds-based initializer ``init(seconds:intervalSeconds:toleranceSeconds:_:)``
+/// rejects them (returns nil). A negative tolerance is treated as zero.
+///
+/// Core Foundation equivalent: `CFRunLoopTimerCreateWithHandler`,
+/// `CFRunLoopTimerSetNextFireDate`, `CFRunLoopTimerInvalidate`.
+public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConvertible {
+  // @unchecked: the mutable state below is protected by `lock`.
+
+  /// The period of a repeating timer; zero or less means one-shot.
+  public let interval: Duration
+
+  let callback: @Sendable (RunLoopTimer) -> Void
+
+  /// Protects every `var` below. Taken after the run loop's lock, never before.
+  let lock = Mutex()
+  /// The scheduled instant of the next firing. Protected by `lock`.
+  var fireDate: MonotonicInstant
+  /// Protected by `lock`.
+  var toleranceValue: Duration
+  /// Protected by `lock`.
+  var valid = true
+  /// True while the callback runs, so a nested run does not fire it again. Protected by `lock`.
+  var firing = false
+  /// The run loop it was added to (nil until added, and again once in no mode). Protected by
+  /// `lock`.
+  weak var runLoop: RunLoop?
+
+  /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive.
+  /// Not scheduled: add it to a run loop with ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``.
+  public init(
+    fireAt fireDate: MonotonicInstant, interval: Duration = .zero, tolerance: Duration = .zero,
+    _ block: @escaping @Sendable (RunLoopTimer) -> Void
+  ) {
+    self.fireDate = fireDate
+    self.interval = interval
+    self.toleranceValue = tolerance < .zero ? .zero : tolerance
+    self.callback = block
+  }
+
+  /// Creates a timer that first fires `delay` from now, then every `interval` if it is
+  /// positive. Not scheduled.
+  public convenience init(
+    after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,
+    _ block: @escaping @Sendable (RunLoopTimer) -> Void
+  ) {
+    self.init(fireAt: .after(delay), interval: interval, tolerance: tolerance, block)
+  }
+
+  /// Creates a timer from intervals in seconds, as Core Foundation and Foundation take them
+  /// (`CFRunLoopTimerCreate(_, fireDate, interval, ...)`), validating them first: returns nil
+  /// when any value is NaN or infinite, instead of scheduling a timer that would fire at once
+  /// or never. A negative delay fires at once; a zero or negative interval makes a one-shot
+  /// timer; a negative tolerance is treated as zero. Not scheduled.
+  ///
+  /// ```swift
+  /// guard let timer = RunLoopTimer(seconds: userDelay, intervalSeconds: 0.3, { _ in tick() }) else {
+  ///     throw ConfigurationError.invalidDelay
+  /// }
+  /// ```
+  public convenience init?(
+    seconds delay: Double, intervalSeconds interval: Double = 0, toleranceSeconds tolerance: Double = 0,
+    _ block: @escaping @Sendable (RunLoopTimer) -> Void
+  ) {
+    guard delay.isFinite, interval.isFinite, tolerance.isFinite else { return nil }
+    // Clamp to what Duration and the monotonic clock can hold (about 292 years).
+    let limit = 9.0e9
+    func duration(_ seconds: Double) -> Duration { .seconds(Swift.min(Swift.max(seconds, -limit), limit)) }
+    self.init(after: duration(delay), interval: duration(interval), tolerance: duration(tolerance), block)
+  }
+
+  /// Creates a timer that first fires `delay` from now (then every `interval` if positive)
+  /// and adds it to the default mode of the calling thread's run loop, like Foundation's
+  /// `scheduledTimer`. The loop must still be run for the timer to fire.
+  @discardableResult
+  public static func scheduled(
+    after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,
+    _ block: @escaping @Sendable (RunLoopTimer) -> Void
+  ) -> RunLoopTimer {
+    let timer = RunLoopTimer(after: delay, interval: interval, tolerance: tolerance, block)
+    RunLoop.current.add(timer, forMode: .default)
+    return timer
+  }
+
+  /// Whether the timer repeats (its interval is positive).
+  public var isRepeating: Bool { interval > .zero }
+
+  /// The instant the timer is next scheduled to fire (monotonic clock).
+  /// (`CFRunLoopTimerGetNextFireDate`)
+  public var nextFireDate: MonotonicInstant {
+    lock.withLock { fireDate }
+  }
+
+  /// Re-arms the timer to fire at `date` (even a one-shot timer that has not fired yet; a
+  /// repeating timer continues its grid from `date`). Takes effect at once when the loop is
+  /// sleeping. No effect on an invalidated timer. (`CFRunLoopTimerSetNextFireDate`)
+  public func setNextFireDate(_ date: MonotonicInstant) {
+    let loop: RunLoop? = lock.withLock {
+      guard valid else { return nil }
+      fireDate = date
+      return runLoop
+    }
+    loop?.timerScheduleDidChange()
+  }
+
+  /// How late the loop may fire the timer to save wake-ups (never earlier). Negative values
+  /// become zero. (`CFRunLoopTimerSetTolerance`)
+  public var tolerance: Duration {
+    get { lock.withLock { toleranceValue } }
+    set {
+      let loop: RunLoop? = lock.withLock {
+        toleranceValue = newValue < .zero ? .zero : newValue
+        return valid ? runLoop : nil
+      }
+      loop?.timerScheduleDidChange()
+    }
+  }
+
+  /// Whether the timer can still fire. (`CFRunLoopTimerIsValid`)
+  public var isValid: Bool {
+    lock.withLock { valid }
+  }
+
+  /// Stops the timer for good and removes it from every mode of its run loop. Callable from
+  /// any thread, including from its own block; idempotent. (`CFRunLoopTimerInvalidate`)
+  public func invalidate() {
+    let loop: RunLoop? = lock.withLock {
+      guard valid else { return nil }
+      valid = false
+      return runLoop
+    }
+    loop?.removeFromEveryMode(self)
+  }
+
+  /// The instant after which the loop must have fired the timer (fire date plus tolerance),
+  /// or nil when it cannot fire now. Called with the run loop's lock held.
+  func latestWakeDeadline() -> MonotonicInstant? {
+    lock.withLock {
+      guard valid && !firing else { return nil }
+      return fireDate.advanced(by: toleranceValue)
+    }
+  }
+
+  /// The scheduled fire date if the timer is due at `now`. Called with the loop's lock held.
+  func dueFireDate(at now: MonotonicInstant) -> MonotonicInstant? {
+    lock.withLock { valid && !firing && fireDate <= now ? fireDate : nil }
+  }
+
+  /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the
+  /// run loop's thread without its lock.
+  func fireIfDue() {
+    let scheduled: MonotonicInstant? = lock.withLock {
+      guard valid && !firing && fireDate <= .now else { return nil }
+      firing = true
+      return fireDate
+    }
+    guard let scheduled else { return }
+    callback(self)
+    let oneShotDone: Bool = lock.withLock {
+      firing = false
+      guard valid else { return false }
+      guard interval > .zero else { return true }
+      // setNextFireDate from the callback wins over the grid (as in Core Foundation).
+      guard fireDate == scheduled else { return false }
+      fireDate = RunLoopTimer.nextGridPoint(after: .now, from: scheduled, interval: interval)
+      return false
+    }
+    if oneShotDone { invalidate() }
+  }
+
+  /// The first instant `start + k * interval` (k >= 1) strictly after `now`, saturating at
+  /// `.distantFuture`: a late repeating timer fires once and keeps its original grid.
+  static func nextGridPoint(
+    after now: MonotonicInstant, from start: MonotonicInstant, interval: Duration
+  ) -> MonotonicInstant {
+    let step = wholeNanoseconds(of: interval)
+    let next = start.advanced(by: interval)
+    if next > now { return next }
+    let (behind, overflow) = now.nanoseconds.subtractingReportingOverflow(start.nanoseconds)
+    if overflow { return .distantFuture }
+    let periods = behind / step + 1
+    let (offset, overflow2) = periods.multipliedReportingOverflow(by: step)
+    if overflow2 { return .distantFuture }
+    return start.advanced(by: .nanoseconds(offset))
+  }
+
+  /// Identity.
+  public static func == (lhs: RunLoopTimer, rhs: RunLoopTimer) -> Bool { lhs === rhs }
+
+  /// Identity.
+  public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+  /// `"RunLoopTimer(next: monotonic +12.3s, interval: 0.1 seconds, valid: true)"`.
+  public var description: String {
+    let (next, isValid) = lock.withLock { (fireDate, valid) }
+    return "RunLoopTimer(next: \(next), interval: \(interval), valid: \(isValid))"
+  }
+}
