@@ -67,12 +67,14 @@ int tk_claim_lock_file(const char *path);
 /// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Returns the descriptor or -errno.
 int tk_port_eventfd(void);
 
-/// Interest flags for the tk_port_epoll_* calls (the EPOLLIN / EPOLLOUT / EPOLLET bits).
+/// Interest flags for the tk_port_epoll_* calls (the EPOLLIN / EPOLLOUT / EPOLLERR / EPOLLHUP /
+/// EPOLLONESHOT / EPOLLET bits).
 enum {
   TK_PORT_READABLE = 0x001,
   TK_PORT_WRITABLE = 0x004,
   TK_PORT_ERROR = 0x008,
   TK_PORT_HANGUP = 0x010,
+  TK_PORT_ONE_SHOT = 1 << 30,
   TK_PORT_EDGE_TRIGGERED = (int)(1u << 31),
 };
 

@@ -1,3 +1,4 @@
+import CThreadingShims
 import Sync
 
 /// A named message port, local or remote: the guide's `CFMessagePort` (and `NSMessagePort`
@@ -26,10 +27,18 @@ import Sync
 /// is claimed with an `flock` that the kernel releases when its process dies, so a crashed
 /// owner's name can be registered again at once.
 ///
+/// **Serving in a run loop** (the guide's way): add the local port to modes of the owning
+/// thread's run loop with ``RunLoop/add(_:forMode:)-(MessagePort,_)``; its handler then runs
+/// on that thread while the loop runs in one of those modes. The port's sockets sit in one
+/// epoll set that the loop watches as one descriptor, so any number of senders costs the
+/// loop one member.
+///
 /// **Serving without a run loop.** The thread that owns a local port calls
 /// ``serve(before:)`` to wait for and handle messages; the handler runs on that thread.
+/// Serving a port both ways at once is misuse and stops the process.
 ///
-/// **Sending blocks**; it never runs a run loop. A one-way send returns once the message is
+/// **Sending blocks**; it never runs a run loop (a request to a port that the calling thread
+/// itself serves therefore waits until its receive timeout). A one-way send returns once the message is
 /// handed to the kernel; a request waits for the reply until the receive timeout. Results
 /// map to the guide's codes (``PortStatus``). A peer that dies or invalidates its port
 /// mid-request ends the wait at once with ``PortStatus/becameInvalid``, never a hang.
@@ -76,6 +85,8 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
 
   private let role: Role
   private let callbacks = CallbackSlots()
+  /// The run-loop member watching a local port's descriptor, created on first scheduling.
+  private let runLoopMember = MemberSlot()
 
   private init(name: String, role: Role) {
     self.name = name
@@ -83,6 +94,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 
   deinit {
+    runLoopMember.take()?.invalidate()
     switch role {
     case .local(let listener): listener.invalidate()
     case .remote(let connection): connection.invalidate()
@@ -202,6 +214,8 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     let invalidated: Bool
     switch role {
     case .local(let listener):
+      // Leave the run loops before the descriptor they watch is closed.
+      runLoopMember.take()?.invalidate()
       invalidated = listener.invalidate()
       LocalPortRegistry.shared.remove(name: name, port: self)
     case .remote(let connection):
@@ -224,6 +238,27 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     guard case .local(let listener) = role else { return }
     listener.setRejectionHandler(handler.map { report in { rejection in report(rejection.description) } })
   }
+
+  /// The member to add to run-loop modes (local ports only), created on first use; nil for a
+  /// remote or invalid port.
+  func runLoopSource() -> RunLoopSource? {
+    guard case .local(let listener) = role else { return nil }
+    return runLoopMember.obtain { () -> DescriptorMember? in
+      let descriptor = listener.readinessDescriptor
+      if descriptor < 0 { return nil }
+      return DescriptorMember(descriptor: descriptor, interest: UInt32(TK_PORT_READABLE)) { [weak self] _ in
+        guard let self else { return }
+        do {
+          _ = try listener.serveOnce(before: .distantPast)
+        } catch {
+          if !listener.isValid { self.invalidate() }
+        }
+      }
+    }?.source
+  }
+
+  /// The member if one was created (for removal).
+  var existingRunLoopSource: RunLoopSource? { runLoopMember.current?.source }
 
   private func fireInvalidation() {
     if case .local = role { LocalPortRegistry.shared.remove(name: name, port: self) }
@@ -259,6 +294,33 @@ private final class CallbackSlots: @unchecked Sendable {
       fired = true
       defer { invalidation = nil }
       return invalidation
+    }
+  }
+}
+
+/// Holds the lazily created run-loop member of a local message port.
+private final class MemberSlot: @unchecked Sendable {
+  // Protected by `mutex`.
+  private let mutex = Sync.Mutex()
+  private var member: DescriptorMember?
+  private var retired = false
+
+  func obtain(_ create: () -> DescriptorMember?) -> DescriptorMember? {
+    mutex.withLock {
+      if retired { return nil }
+      if member == nil { member = create() }
+      return member
+    }
+  }
+
+  var current: DescriptorMember? { mutex.withLock { member } }
+
+  /// Takes the member out for good (no new one is created afterwards).
+  func take() -> DescriptorMember? {
+    mutex.withLock {
+      retired = true
+      defer { member = nil }
+      return member
     }
   }
 }

@@ -14,10 +14,17 @@ import Sync
 ///
 /// **Invalidation** (``invalidate()``) is final and informs both sides: blocked senders throw
 /// ``PortStatus/becameInvalid``, later sends throw ``PortStatus/invalid``, a blocked
-/// ``receive(before:)`` throws ``PortStatus/becameInvalid``, and messages still queued are
-/// dropped. Releasing the last reference to a port invalidates it too.
+/// ``receive(before:)`` throws ``PortStatus/becameInvalid``, the port leaves every run loop
+/// (which is woken), the invalidation handler runs, and messages still queued are dropped.
+/// Releasing the last reference to a port invalidates it too.
 ///
-/// **Receiving.** Without a run loop, the owning thread calls ``receive(before:)`` (blocking)
+/// **Receiving in a run loop** (the guide's way): set a handler with ``setHandler(_:)`` and
+/// add the port to modes of the owning thread's run loop with
+/// ``RunLoop/add(_:forMode:)-(Port,_)``; each message is delivered to the handler on that
+/// thread while the loop runs in one of those modes. A send wakes the loop (no descriptor
+/// of the port's own is involved: the loop's wake-up eventfd carries it).
+///
+/// **Receiving without a run loop**, the owning thread calls ``receive(before:)`` (blocking)
 /// or ``tryReceive()``; ``readinessDescriptor()`` gives an `eventfd` that is readable while a
 /// message or the invalidation waits, for `poll`/`epoll` users.
 ///
@@ -26,9 +33,13 @@ import Sync
 /// // worker thread:
 /// let workerPort = Port()
 /// try mainPort.send(PortMessage(msgid: 100, replyPort: .port(workerPort)), timeout: .seconds(1))
-/// // main thread:
+/// // main thread, with a run loop:
+/// mainPort.setHandler { message in
+///     if message.msgid == 100 { store(message.replyPort?.port) }   // Listing 3-13
+/// }
+/// RunLoop.current.add(mainPort, forMode: .default)
+/// // ...or without one:
 /// let checkIn = try mainPort.receive(before: .after(.seconds(1)))
-/// let worker = checkIn.replyPort?.port      // now the main thread can talk to the worker
 /// ```
 ///
 /// Built on a mutex and two monotonic-clock condition variables (`pthread_cond_clockwait`)
@@ -38,6 +49,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   public static let defaultCapacity = 256
 
   let queue: MessageQueue<PortMessage>
+  let link = PortRunLoopLink()
 
   /// Creates a valid, empty port holding at most `capacity` messages. Opens no descriptor
   /// (see ``readinessDescriptor()``). A `capacity` below 1 is misuse and stops the process.
@@ -46,7 +58,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   }
 
   deinit {
-    queue.invalidate()
+    if queue.invalidate() { link.invalidate() }
   }
 
   /// The most messages the port queues before senders wait.
@@ -79,6 +91,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   public func send(_ message: PortMessage, before deadline: MonotonicInstant) throws(PortError) {
     switch queue.send(message, before: deadline) {
     case .enqueued:
+      link.messageArrived()
       return
     case .timedOut:
       throw PortError(.sendTimeout, detail: "port full (\(capacity) messages) until the send deadline")
@@ -131,7 +144,31 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// Returns whether this call invalidated it.
   @discardableResult
   public func invalidate() -> Bool {
-    queue.invalidate()
+    guard queue.invalidate() else { return false }
+    link.invalidate()
+    return true
+  }
+
+  /// Sets the function that receives the port's messages when it is scheduled in a run loop
+  /// (``RunLoop/add(_:forMode:)-(Port,_)``): the guide's `handlePortMessage:` delegate method.
+  /// It runs on the thread of the run loop that fires, once per message, in the order they
+  /// were sent. Messages that arrive while no handler is set wait in the port (and count
+  /// against its capacity); setting a handler delivers them at the loop's next pass.
+  public func setHandler(_ handler: (@Sendable (PortMessage) -> Void)?) {
+    link.setHandler(handler)
+  }
+
+  /// Sets the function run once when the port is invalidated, on the invalidating thread
+  /// (the guide's `NSPortDidBecomeInvalidNotification`). Not run if the port is already
+  /// invalid.
+  public func setInvalidationHandler(_ handler: (@Sendable (Port) -> Void)?) {
+    guard let handler else {
+      link.setInvalidationHandler(nil)
+      return
+    }
+    link.setInvalidationHandler { [weak self] in
+      if let self { handler(self) }
+    }
   }
 
   /// Ports are equal only to themselves.
