@@ -139,7 +139,7 @@ struct PortsMessagePortTests {
   func sendOnLocal() async {
     await #expect(processExitsWith: .failure) {
       portsBlocking {
-        let port = try? MessagePort.local(name: "tk-test-misuse-send-local") { _ in nil }
+        let port = try? MessagePort.local(name: "tk-test-misuse-send-local-\(getpid())") { _ in nil }
         _ = try? port?.send(msgid: 1, sendTimeout: .zero, receiveTimeout: .zero, replyMode: .oneWay)
       }
     }
@@ -155,7 +155,7 @@ struct PortsMessagePortTests {
     #expect(pthread_create(&client, nil, { raw in
       let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
       do {
-        let remote = try portsRemoteEventually("tk-test-xproc-echo")
+        let remote = try portsRemoteEventually("tk-test-xproc-echo-\(getpid())")
         for round in 0..<10 {
           let reply = try remote.send(msgid: Int32(round), data: [UInt8(round), 0, 1], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
           outcome.log.append(reply == [1, 0, UInt8(round)] ? "ok" : "bad reply \(String(describing: reply))")
@@ -167,7 +167,7 @@ struct PortsMessagePortTests {
       return nil
     }, box) == 0)
     await #expect(processExitsWith: .success) {
-      portsChildServer("tk-test-xproc-echo")
+      portsChildServer("tk-test-xproc-echo-\(getppid())")
     }
     #expect(pthread_join(client, nil) == 0)
     #expect(outcome.log == Array(repeating: "ok", count: 10))
@@ -182,7 +182,7 @@ struct PortsMessagePortTests {
     #expect(pthread_create(&client, nil, { raw in
       let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
       do {
-        let remote = try portsRemoteEventually("tk-test-xproc-dying")
+        let remote = try portsRemoteEventually("tk-test-xproc-dying-\(getpid())")
         let echoed = try remote.send(msgid: 1, data: [1, 2], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
         outcome.log.append(echoed == [2, 1] ? "echo" : "bad echo")
         let start = MonotonicInstant.now
@@ -199,7 +199,7 @@ struct PortsMessagePortTests {
       return nil
     }, box) == 0)
     await #expect(processExitsWith: .success) {
-      portsChildServer("tk-test-xproc-dying")
+      portsChildServer("tk-test-xproc-dying-\(getppid())")
     }
     #expect(pthread_join(client, nil) == 0)
     #expect(outcome.log == ["echo", "becameInvalid (-5)"])

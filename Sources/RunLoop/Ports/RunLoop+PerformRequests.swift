@@ -90,6 +90,18 @@ extension RunLoop {
     RunLoop.main.perform(inModes: modes, waitUntilDone: waitUntilDone, block)
   }
 
+  /// Runs `block` on the main thread through its run loop and waits until it ran or
+  /// `deadline` passed (at once when called on the main thread). Throws
+  /// ``PerformError/timedOut`` when the main thread does not run its loop in one of `modes`
+  /// before the deadline (the request is withdrawn).
+  @available(*, noasync, message: "blocks until the main run loop runs the block")
+  public static func performOnMain(
+    inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
+    _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try RunLoop.main.perform(inModes: modes, waitUntilDoneBefore: deadline, block)
+  }
+
   /// Runs `block` on `thread` through its run loop, in `modes`; with `waitUntilDone` waits
   /// until it ran (at once when `thread` is the caller). Throws ``PerformError/noRunLoop``
   /// when the thread has no run loop (it must have asked for ``RunLoop/current`` first),
