@@ -1,16 +1,21 @@
-// Ports rows (issue 6's speed goals): message round trips through this toolkit's ports
-// beside the raw kernel mechanism they are built on, measured in the same run.
+// Ports rows (issue 6's speed goals): message round trips through this toolkit's ports and
+// perform requests, beside the raw kernel mechanism they are built on, sampled interleaved
+// (one sample of each subject in turn) so the ratios survive a loaded machine.
 //
-//   ports.roundtrip.inprocess   Port between two threads      vs raw eventfd ping-pong
-//   ports.roundtrip.xprocess    MessagePort request/reply     vs raw Unix-socket ping-pong
-//                               between two processes            between two processes
+//   ports.roundtrip.inprocess  Port between two run-loop threads    vs raw eventfd ping-pong
+//                              (also: Port with blocking receive)      between two threads
+//   ports.perform.roundtrip    RunLoop.perform(on:waitUntilDone:)   vs the Port round trip
+//   ports.roundtrip.xprocess   MessagePort request/reply            vs raw Unix-socket
+//                              between two processes                   ping-pong, same two
 //
 // The second process is a fork of this one, made while no other thread runs (every row
-// joins its threads), so the child inherits a quiescent runtime; it serves, then _exits.
+// joins its threads first), so the child inherits a quiescent runtime; it serves, then
+// _exits.
 
 import CThreadingShims
 import RunLoop
 import Sync
+import Threads
 
 #if canImport(Glibc)
   import Glibc
@@ -25,82 +30,170 @@ private func portsCheck(_ condition: Bool, _ what: String) {
   if !condition { fatalError("cost-tables (ports): \(what) failed: errno \(errno)") }
 }
 
-/// Starts a pthread running `body`; returns it for `pthread_join`.
-private func portsStartThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  final class Box: @unchecked Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+/// Starts a toolkit thread running `body`.
+private func portsSpawn(_ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never> {
+  do {
+    return try Thread.spawn { () throws(Never) in body() }
+  } catch {
+    fatalError("cost-tables (ports): Thread.spawn failed: \(error)")
   }
-  var thread = pthread_t()
-  let box = Unmanaged.passRetained(Box(body)).toOpaque()
-  let result = pthread_create(&thread, nil, { raw in
-    Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-    return nil
-  }, box)
-  portsCheck(result == 0, "pthread_create")
-  return thread
+}
+
+/// A value shared between the benchmark threads (set once, read after a handshake).
+private final class PortsShared<Value: Sendable>: @unchecked Sendable {
+  private let lock = Sync.Mutex()
+  private var stored: Value
+  init(_ value: Value) { stored = value }
+  var value: Value {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
+  }
+}
+
+private func portsWait(until condition: () -> Bool) {
+  while !condition() { sched_yield() }
+}
+
+/// Takes `samples` samples of each subject in turn (after one warm-up round) and records
+/// ns per operation; returns the samples per subject, in order.
+@discardableResult
+private func portsInterleaved(
+  _ harness: Harness, id: String, group: String, operations: Int,
+  _ subjects: [(name: String, body: (Int) -> Void)]
+) -> [[Double]] {
+  let iterations = harness.quick ? max(1, operations / 100) : operations
+  let sampleCount = harness.quick ? 3 : 15
+  for subject in subjects { subject.body(iterations) }
+  var samples = Array(repeating: [Double](), count: subjects.count)
+  for _ in 0..<sampleCount {
+    for (index, subject) in subjects.enumerated() {
+      let start = Harness.now()
+      subject.body(iterations)
+      samples[index].append(Double(Harness.now() - start) / Double(iterations))
+    }
+  }
+  for (index, subject) in subjects.enumerated() {
+    harness.record(id: id, subject: subject.name, group: group, nanoseconds: samples[index])
+  }
+  return samples
 }
 
 // MARK: - In-process
 
 private func portsInProcessRows(_ harness: Harness) {
   let group = "Ports"
-  let id = "ports.roundtrip.inprocess"
-  guard harness.wants(id) else { return }
+  guard harness.wants("ports.roundtrip.inprocess") || harness.wants("ports.perform.roundtrip") else { return }
 
   // Raw: two blocking eventfds, one per direction; the peer reads one and writes the other.
-  do {
-    let toPeer = tk_port_eventfd()
-    let fromPeer = tk_port_eventfd()
-    portsCheck(toPeer >= 0 && fromPeer >= 0, "eventfd")
-    // Blocking reads: the cheapest way one thread can sleep until another signals it.
-    for descriptor in [toPeer, fromPeer] { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
-    let stop = UInt64.max - 1
-    let peer = portsStartThread {
-      var value: UInt64 = 0
-      while true {
-        portsCheck(read(toPeer, &value, 8) == 8, "read(eventfd)")
-        if value == stop { return }
-        portsCheck(write(fromPeer, &value, 8) == 8, "write(eventfd)")
+  let rawToPeer = tk_port_eventfd()
+  let rawFromPeer = tk_port_eventfd()
+  portsCheck(rawToPeer >= 0 && rawFromPeer >= 0, "eventfd")
+  for descriptor in [rawToPeer, rawFromPeer] { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
+  let stopValue = UInt64.max - 1
+  let rawPeer = portsSpawn {
+    var value: UInt64 = 0
+    while true {
+      portsCheck(read(rawToPeer, &value, 8) == 8, "read(eventfd)")
+      if value == stopValue { return }
+      portsCheck(write(rawFromPeer, &value, 8) == 8, "write(eventfd)")
+    }
+  }
+
+  // Ours, blocking: the peer receives on one port and answers on the other.
+  let blockingToPeer = Port(capacity: 16)
+  let blockingFromPeer = Port(capacity: 16)
+  let blockingPeer = portsSpawn {
+    while let message = try? blockingToPeer.receive(before: .distantFuture) {
+      do { try blockingFromPeer.send(message, before: .distantFuture) } catch { fatalError("port send: \(error)") }
+    }
+  }
+
+  // Ours, run loops: two threads run their loops; each has a port whose handler passes the
+  // message to the other's port, counting down, until the count is spent (as the run-loop
+  // core's own cross-thread row does with sources). A third port tells the benchmark.
+  let finished = Port(capacity: 4)
+  let sidePorts = PortsShared<[Port]>([])
+  let sideThreads = PortsShared<[Thread]>([])
+  let stopSides = PortsShared(false)
+  func makeSide(_ index: Int) -> JoinableThread<Void, Never> {
+    portsSpawn {
+      let port = Port(capacity: 16)
+      port.setHandler { message in
+        do {
+          if message.msgid == 0 {
+            try finished.send(message, before: .distantFuture)
+          } else {
+            let other = sidePorts.value[1 - index]
+            try other.send(PortMessage(msgid: message.msgid - 1, payload: message.payload), before: .distantFuture)
+          }
+        } catch {
+          fatalError("port send: \(error)")
+        }
+      }
+      RunLoop.current.add(port, forMode: .default)
+      sidePorts.value = sidePorts.value + [port]
+      sideThreads.value = sideThreads.value + [Thread.current]
+      while !stopSides.value {
+        _ = RunLoop.current.run(mode: .default, before: .distantFuture)
       }
     }
-    harness.measure(id: id, subject: "raw eventfd", group: group, operations: 20_000) { iterations in
+  }
+  let firstSide = makeSide(0)
+  portsWait { sidePorts.value.count == 1 }
+  let secondSide = makeSide(1)
+  portsWait { sidePorts.value.count == 2 }
+  let loopTarget = sidePorts.value[0]
+  let performTarget = sideThreads.value[0]
+
+  let ping = PortMessage(msgid: 1, payload: [1, 2, 3, 4])
+  let samples = portsInterleaved(harness, id: "ports.roundtrip.inprocess", group: group, operations: 5_000, [
+    ("raw eventfd", { iterations in
       var value: UInt64 = 1
       for _ in 0..<iterations {
         value = 1
-        portsCheck(write(toPeer, &value, 8) == 8, "write(eventfd)")
-        portsCheck(read(fromPeer, &value, 8) == 8, "read(eventfd)")
+        portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
+        portsCheck(read(rawFromPeer, &value, 8) == 8, "read(eventfd)")
       }
-    }
-    var value = stop
-    portsCheck(write(toPeer, &value, 8) == 8, "write(eventfd)")
-    portsCheck(pthread_join(peer, nil) == 0, "pthread_join")
-    portsCheck(close(toPeer) == 0 && close(fromPeer) == 0, "close")
-  }
-
-  // Ours: two ports; the peer receives on one and answers on the other.
-  do {
-    let toPeer = Port(capacity: 16)
-    let fromPeer = Port(capacity: 16)
-    let peer = portsStartThread {
-      while let message = try? toPeer.receive(before: .distantFuture) {
-        do { try fromPeer.send(message, before: .distantFuture) } catch { fatalError("port send: \(error)") }
+    }),
+    ("RunLoop.Port (run loops)", { iterations in
+      do {
+        try loopTarget.send(PortMessage(msgid: Int32(2 * iterations), payload: [1, 2, 3, 4]), before: .distantFuture)
+        _ = try finished.receive(before: .distantFuture)
+      } catch {
+        fatalError("port round trips: \(error)")
       }
-    }
-    let ping = PortMessage(msgid: 1, payload: [1, 2, 3, 4])
-    harness.measure(id: id, subject: "RunLoop.Port (blocking receive)", group: group, operations: 20_000) { iterations in
+    }),
+    ("RunLoop.Port (blocking receive)", { iterations in
       for _ in 0..<iterations {
         do {
-          try toPeer.send(ping, before: .distantFuture)
-          _ = try fromPeer.receive(before: .distantFuture)
+          try blockingToPeer.send(ping, before: .distantFuture)
+          _ = try blockingFromPeer.receive(before: .distantFuture)
         } catch {
           fatalError("port round trip: \(error)")
         }
       }
-    }
-    toPeer.invalidate()
-    portsCheck(pthread_join(peer, nil) == 0, "pthread_join")
-  }
+    }),
+    ("RunLoop.perform(on:waitUntilDone:)", { iterations in
+      for _ in 0..<iterations {
+        do { try RunLoop.perform(on: performTarget, waitUntilDone: true) {} } catch { fatalError("perform: \(error)") }
+      }
+    }),
+  ])
+  // The perform goal is stated against the port round trip: show both under one id.
+  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.Port (run loops)", group: group, nanoseconds: samples[1])
+  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.perform(on:waitUntilDone:)", group: group, nanoseconds: samples[3])
+
+  var value = stopValue
+  portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
+  rawPeer.join()
+  blockingToPeer.invalidate()
+  blockingPeer.join()
+  stopSides.value = true
+  for port in sidePorts.value { port.invalidate() }
+  firstSide.join()
+  secondSide.join()
+  finished.invalidate()
+  portsCheck(close(rawToPeer) == 0 && close(rawFromPeer) == 0, "close")
 }
 
 // MARK: - Across processes
@@ -125,29 +218,55 @@ private func portsCrossProcessRows(_ harness: Harness) {
   guard harness.wants(id) else { return }
   let payload = [UInt8](repeating: 7, count: 32)
 
-  // Raw: a connected Unix stream socket pair; the child echoes 32-byte messages.
-  do {
-    var pair: [Int32] = [-1, -1]
-    portsCheck(tk_unix_stream_socketpair(&pair) == 0, "socketpair")
-    // Blocking mode, as a hand-written ping-pong would use.
-    for descriptor in pair { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
-    let child = portsFork {
-      // The parent's end must close here too, or the child never sees end of stream.
-      if close(pair[0]) != 0 { return 4 }
-      var buffer = [UInt8](repeating: 0, count: 32)
-      while true {
-        var got = 0
-        while got < 32 {
-          let count = buffer.withUnsafeMutableBytes { read(pair[1], $0.baseAddress! + got, 32 - got) }
-          if count <= 0 { return 0 }  // parent closed: done
-          got += count
-        }
-        if buffer.withUnsafeBytes({ write(pair[1], $0.baseAddress!, 32) }) != 32 { return 1 }
+  // Raw: a connected Unix stream socket pair; a child echoes 32-byte messages.
+  var pair: [Int32] = [-1, -1]
+  portsCheck(tk_unix_stream_socketpair(&pair) == 0, "socketpair")
+  // Blocking mode, as a hand-written ping-pong would use.
+  for descriptor in pair { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
+  let rawChild = portsFork {
+    // The parent's end must close here too, or the child never sees end of stream.
+    if close(pair[0]) != 0 { return 4 }
+    var buffer = [UInt8](repeating: 0, count: 32)
+    while true {
+      var got = 0
+      while got < 32 {
+        let count = buffer.withUnsafeMutableBytes { read(pair[1], $0.baseAddress! + got, 32 - got) }
+        if count <= 0 { return 0 }  // parent closed: done
+        got += count
       }
+      if buffer.withUnsafeBytes({ write(pair[1], $0.baseAddress!, 32) }) != 32 { return 1 }
     }
-    portsCheck(close(pair[1]) == 0, "close")
-    var buffer = payload
-    harness.measure(id: id, subject: "raw Unix socket", group: group, operations: 10_000) { iterations in
+  }
+  portsCheck(close(pair[1]) == 0, "close")
+
+  // Ours: another child registers a named local port and serves it; this process sends
+  // requests through a remote port and waits for each reply.
+  let name = "cost-tables-ports-\(getpid())"
+  let portChild = portsFork {
+    // Drop the inherited end of the raw pair, or the raw child never sees end of stream.
+    if close(pair[0]) != 0 { return 4 }
+    guard let port = try? MessagePort.local(name: name, handler: { message in
+      if message.msgid == 0 { _exit(0) }
+      return message.payload
+    }) else { return 2 }
+    while true {
+      do { try port.serve(before: .after(.seconds(300))) } catch { return 3 }
+    }
+  }
+  var found: MessagePort?
+  let giveUp = MonotonicInstant.after(.seconds(30))
+  while found == nil {
+    found = try? MessagePort.remote(name: name)
+    if found == nil {
+      if giveUp.hasPassed { fatalError("cost-tables (ports): the child never registered \(name)") }
+      sched_yield()
+    }
+  }
+  let remote = found!
+
+  var buffer = payload
+  portsInterleaved(harness, id: id, group: group, operations: 3_000, [
+    ("raw Unix socket", { iterations in
       for _ in 0..<iterations {
         portsCheck(buffer.withUnsafeBytes { write(pair[0], $0.baseAddress!, 32) } == 32, "write")
         var got = 0
@@ -157,47 +276,24 @@ private func portsCrossProcessRows(_ harness: Harness) {
           got += count
         }
       }
-    }
-    portsCheck(close(pair[0]) == 0, "close")
-    portsReap(child)
-  }
-
-  // Ours: the child registers a named local port and serves it; the parent sends requests
-  // through a remote port and waits for each reply.
-  do {
-    let name = "cost-tables-ports-\(getpid())"
-    let child = portsFork {
-      guard let port = try? MessagePort.local(name: name, handler: { message in
-        if message.msgid == 0 { _exit(0) }
-        return message.payload
-      }) else { return 2 }
-      while true {
-        do { try port.serve(before: .after(.seconds(120))) } catch { return 3 }
-      }
-    }
-    var remote: MessagePort?
-    let giveUp = MonotonicInstant.after(.seconds(30))
-    while remote == nil {
-      remote = try? MessagePort.remote(name: name)
-      if remote == nil {
-        if giveUp.hasPassed { fatalError("cost-tables (ports): the child never registered \(name)") }
-        sched_yield()
-      }
-    }
-    harness.measure(id: id, subject: "RunLoop.MessagePort request/reply", group: group, operations: 10_000) { iterations in
+    }),
+    ("RunLoop.MessagePort request/reply", { iterations in
       for _ in 0..<iterations {
         do {
-          _ = try remote!.send(msgid: 1, data: payload, sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply)
+          _ = try remote.send(msgid: 1, data: payload, sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply)
         } catch {
           fatalError("cost-tables (ports): request failed: \(error)")
         }
       }
-    }
-    do {
-      try remote!.send(msgid: 0, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
-    } catch {
-      fatalError("cost-tables (ports): stop message failed: \(error)")
-    }
-    portsReap(child)
+    }),
+  ])
+
+  portsCheck(close(pair[0]) == 0, "close")
+  portsReap(rawChild)
+  do {
+    try remote.send(msgid: 0, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
+  } catch {
+    fatalError("cost-tables (ports): stop message failed: \(error)")
   }
+  portsReap(portChild)
 }

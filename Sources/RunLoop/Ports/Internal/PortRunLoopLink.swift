@@ -58,10 +58,15 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// A message was queued: signal the source and wake the loops that may deliver it.
   func messageArrived() {
     if scheduledLoops.load(ordering: .acquiring) == 0 { return }
-    let (current, wake): (RunLoopSource?, [RunLoop]) = lock.withLock { (self.source, loops.compactMap(\.runLoop.value)) }
+    // The usual case is one run loop: take it without building an array.
+    let (current, first, more): (RunLoopSource?, RunLoop?, [RunLoop]) = lock.withLock {
+      if loops.count == 1 { return (self.source, loops[0].runLoop.value, []) }
+      return (self.source, nil, loops.compactMap(\.runLoop.value))
+    }
     guard let current else { return }
     current.signal()
-    for runLoop in wake { runLoop.wakeUp() }
+    first?.wakeUp()
+    for runLoop in more { runLoop.wakeUp() }
   }
 
   /// The port was invalidated: leave every run loop (waking them, so a run whose mode became
