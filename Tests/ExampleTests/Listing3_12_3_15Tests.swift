@@ -62,12 +62,14 @@ private final class MyWorkerClass: Sendable {
 
 /// The main thread's side: Listing 3-12 (launchThread) and 3-13 (handlePortMessage).
 private final class MainThreadController: Sendable {
+  let myPort = RunLoopExampleBox<Port?>(nil)
   let distantPort = RunLoopExampleBox<Port?>(nil)
   let results = RunLoopExampleLog<[UInt8]>()
 
   /// Listing 3-12.
   func launchThread() -> JoinableThread<Void, Never>? {
     let myPort = Port()
+    self.myPort.value = myPort
     // This object handles incoming port messages.
     myPort.setHandler { [self] message in handlePortMessage(message) }
     // Install the port as an input source on the current run loop.
@@ -99,5 +101,10 @@ struct Listing3_12_3_15Tests {
     #expect(controller.results.snapshot == [[2, 4, 6]])
     try workerPort.send(PortMessage(msgid: exitMessage), timeout: .seconds(10))
     worker.join()
+    // The ports refer to each other through their handlers: invalidating them ends the
+    // cycle and takes the main port out of this thread's run loop.
+    workerPort.invalidate()
+    controller.myPort.value?.invalidate()
+    #expect(!RunLoop.current.contains(controller.myPort.value!, inMode: .default))
   }
 }

@@ -32,9 +32,13 @@ private final class PerformExampleWorker: Sendable {
 
   var thread: Thread { handle.thread }
 
+  /// Ends the worker's loop. Sent as a request rather than `stop()` from outside: a stop
+  /// that arrives between two runs would be lost, a queued request never is.
   func stop() {
-    stopFlag.value = true
-    runLoopBox.value?.stop()
+    runLoopBox.value?.perform(waitUntilDone: false) { [stopFlag] in
+      stopFlag.value = true
+      RunLoop.current.stop()
+    }
     handle.join()
   }
 }

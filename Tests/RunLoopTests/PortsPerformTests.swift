@@ -32,10 +32,13 @@ final class PortsLoopThread: @unchecked Sendable {
   var runLoop: RunLoop { published.value! }
   var toolkitThread: Thread { threadObject.value! }
 
+  /// Ends the worker's loop through a request: a `stop()` that arrives between two runs
+  /// would be lost, a queued request never is.
   func stop() {
-    done.value = true
-    runLoop.stop()
-    runLoop.wakeUp()
+    runLoop.perform(waitUntilDone: false) { [done] in
+      done.value = true
+      RunLoop.current.stop()
+    }
     thread.join()
   }
 }
