@@ -26,8 +26,10 @@ import Sync
 /// RunLoop.current.add(source, forMode: .default)
 /// ```
 ///
-/// Watching a descriptor the kernel cannot poll (a regular file: `EPERM`) or one that is not
-/// open (`EBADF`) is misuse and stops the process when the source is added to a run loop.
+/// Watching a descriptor the kernel cannot poll (a regular file: `EPERM`), one that is not
+/// open (`EBADF`), or one another source already watches in the same run loop (`EEXIST`: use
+/// one source with both events instead) is misuse and stops the process when the source is
+/// added to a run loop.
 /// The corresponding C functions are `CFFileDescriptorCreate`,
 /// `CFFileDescriptorEnableCallBacks`, `CFFileDescriptorDisableCallBacks`,
 /// `CFFileDescriptorInvalidate`; on Linux, `epoll_ctl` and `poll`.
