@@ -11,17 +11,31 @@
 //   harness.record(id:subject:group:nanoseconds:)  with one value per sample.
 // Peers (raw pthread, Synchronization, Foundation) are rows with the same id and another
 // subject, measured in the same run, interleaved with ours where possible.
+//
+// Additions (optional for row files):
+//   harness.measureInterleaved(id:group:operations:[(subject, body)])  - ours and peers
+//     alternate sample by sample, so drift on a shared machine hits all of them alike.
+//   harness.record(id:subject:group:values:unit:)  - rows that are not times (bytes).
+// Ids that end in "-<integer>" (for example "mutex.contended-4") form a scaling series:
+// the report prints them as a curve over the integer and charts them with --svg.
+// Rows whose subject starts with "Sync.", "Threads" or "RunLoop" (or says "(Sync raw)") are
+// this toolkit ("ours"); every other subject is a peer.
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// One measured row: a benchmark id, the subject measured, and per-sample ns/op.
+/// One measured row: a benchmark id, the subject measured, and per-sample values
+/// (ns per operation unless `unit` says otherwise).
 struct BenchmarkRow {
   var benchmark: String
   var subject: String
   var group: String
   var samples: [Double]
+  /// "ns" for times, "bytes" for memory rows.
+  var unit: String = "ns"
+  /// How the row was measured, for the report ("21 samples x 100000 ops, 1 warm-up").
+  var method: String = ""
 
   var sorted: [Double] { samples.sorted() }
   var median: Double {
@@ -31,6 +45,9 @@ struct BenchmarkRow {
   }
   var min: Double { samples.min() ?? .nan }
   var max: Double { samples.max() ?? .nan }
+
+  /// This toolkit's own rows, as opposed to peers.
+  var isOurs: Bool { Harness.isOurs(subject) }
 }
 
 /// Drives measurements and collects rows.
@@ -41,9 +58,20 @@ final class Harness {
   let filter: String?
   private(set) var rows: [BenchmarkRow] = []
 
+  /// Samples per row (after one warm-up run).
+  var sampleCount: Int { quick ? 3 : 21 }
+
   init(quick: Bool, filter: String?) {
     self.quick = quick
     self.filter = filter
+  }
+
+  /// Whether a subject is this toolkit rather than a peer.
+  /// "Sync.", "Threads" or "RunLoop" (with any separator: "RunLoopTimer ...", "RunLoop (...)")
+  /// or a "(Sync raw)" label; "Synchronization.", "Foundation.RunLoop" and the rest are peers.
+  static func isOurs(_ subject: String) -> Bool {
+    subject.hasPrefix("Sync.") || subject.hasPrefix("Threads") || subject.hasPrefix("RunLoop")
+      || subject.contains("(Sync raw)")
   }
 
   /// Whether a row with this id should run under the current filter.
@@ -59,29 +87,146 @@ final class Harness {
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
   }
 
+  /// The iteration count for a row: `operations`, cut a hundredfold in `--quick` mode.
+  func iterations(for operations: Int) -> Int {
+    quick ? Swift.max(1, operations / 100) : operations
+  }
+
   /// Measures `body(iterations)` and records ns per operation, one value per sample.
   func measure(
     id: String, subject: String, group: String, operations: Int = 100_000,
     _ body: (Int) -> Void
   ) {
     guard wants(id) else { return }
-    let iterations = quick ? Swift.max(1, operations / 100) : operations
-    let sampleCount = quick ? 3 : 21
-    body(iterations)  // warm-up
-    var samples: [Double] = []
-    samples.reserveCapacity(sampleCount)
-    for _ in 0..<sampleCount {
-      let start = Harness.now()
-      body(iterations)
-      let elapsed = Harness.now() - start
-      samples.append(Double(elapsed) / Double(iterations))
+    withoutActuallyEscaping(body) { body in
+      measureInterleaved(id: id, group: group, operations: operations, [(subject: subject, body: body)])
     }
-    record(id: id, subject: subject, group: group, nanoseconds: samples)
   }
 
   /// Records samples measured by the caller (ns per operation, one value per sample).
   func record(id: String, subject: String, group: String, nanoseconds: [Double]) {
     guard wants(id) else { return }
-    rows.append(BenchmarkRow(benchmark: id, subject: subject, group: group, samples: nanoseconds))
+    rows.append(
+      BenchmarkRow(
+        benchmark: id, subject: subject, group: group, samples: nanoseconds,
+        unit: Harness.defaultUnit(for: id),
+        method: Harness.defaultUnit(for: id) == "ns"
+          ? "median of \(nanoseconds.count) samples (timed by the row)"
+          : "median of \(nanoseconds.count) samples (measured by the row)"))
+  }
+
+  /// Records values that are not times, such as bytes of memory per thread.
+  func record(id: String, subject: String, group: String, values: [Double], unit: String) {
+    guard wants(id) else { return }
+    rows.append(
+      BenchmarkRow(
+        benchmark: id, subject: subject, group: group, samples: values, unit: unit,
+        method: "median of \(values.count) samples"))
+  }
+
+  /// Memory rows recorded through `record(nanoseconds:)` still print as bytes.
+  static func defaultUnit(for id: String) -> String {
+    let lower = id.lowercased()
+    return lower.contains("memory") || lower.contains("stack") || lower.contains("bytes") ? "bytes" : "ns"
+  }
+
+  /// Measures several subjects of one id, alternating them sample by sample (the starting
+  /// subject rotates each round) so machine drift hits ours and the peers alike. Each body
+  /// runs `iterations` operations; ns per operation is recorded.
+  func measureInterleaved(
+    id: String, group: String, operations: Int = 100_000,
+    _ subjects: [(subject: String, body: (Int) -> Void)]
+  ) {
+    sampleInterleaved(
+      id: id, group: group, operations: operations,
+      subjects.map { entry in
+        (
+          subject: entry.subject,
+          body: { (iterations: Int) -> UInt64 in
+            let start = Harness.now()
+            entry.body(iterations)
+            return Harness.now() - start
+          }
+        )
+      })
+  }
+
+  /// Longest a single sample may take (seconds). A subject whose estimate exceeds it runs
+  /// fewer operations per sample (the row's method says so): a collapsing peer must not
+  /// turn a one-minute report into an hour.
+  var sampleBudget: Double { quick ? 0.02 : 0.25 }
+
+  /// Like `measureInterleaved`, but each body times itself and returns elapsed nanoseconds
+  /// for its `iterations` operations (to leave set-up such as thread creation out).
+  ///
+  /// Per subject: a probe run of 1% of the operations estimates the sample time; if it is
+  /// over `sampleBudget` the subject's operations are cut to fit. Then one warm-up run, then
+  /// `sampleCount` rounds in which every subject takes one sample, starting subject rotating.
+  func sampleInterleaved(
+    id: String, group: String, operations: Int = 100_000, samples requestedSamples: Int? = nil,
+    _ subjects: [(subject: String, body: (Int) -> UInt64)]
+  ) {
+    guard wants(id), !subjects.isEmpty else { return }
+    let began = Harness.now()
+    defer { progress(id, since: began) }
+    let iterations = iterations(for: operations)
+    // A row may ask for fewer samples when each is long; --quick caps it at the quick count.
+    let sampleCount = Swift.min(self.sampleCount, requestedSamples ?? self.sampleCount)
+    var chosen = [Int](repeating: iterations, count: subjects.count)
+    for (index, entry) in subjects.enumerated() {
+      let probeIterations = Swift.max(1, iterations / 100)
+      let probe = Double(entry.body(probeIterations)) / 1e9
+      let estimate = probe * Double(iterations) / Double(probeIterations)
+      if estimate > sampleBudget {
+        chosen[index] = Swift.max(probeIterations, Int(Double(iterations) * sampleBudget / estimate))
+      }
+      _ = entry.body(chosen[index])  // warm-up
+    }
+    var samples = [[Double]](repeating: [], count: subjects.count)
+    var cutWhileSampling = [Bool](repeating: false, count: subjects.count)
+    for round in 0..<sampleCount {
+      for offset in 0..<subjects.count {
+        let index = (round + offset) % subjects.count
+        let elapsed = subjects[index].body(chosen[index])
+        samples[index].append(Double(elapsed) / Double(chosen[index]))
+        // A subject that collapses now and then (a priority-inheritance futex under
+        // contention takes seconds per sample) gets fewer operations from here on.
+        let seconds = Double(elapsed) / 1e9
+        if seconds > 4 * sampleBudget, chosen[index] > 1 {
+          chosen[index] = Swift.max(1, Int(Double(chosen[index]) * sampleBudget / seconds))
+          cutWhileSampling[index] = true
+        }
+      }
+    }
+    for (index, entry) in subjects.enumerated() {
+      record(id: id, subject: entry.subject, group: group, nanoseconds: samples[index])
+      var method = "median of \(sampleCount) samples x \(chosen[index]) ops, 1 warm-up"
+      if cutWhileSampling[index] {
+        method =
+          "median of \(sampleCount) samples, 1 warm-up; ops per sample cut to \(chosen[index]) after a sample over \(Format.fixed(4 * sampleBudget, 1)) s"
+      }
+      if subjects.count > 1 { method += ", interleaved with \(subjects.count - 1) other subjects" }
+      if chosen[index] < iterations {
+        method += " (cut from \(iterations) ops: too slow for the \(Format.fixed(sampleBudget, 2)) s sample budget)"
+      }
+      rows[rows.count - 1].method = method
+    }
+  }
+
+  /// Whether to print one line per measured id on stderr (`--progress`; on by default when
+  /// stderr is a terminal).
+  var showsProgress = isatty(2) != 0
+
+  /// One line on stderr per measured id, so a long run shows where it is.
+  func progress(_ id: String, since began: UInt64) {
+    guard showsProgress else { return }
+    let seconds = Double(Harness.now() - began) / 1e9
+    var line = "  measured \(id) in \(Format.fixed(seconds, 2)) s\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+  }
+
+  /// Appends rows read back from an earlier run (`--from-json`).
+  func load(_ loaded: [BenchmarkRow]) {
+    rows.append(contentsOf: loaded)
   }
 }

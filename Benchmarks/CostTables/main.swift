@@ -3,24 +3,153 @@
 #if canImport(Glibc)
   import Glibc
 #endif
-// Usage: swift run -c release cost-tables [--quick] [--json FILE] [--filter SUBSTRING]
 
-var arguments = CommandLine.arguments.dropFirst()
-var quick = false
-var jsonPath: String?
-var filter: String?
-while let argument = arguments.popFirst() {
-  switch argument {
-  case "--quick": quick = true
-  case "--json": jsonPath = arguments.popFirst()
-  case "--filter": filter = arguments.popFirst()
-  default:
-    print("usage: cost-tables [--quick] [--json FILE] [--filter SUBSTRING]")
-    exit(2)
+/// Every area's rows, in report order. Merging an area adds one line here.
+let registrations: [(Harness) -> Void] = [
+  registerSyncBenchmarks,
+  registerSync2Benchmarks,
+  registerThreadsBenchmarks,
+  registerRunLoopBenchmarks,
+]
+
+/// Prints to stderr (errors must not mix into a report piped to a file).
+func printError(_ text: String) {
+  var line = text + "\n"
+  line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+}
+
+let costTablesUsage = """
+  usage: cost-tables [options]
+
+  Measures the guide's cost tables (Table 4-2: mutex and compare-and-swap; Table 2-1: thread
+  creation) and the extended tables (every lock, condition, thread and run-loop row, and the
+  scaling series) for this toolkit and its peers (raw pthread, Synchronization, Foundation),
+  interleaved in one run, and prints them with the ratio to the best peer.
+
+  options:
+    --quick              few iterations and samples: the whole run takes seconds (for CI);
+                         the figures prove the benchmarks run, not speed
+    --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended)
+    --json FILE          also write the rows as JSON: benchmark, subject, group, unit,
+                         median_ns, min_ns, max_ns, samples, method, values
+    --markdown FILE      also write the tables as Markdown (for the README)
+    --svg DIR            also write SVG charts to DIR: one per scaling series (e.g. lock
+                         contention over 1-16 threads), Table 4-2 bars, timer lateness
+    --compare OLD.json   print the change per row against an earlier --json run
+    --from-json FILE     do not measure: report (and chart) the rows of an earlier run
+    --progress           print each benchmark id on stderr as it finishes (default when
+                         stderr is a terminal)
+    --help               this text
+
+  Build and run in release mode:  swift run -c release cost-tables
+  """
+
+/// The command line, parsed. (Kept out of top-level globals so row files can name their
+/// own helpers freely.)
+struct CostTablesOptions {
+  var quick = false
+  var jsonPath: String?
+  var markdownPath: String?
+  var svgDirectory: String?
+  var comparePath: String?
+  var fromJSONPath: String?
+  var filter: String?
+  var progress = false
+
+  init(_ commandLine: [String]) {
+    var arguments = commandLine.dropFirst()
+    func value(for option: String) -> String {
+      guard let value = arguments.popFirst(), !value.hasPrefix("--") else {
+        printError("cost-tables: \(option) needs a value\n\n" + costTablesUsage)
+        exit(2)
+      }
+      return value
+    }
+    while let argument = arguments.popFirst() {
+      switch argument {
+      case "--quick": quick = true
+      case "--progress": progress = true
+      case "--json": jsonPath = value(for: argument)
+      case "--markdown": markdownPath = value(for: argument)
+      case "--svg": svgDirectory = value(for: argument)
+      case "--compare": comparePath = value(for: argument)
+      case "--from-json": fromJSONPath = value(for: argument)
+      case "--filter": filter = value(for: argument)
+      case "--help", "-h":
+        print(costTablesUsage)
+        exit(0)
+      default:
+        printError("cost-tables: unknown option \(argument)\n\n" + costTablesUsage)
+        exit(2)
+      }
+    }
   }
 }
 
-let harness = Harness(quick: quick, filter: filter)
-for row in harness.rows {
-  print(row.benchmark, row.subject, row.median)
+/// Measures (or loads), prints and writes everything the options ask for.
+@MainActor
+func runCostTables(_ options: CostTablesOptions) -> Int32 {
+  let loadBefore = Report.loadAverage()
+  let harness = Harness(quick: options.quick, filter: options.filter)
+  if options.progress { harness.showsProgress = true }
+  if let fromJSONPath = options.fromJSONPath {
+    do {
+      harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
+    } catch {
+      printError("cost-tables: cannot read \(fromJSONPath): \(error)")
+      return 1
+    }
+  } else {
+    // glibc's locks skip their atomics until a second thread has existed.
+    BenchThreads.makeProcessMultithreaded()
+    for register in registrations { register(harness) }
+  }
+
+  var report = Report(results: RunResults(rows: harness.rows), quick: options.quick, sampleCount: harness.sampleCount)
+  if options.fromJSONPath == nil {
+    report.loadBefore = loadBefore
+    report.loadAfter = Report.loadAverage()
+  }
+  print(report.text())
+
+  var failed = false
+  if let comparePath = options.comparePath {
+    do {
+      let old = try ResultsFile.read(comparePath)
+      print(compareTable(old: old, new: harness.rows, oldPath: comparePath).text())
+    } catch {
+      printError("cost-tables: cannot read \(comparePath): \(error)")
+      failed = true
+    }
+  }
+  if let jsonPath = options.jsonPath {
+    do {
+      try ResultsFile.write(harness.rows, to: jsonPath)
+      print("Wrote \(harness.rows.count) rows to \(jsonPath)")
+    } catch {
+      printError("cost-tables: cannot write \(jsonPath): \(error)")
+      failed = true
+    }
+  }
+  if let markdownPath = options.markdownPath {
+    do {
+      try ResultsFile.writeText(report.markdown(), to: markdownPath)
+      print("Wrote the Markdown tables to \(markdownPath)")
+    } catch {
+      printError("cost-tables: cannot write \(markdownPath): \(error)")
+      failed = true
+    }
+  }
+  if let svgDirectory = options.svgDirectory {
+    do {
+      let written = try Charts(results: report.results).write(to: svgDirectory)
+      print("Wrote \(written.count) SVG charts to \(svgDirectory): " + written.joined(separator: ", "))
+    } catch {
+      printError("cost-tables: cannot write charts to \(svgDirectory): \(error)")
+      failed = true
+    }
+  }
+  return failed ? 1 : 0
 }
+
+exit(runCostTables(CostTablesOptions(CommandLine.arguments)))

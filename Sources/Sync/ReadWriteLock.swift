@@ -1,21 +1,20 @@
-import CThreadingShims
-
-#if canImport(Glibc)
-  import Glibc
-#endif
-
 /// A lock that lets many readers in at once, or one writer alone: the guide's read-write
-/// lock (`pthread_rwlock_t`).
+/// lock (`pthread_rwlock_t`), on a Linux futex.
 ///
 /// **Writers are not starved.** While a writer waits, new readers wait too (the guide's
 /// rule), so a steady stream of readers cannot lock a writer out. That also means a thread
 /// holding a read lock must not take it again for reading while a writer may be waiting:
-/// read locks are not recursive.
+/// read locks are not recursive (the second `readLock()` would wait behind the writer, which
+/// waits behind the first).
+///
+/// **Cost.** Uncontended, a read lock is one compare-and-swap and its release one atomic
+/// subtraction; the write lock is one compare-and-swap each way. A contended acquisition
+/// spins briefly, then sleeps in the kernel.
 ///
 /// **Misuse** stops the process with a message, never undefined behaviour: `unlock()` when no
 /// lock is held, taking the write lock (or a read lock) while holding the write lock, and
-/// unlocking the write lock from another thread. (A read lock is not tagged with its
-/// thread, so one reader releasing on behalf of another is not detected.)
+/// unlocking the write lock from another thread. (A read lock is not tagged with its thread,
+/// so one reader releasing on behalf of another is not detected.)
 ///
 /// Timed acquisition uses the monotonic clock. The `Locking` surface (`lock()`,
 /// `withLock`...) takes the *write* lock.
@@ -29,171 +28,374 @@ import CThreadingShims
 ///
 /// The corresponding C functions are `pthread_rwlock_rdlock`, `pthread_rwlock_wrlock`,
 /// `pthread_rwlock_clockrdlock`, `pthread_rwlock_clockwrlock`, `pthread_rwlock_tryrdlock`,
-/// `pthread_rwlock_trywrlock` and `pthread_rwlock_unlock`, on a lock of kind
-/// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`.
+/// `pthread_rwlock_trywrlock` and `pthread_rwlock_unlock` with the kind
+/// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`; `ReadWriteLock` replaces them with `futex`.
 public final class ReadWriteLock: Locking, @unchecked Sendable {
-  // @unchecked: the pthread lock synchronizes itself; `writer` and `readers` are atomics.
-  private let rwlock: UnsafeMutablePointer<pthread_rwlock_t>
-  /// Thread tag of the write holder, 0 when none.
-  private let writer = AtomicInteger<UInt64>(0)
-  /// Number of read locks held.
-  private let readers = AtomicInteger<Int>(0)
+  // @unchecked: all state is in three words accessed only through atomics and the futex.
+  //
+  // The algorithm is the writer-preferring futex read-write lock of Rust's standard library.
+  // `state` holds, in its low 30 bits, the number of readers, or `writeLocked` (all ones)
+  // while a writer holds it; bit 30 says readers sleep on `state`; bit 31 says writers
+  // sleep on `writerNotify`, a counter bumped before each writer wake-up so a writer about to
+  // sleep cannot miss it.
+  //
+  // | state                          | meaning                                     |
+  // |--------------------------------|---------------------------------------------|
+  // | 0                              | free                                        |
+  // | n (1 ... maxReaders)           | n readers                                   |
+  // | writeLocked                    | one writer                                  |
+  // | + readersWaiting               | readers asleep on `state`                   |
+  // | + writersWaiting               | writers asleep on `writerNotify`; new readers queue |
+  //
+  // Acquisitions use acquire ordering and releases release ordering on `state`, which is what
+  // makes the protected data visible to the next holder (and tells ThreadSanitizer so).
+  @usableFromInline
+  static let mask: UInt32 = (1 << 30) - 1
+  @usableFromInline
+  static let writeLocked: UInt32 = mask
+  @usableFromInline
+  static let maxReaders: UInt32 = mask - 1
+  @usableFromInline
+  static let readersWaiting: UInt32 = 1 << 30
+  @usableFromInline
+  static let writersWaiting: UInt32 = 1 << 31
+
+  @usableFromInline
+  let state: UnsafeMutablePointer<UInt32>
+  @usableFromInline
+  let writerNotify: UnsafeMutablePointer<UInt32>
+  /// Thread tag of the write holder, 0 when none. Written by the holder only (relaxed); it
+  /// serves misuse checks and `unlock()`'s choice between read and write release.
+  @usableFromInline
+  let writer: UnsafeMutablePointer<UInt64>
 
   /// Creates an unlocked, writer-preferring read-write lock.
-  ///
-  /// glibc's `pthread_rwlock_init` cannot fail for these attributes; if it ever reports an
-  /// error the process stops with its errno rather than continue with no lock.
   public init() {
-    rwlock = .allocate(capacity: 1)
-    Self.check(tk_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init")
+    let block = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+    state = block.bindMemory(to: UInt32.self, capacity: 1)
+    state.initialize(to: 0)
+    writerNotify = (block + 4).bindMemory(to: UInt32.self, capacity: 1)
+    writerNotify.initialize(to: 0)
+    writer = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
+    writer.initialize(to: 0)
   }
 
   deinit {
-    if writer.load(ordering: .relaxed) != 0 || readers.load(ordering: .relaxed) != 0 {
+    if UInt32.atomicLoad(at: state, ordering: .relaxed) & Self.mask != 0 {
       reportMisuse("ReadWriteLock", "deinitialized while locked")
     }
-    Self.check(pthread_rwlock_destroy(rwlock), "pthread_rwlock_destroy")
-    rwlock.deallocate()
+    UnsafeMutableRawPointer(state).deallocate()
   }
 
-  private static func check(_ result: Int32, _ call: String) {
-    if result != 0 {
-      fatalError("ReadWriteLock: \(SystemCallError(call: call, errno: result))")
-    }
+  // MARK: State predicates
+
+  @inlinable
+  static func isUnlocked(_ state: UInt32) -> Bool { state & mask == 0 }
+
+  @inlinable
+  static func isWriteLocked(_ state: UInt32) -> Bool { state & mask == writeLocked }
+
+  /// Free or read-locked, below the reader limit, and nobody queued (writers first).
+  @inlinable
+  static func isReadLockable(_ state: UInt32) -> Bool {
+    state & mask < maxReaders && state & (readersWaiting | writersWaiting) == 0
   }
 
-  private func refuseIfWriter(_ operation: String) {
-    if writer.load(ordering: .relaxed) == currentThreadTag() {
+  @inlinable
+  var writerTag: UInt64 { UInt64.atomicLoad(at: writer, ordering: .relaxed) }
+
+  @usableFromInline
+  func refuseIfWriter(_ operation: String) {
+    if writerTag == currentThreadTag() {
       reportMisuse("ReadWriteLock", "\(operation) by the thread that holds the write lock (self-deadlock)")
     }
   }
 
-  /// Handles the result of an acquisition attempt; returns whether the lock was taken.
-  private func acquired(_ result: Int32, _ call: String, exclusive: Bool) -> Bool {
-    switch result {
-    case 0:
-      if exclusive {
-        writer.store(currentThreadTag(), ordering: .relaxed)
-      } else {
-        readers.fetchAdd(1, ordering: .relaxed)
-      }
-      return true
-    case EBUSY, ETIMEDOUT:
-      return false
-    case EDEADLK:
-      reportMisuse("ReadWriteLock", "\(call) by the thread that holds the write lock (self-deadlock)")
-    case EAGAIN:
-      // The maximum number of read locks (about 2^31) is exceeded: a leak of read locks.
-      reportMisuse("ReadWriteLock", "too many read locks held (\(call) returned EAGAIN); are read locks leaking?")
-    default:
-      fatalError("ReadWriteLock: \(SystemCallError(call: call, errno: result))")
+  // MARK: Readers
+
+  /// Takes a shared (read) lock, blocking while a writer holds or waits for the lock.
+  /// Stops the process if the calling thread holds the write lock.
+  @available(*, noasync, message: "blocks the thread; use withReadLock")
+  @inlinable
+  public func readLock() {
+    if !tryReadLockFast() {
+      _ = readLockSlow(before: .distantFuture)
     }
   }
 
-  /// Takes a shared (read) lock, blocking while a writer holds or waits for the lock.
-  @available(*, noasync, message: "blocks the thread; use withReadLock")
-  public func readLock() {
-    refuseIfWriter("readLock()")
-    _ = acquired(pthread_rwlock_rdlock(rwlock), "pthread_rwlock_rdlock", exclusive: false)
-  }
-
-  /// Takes the exclusive (write) lock, blocking while anyone holds the lock.
-  @available(*, noasync, message: "blocks the thread; use withWriteLock")
-  public func writeLock() {
-    refuseIfWriter("writeLock()")
-    _ = acquired(pthread_rwlock_wrlock(rwlock), "pthread_rwlock_wrlock", exclusive: true)
-  }
-
-  /// Takes a read lock if possible right now; never blocks.
+  /// Takes a read lock if possible right now; never blocks. Fails while a writer holds the
+  /// lock or waits for it.
+  @inlinable
   public func tryReadLock() -> Bool {
-    if writer.load(ordering: .relaxed) == currentThreadTag() { return false }
-    return acquired(pthread_rwlock_tryrdlock(rwlock), "pthread_rwlock_tryrdlock", exclusive: false)
-  }
-
-  /// Takes the write lock if possible right now; never blocks.
-  public func tryWriteLock() -> Bool {
-    if writer.load(ordering: .relaxed) == currentThreadTag() { return false }
-    return acquired(pthread_rwlock_trywrlock(rwlock), "pthread_rwlock_trywrlock", exclusive: true)
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while Self.isReadLockable(current) {
+      let seen = UInt32.atomicCompareExchange(expected: current, desired: current + 1, at: state, ordering: .acquiring)
+      if seen == current { return true }
+      current = seen
+    }
+    return false
   }
 
   /// Takes a read lock, giving up when `deadline` (monotonic clock) passes; returns whether
-  /// it was taken.
+  /// it was taken. A deadline in the past makes one attempt.
   @available(*, noasync, message: "blocks the thread")
+  @inlinable
   public func readLock(before deadline: MonotonicInstant) -> Bool {
-    refuseIfWriter("readLock(before:)")
-    if deadline == .distantFuture { readLock(); return true }
-    var time = deadline.timespec
-    return acquired(
-      tk_rwlock_monotonic_rdlock(rwlock, &time), "pthread_rwlock_clockrdlock",
-      exclusive: false)
+    tryReadLockFast() || readLockSlow(before: deadline)
+  }
+
+  /// Takes a read lock, waiting at most `timeout` (monotonic clock); returns whether it was
+  /// taken. A zero or negative timeout makes one attempt.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func readLock(timeout: Duration) -> Bool {
+    tryReadLockFast() || readLockSlow(before: .after(timeout))
+  }
+
+  @inlinable
+  @inline(__always)
+  func tryReadLockFast() -> Bool {
+    let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    return Self.isReadLockable(current)
+      && UInt32.atomicCompareAndSwap(expected: current, desired: current + 1, at: state, ordering: .acquiring)
+  }
+
+  @usableFromInline
+  func readLockSlow(before deadline: MonotonicInstant) -> Bool {
+    refuseIfWriter("readLock()")
+    var current = spin()
+    while true {
+      if Self.isReadLockable(current) {
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: current + 1, at: state, ordering: .acquiring)
+        if seen == current { return true }
+        current = seen
+        continue
+      }
+      if current & Self.mask == Self.maxReaders {
+        reportMisuse("ReadWriteLock", "too many read locks held (\(Self.maxReaders)); are read locks leaking?")
+      }
+      // Announce a sleeping reader before sleeping, so the releasing side wakes us.
+      if current & Self.readersWaiting == 0 {
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | Self.readersWaiting, at: state, ordering: .relaxed)
+        if seen != current {
+          current = seen
+          continue
+        }
+      }
+      if deadline != .distantFuture, deadline.hasPassed { return false }
+      if !Futex.wait(state, expected: current | Self.readersWaiting, deadline: deadline) { return false }
+      current = spin()
+    }
+  }
+
+  // MARK: Writers
+
+  /// Takes the exclusive (write) lock, blocking while anyone holds the lock. Stops the process
+  /// if the calling thread already holds the write lock.
+  @available(*, noasync, message: "blocks the thread; use withWriteLock")
+  @inlinable
+  public func writeLock() {
+    if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
+      UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+    } else {
+      _ = writeLockSlow(before: .distantFuture)
+    }
+  }
+
+  /// Takes the write lock if the lock is free right now; never blocks.
+  @inlinable
+  public func tryWriteLock() -> Bool {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while Self.isUnlocked(current) {
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current | Self.writeLocked, at: state, ordering: .acquiring)
+      if seen == current {
+        UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+        return true
+      }
+      current = seen
+    }
+    return false
   }
 
   /// Takes the write lock, giving up when `deadline` (monotonic clock) passes; returns
-  /// whether it was taken.
+  /// whether it was taken. A deadline in the past makes one attempt.
   @available(*, noasync, message: "blocks the thread")
+  @inlinable
   public func writeLock(before deadline: MonotonicInstant) -> Bool {
-    refuseIfWriter("writeLock(before:)")
-    if deadline == .distantFuture { writeLock(); return true }
-    var time = deadline.timespec
-    return acquired(
-      tk_rwlock_monotonic_wrlock(rwlock, &time), "pthread_rwlock_clockwrlock",
-      exclusive: true)
+    if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
+      UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+      return true
+    }
+    return writeLockSlow(before: deadline)
   }
+
+  /// Takes the write lock, waiting at most `timeout` (monotonic clock); returns whether it
+  /// was taken. A zero or negative timeout makes one attempt.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func writeLock(timeout: Duration) -> Bool {
+    writeLock(before: .after(timeout))
+  }
+
+  @usableFromInline
+  func writeLockSlow(before deadline: MonotonicInstant) -> Bool {
+    refuseIfWriter("writeLock()")
+    var current = spin()
+    // Once this writer has slept, other writers may be asleep too: keep their bit when
+    // taking the lock so the release wakes the next one.
+    var otherWritersWaiting: UInt32 = 0
+    while true {
+      if Self.isUnlocked(current) {
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | Self.writeLocked | otherWritersWaiting, at: state,
+          ordering: .acquiring)
+        if seen == current {
+          UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+          return true
+        }
+        current = seen
+        continue
+      }
+      if current & Self.writersWaiting == 0 {
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | Self.writersWaiting, at: state, ordering: .relaxed)
+        if seen != current {
+          current = seen
+          continue
+        }
+      }
+      otherWritersWaiting = Self.writersWaiting
+      // Read the notification counter before re-checking the state: a release between the
+      // two bumps the counter, and the futex then refuses to sleep.
+      let sequence = UInt32.atomicLoad(at: writerNotify, ordering: .acquiring)
+      current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+      if Self.isUnlocked(current) || current & Self.writersWaiting == 0 { continue }
+      if deadline != .distantFuture, deadline.hasPassed { return false }
+      if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) { return false }
+      current = spin()
+    }
+  }
+
+  // MARK: Releasing
 
   /// Releases the lock the calling thread holds: the write lock if it holds that, otherwise
   /// one read lock. Stops the process if no lock is held, or if the write lock is held by
   /// another thread.
+  @inlinable
   public func unlock() {
-    let me = currentThreadTag()
-    let holder = writer.load(ordering: .relaxed)
-    if holder == me {
-      writer.store(0, ordering: .relaxed)
-    } else if holder != 0 {
-      reportMisuse("ReadWriteLock", "unlock() of the write lock from a thread that does not hold it")
+    if writerTag == currentThreadTag() {
+      UInt64.atomicStore(0, at: writer, ordering: .relaxed)
+      let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .releasing)
+      let now = previous &- Self.writeLocked
+      if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
     } else {
-      // Claim one read lock; refuse if none is held.
-      var current = readers.load(ordering: .relaxed)
-      while true {
-        if current <= 0 {
-          reportMisuse("ReadWriteLock", "unlock() of a lock that is not locked")
-        }
-        let (exchanged, seen) = readers.compareExchange(expected: current, desired: current - 1, ordering: .relaxed)
-        if exchanged { break }
-        current = seen
+      let previous = UInt32.atomicFetchAdd(0 &- 1, at: state, ordering: .releasing)
+      if previous & Self.mask == 0 || previous & Self.mask == Self.writeLocked {
+        unlockMisuse(previous)
       }
+      let now = previous &- 1
+      if Self.isUnlocked(now), now & Self.writersWaiting != 0 { wakeWriterOrReaders(now) }
     }
-    Self.check(pthread_rwlock_unlock(rwlock), "pthread_rwlock_unlock")
   }
 
+  @usableFromInline
+  func unlockMisuse(_ previous: UInt32) -> Never {
+    if previous & Self.mask == 0 {
+      reportMisuse("ReadWriteLock", "unlock() of a lock that is not locked")
+    }
+    reportMisuse("ReadWriteLock", "unlock() of the write lock from a thread that does not hold it")
+  }
+
+  /// Called with the lock free and someone asleep: wakes one writer if any, else all readers.
+  @usableFromInline
+  func wakeWriterOrReaders(_ observed: UInt32) {
+    var current = observed
+    if current == Self.writersWaiting {
+      let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .relaxed)
+      if seen == current {
+        wakeWriter()
+        return
+      }
+      current = seen
+    }
+    if current == Self.readersWaiting | Self.writersWaiting {
+      // Hand over to a writer first; the readers' bit stays for the writer's release.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: Self.readersWaiting, at: state, ordering: .relaxed)
+      if seen != current { return }  // someone took the lock; its release wakes the rest
+      if wakeWriter() { return }
+      // No writer was asleep (it timed out or is about to re-check): wake the readers.
+      current = Self.readersWaiting
+    }
+    if current == Self.readersWaiting {
+      if UInt32.atomicCompareAndSwap(expected: current, desired: 0, at: state, ordering: .relaxed) {
+        Futex.wake(state, count: Int32.max)
+      }
+    }
+  }
+
+  /// Bumps the writers' counter and wakes one; returns whether a writer was asleep.
+  @usableFromInline
+  @discardableResult
+  func wakeWriter() -> Bool {
+    _ = UInt32.atomicFetchAdd(1, at: writerNotify, ordering: .releasing)
+    return Futex.wake(writerNotify, count: 1) > 0
+  }
+
+  /// Spins briefly while the lock is held and nobody sleeps yet; returns the last state seen.
+  @usableFromInline
+  func spin() -> UInt32 {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    var round = 0
+    while round < 8 && current & Self.mask != 0 && current & (Self.readersWaiting | Self.writersWaiting) == 0 {
+      Backoff.pause(round)
+      round += 1
+      current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    }
+    return current
+  }
+
+  // MARK: Scoped forms and Locking
+
   /// Runs `body` holding a read lock; releases it however `body` exits.
+  @inlinable
   public func withReadLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    refuseIfWriter("withReadLock")
-    _ = acquired(pthread_rwlock_rdlock(rwlock), "pthread_rwlock_rdlock", exclusive: false)
+    if !tryReadLockFast() { _ = readLockSlow(before: .distantFuture) }
     defer { unlock() }
     return try body()
   }
 
   /// Runs `body` holding the write lock; releases it however `body` exits.
+  @inlinable
   public func withWriteLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    refuseIfWriter("withWriteLock")
-    _ = acquired(pthread_rwlock_wrlock(rwlock), "pthread_rwlock_wrlock", exclusive: true)
+    if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
+      UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+    } else {
+      _ = writeLockSlow(before: .distantFuture)
+    }
     defer { unlock() }
     return try body()
   }
 
   /// `Locking` conformance: takes the write lock.
   @available(*, noasync, message: "blocks the thread; use withWriteLock")
+  @inlinable
   public func lock() { writeLock() }
 
   /// `Locking` conformance: tries the write lock.
+  @inlinable
   public func tryLock() -> Bool { tryWriteLock() }
 
   /// `Locking` conformance: takes the write lock before `deadline`.
   @available(*, noasync, message: "blocks the thread")
+  @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool { writeLock(before: deadline) }
 
   /// Whether the calling thread holds the write lock.
+  @inlinable
   public var isWriteLockedByCurrentThread: Bool {
-    writer.load(ordering: .relaxed) == currentThreadTag()
+    writerTag == currentThreadTag()
   }
 }

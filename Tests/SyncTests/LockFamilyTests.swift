@@ -165,6 +165,80 @@ struct ReadWriteLockTests {
     #expect(lateReaderGotIn.load(ordering: .relaxed) == 0)
   }
 
+  @Test("a writer that gives up does not strand readers queued behind it")
+  func timedOutWriterReleasesQueue() {
+    let lock = ReadWriteLock()
+    lock.readLock()
+    let writerGaveUp = AtomicInteger<Int>(0)
+    runConcurrently(1) { _ in
+      if !lock.writeLock(timeout: .milliseconds(20)) { writerGaveUp.store(1, ordering: .relaxed) }
+    }
+    let readerGotIn = AtomicInteger<Int>(0)
+    runConcurrently(2) { index in
+      if index == 0 {
+        lock.readLock()  // may queue behind the departed writer's mark; must not hang
+        readerGotIn.store(1, ordering: .relaxed)
+        lock.unlock()
+      } else {
+        lock.unlock()  // the first read lock, released on the main thread's behalf
+      }
+    }
+    #expect(writerGaveUp.load(ordering: .relaxed) == 1)
+    #expect(readerGotIn.load(ordering: .relaxed) == 1)
+    #expect(lock.tryWriteLock())
+    lock.unlock()
+  }
+
+  @Test("mixed blocking, timed and try acquisitions keep writers exclusive", arguments: [2, 4, 8])
+  func mixedStress(threads: Int) {
+    let lock = ReadWriteLock()
+    let counter = UnprotectedCounter()
+    let writes = AtomicInteger<Int>(0)
+    let insideWriters = AtomicInteger<Int>(0)
+    let insideReaders = AtomicInteger<Int>(0)
+    let violations = AtomicInteger<Int>(0)
+    runConcurrently(threads) { index in
+      var random = UInt64(index + 1) &* 0x9E37_79B9_7F4A_7C15
+      for _ in 0..<3_000 {
+        random ^= random << 13; random ^= random >> 7; random ^= random << 17
+        let choice = random % 6
+        if choice < 3 {
+          let acquired: Bool
+          switch choice {
+          case 0: lock.writeLock(); acquired = true
+          case 1: acquired = lock.writeLock(timeout: .microseconds(200))
+          default: acquired = lock.tryWriteLock()
+          }
+          guard acquired else { continue }
+          if insideWriters.increment(ordering: .relaxed) != 1 || insideReaders.load(ordering: .relaxed) != 0 {
+            violations.increment(ordering: .relaxed)
+          }
+          counter.value += 1
+          writes.increment(ordering: .relaxed)
+          insideWriters.decrement(ordering: .relaxed)
+          lock.unlock()
+        } else {
+          let acquired: Bool
+          switch choice {
+          case 3: lock.readLock(); acquired = true
+          case 4: acquired = lock.readLock(timeout: .microseconds(200))
+          default: acquired = lock.tryReadLock()
+          }
+          guard acquired else { continue }
+          insideReaders.increment(ordering: .relaxed)
+          if insideWriters.load(ordering: .relaxed) != 0 { violations.increment(ordering: .relaxed) }
+          _ = counter.value
+          insideReaders.decrement(ordering: .relaxed)
+          lock.unlock()
+        }
+      }
+    }
+    #expect(violations.load(ordering: .relaxed) == 0)
+    #expect(counter.value == writes.load(ordering: .relaxed))
+    #expect(lock.tryWriteLock(), "free at the end: no state left behind")
+    lock.unlock()
+  }
+
   @Test("misuse is reported: unlock when free, write-lock while writing")
   func misuse() async {
     await #expect(processExitsWith: .failure) {

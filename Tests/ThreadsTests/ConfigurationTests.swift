@@ -35,7 +35,7 @@ struct StackConfigurationTests {
     #expect(ThreadConfiguration().stackSize == 512 * 1024)
     #expect(ThreadConfiguration.defaultStackSize == 512 * 1024)
     let size = try onThread(ThreadConfiguration()) { try Thread.currentStackSize().stackSize }
-    #expect(size >= 512 * 1024 && size <= 4 * 512 * 1024)  // glibc may reuse a cached, larger stack
+    #expect(size >= 512 * 1024 && size <= 4 * (512 + 64) * 1024)  // glibc may reuse a cached, larger stack; TSan adds some
   }
 
   @Test func configuredSizeIsRoundedUpToAPage() throws {
@@ -44,8 +44,10 @@ struct StackConfigurationTests {
     let size = try onThread(configuration) { try Thread.currentStackSize().stackSize }
     let page = ThreadConfiguration.pageSize
     let expected = (3 * 1024 * 1024 + 100 + page - 1) / page * page
-    #expect(size >= expected && size <= 4 * expected)
-    #expect(size % page == 0)
+    #expect(try configuration.resolved().stackSize == expected)
+    // What the thread gets: at least that (glibc may reuse a larger cached stack, and
+    // ThreadSanitizer enlarges stacks by an amount that is not a page multiple).
+    #expect(size >= expected && size <= 4 * (expected + 64 * 1024))
   }
 
   @Test func minimumIsAccepted() throws {

@@ -1,0 +1,120 @@
+// JSON output (`--json`), reading an earlier run back (`--compare`, `--from-json`) and the
+// per-row change table. Foundation is allowed in benchmarks; only its JSON coding is used.
+
+import Foundation
+
+/// One row as written to JSON (the DESIGN.md contract plus group, unit, method and values).
+struct JSONRow: Codable {
+  var benchmark: String
+  var subject: String
+  var group: String
+  var unit: String
+  var median_ns: Double
+  var min_ns: Double
+  var max_ns: Double
+  var samples: Int
+  var method: String?
+  /// Every sample, so charts and distributions can be redrawn from the file.
+  var values: [Double]?
+
+  init(_ row: BenchmarkRow) {
+    benchmark = row.benchmark
+    subject = row.subject
+    group = row.group
+    unit = row.unit
+    median_ns = row.median
+    min_ns = row.min
+    max_ns = row.max
+    samples = row.samples.count
+    method = row.method
+    values = row.samples
+  }
+
+  /// Back to a row; a file without values yields the median as its only sample.
+  var row: BenchmarkRow {
+    BenchmarkRow(
+      benchmark: benchmark, subject: subject, group: group,
+      samples: values ?? [median_ns], unit: unit, method: method ?? "")
+  }
+
+  enum CodingKeys: String, CodingKey {
+    case benchmark, subject, group, unit, median_ns, min_ns, max_ns, samples, method, values
+  }
+
+  init(from decoder: any Decoder) throws {
+    let container = try decoder.container(keyedBy: CodingKeys.self)
+    benchmark = try container.decode(String.self, forKey: .benchmark)
+    subject = try container.decode(String.self, forKey: .subject)
+    group = try container.decodeIfPresent(String.self, forKey: .group) ?? "Other"
+    unit = try container.decodeIfPresent(String.self, forKey: .unit) ?? "ns"
+    median_ns = try container.decode(Double.self, forKey: .median_ns)
+    min_ns = try container.decodeIfPresent(Double.self, forKey: .min_ns) ?? median_ns
+    max_ns = try container.decodeIfPresent(Double.self, forKey: .max_ns) ?? median_ns
+    samples = try container.decodeIfPresent(Int.self, forKey: .samples) ?? 1
+    method = try container.decodeIfPresent(String.self, forKey: .method)
+    values = try container.decodeIfPresent([Double].self, forKey: .values)
+  }
+}
+
+enum ResultsFile {
+  static func write(_ rows: [BenchmarkRow], to path: String) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    // NaN (a row with no samples) is not JSON; write it as a string rather than fail.
+    encoder.nonConformingFloatEncodingStrategy = .convertToString(
+      positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+    let data = try encoder.encode(rows.map(JSONRow.init))
+    try data.write(to: URL(fileURLWithPath: path))
+  }
+
+  static func read(_ path: String) throws -> [BenchmarkRow] {
+    let data = try Data(contentsOf: URL(fileURLWithPath: path))
+    let decoder = JSONDecoder()
+    decoder.nonConformingFloatDecodingStrategy = .convertFromString(
+      positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+    return try decoder.decode([JSONRow].self, from: data).map(\.row)
+  }
+
+  static func writeText(_ text: String, to path: String) throws {
+    try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+  }
+}
+
+/// The change per row against an earlier run.
+func compareTable(old: [BenchmarkRow], new: [BenchmarkRow], oldPath: String) -> ReportTable {
+  var table = ReportTable(
+    title: "Change against " + oldPath,
+    columns: ["benchmark", "subject", "before", "now", "change", ""], rows: [])
+  var oldByKey: [String: BenchmarkRow] = [:]
+  for row in old { oldByKey[row.benchmark + "\u{1}" + row.subject] = row }
+  var slower = 0
+  var faster = 0
+  var matched = Set<String>()
+  for row in new {
+    let key = row.benchmark + "\u{1}" + row.subject
+    guard let before = oldByKey[key] else {
+      table.rows.append([row.benchmark, row.subject, "-", Format.value(row.median, unit: row.unit), "new", ""])
+      continue
+    }
+    matched.insert(key)
+    let change = row.median / before.median - 1
+    var flag = ""
+    if change > 0.10 {
+      flag = "SLOWER"
+      slower += 1
+    } else if change < -0.10 {
+      flag = "faster"
+      faster += 1
+    }
+    table.rows.append([
+      row.benchmark, row.subject, Format.value(before.median, unit: before.unit),
+      Format.value(row.median, unit: row.unit), Format.change(change), flag,
+    ])
+  }
+  let missing = old.filter { !matched.contains($0.benchmark + "\u{1}" + $0.subject) }.count
+  table.notes.append(
+    "\(slower) rows more than 10% slower, \(faster) more than 10% faster; \(missing) rows of the earlier run not measured now."
+  )
+  table.notes.append("Absolute times on a shared VM move; compare ratios between ours and peers within each run too.")
+  return table
+}

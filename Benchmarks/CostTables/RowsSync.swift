@@ -1,0 +1,486 @@
+// Sync part 1 rows: the mutex family and atomics against raw pthread, Synchronization and
+// Foundation (issue 2's speed goals, the guide's Table 4-2).
+//
+// Every subject is a final class with one `increment()` that takes the lock, bumps a
+// counter in allocated storage (no exclusivity check, no Swift property access cost that
+// the peers would not pay) and releases. Loops are generic over the class so each is
+// specialised; counters are checked afterwards, so no loop can be optimised away.
+
+import CAtomicOps
+import CThreadingShims
+import Foundation
+import Sync
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// MARK: - Subjects
+
+/// A lock guarding one counter: lock, increment, unlock.
+protocol CountingLock: AnyObject, Sendable {
+  /// Takes the lock, adds one to the counter, releases the lock.
+  func increment()
+  /// The counter; read only when no thread is incrementing.
+  var count: Int { get }
+}
+
+/// Allocated counter storage shared by the subjects: stable address, no exclusivity checks.
+private func makeCounter() -> UnsafeMutablePointer<Int> {
+  let counter = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+  counter.initialize(to: 0)
+  return counter
+}
+
+private func checkPthread(_ result: Int32, _ call: String) {
+  if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
+}
+
+private final class SyncMutexSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.Mutex(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncMutexWithLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.Mutex(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.withLock { counter.pointee &+= 1 }
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncRecursiveMutexSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.RecursiveMutex()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncSpinLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.SpinLock(checked: false)
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SyncReadWriteLockSubject: CountingLock, @unchecked Sendable {
+  let lock = Sync.ReadWriteLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.writeLock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  /// Read lock, read the counter, unlock.
+  func read() -> Int {
+    lock.readLock()
+    let value = counter.pointee
+    lock.unlock()
+    return value
+  }
+  var count: Int { counter.pointee }
+}
+
+/// Raw `pthread_mutex_t` in allocated storage: the default type, or recursive.
+private final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
+  let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init(recursive: Bool = false) {
+    if recursive {
+      var attributes = pthread_mutexattr_t()
+      checkPthread(pthread_mutexattr_init(&attributes), "pthread_mutexattr_init")
+      checkPthread(
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_RECURSIVE)), "pthread_mutexattr_settype")
+      checkPthread(pthread_mutex_init(mutex, &attributes), "pthread_mutex_init")
+      checkPthread(pthread_mutexattr_destroy(&attributes), "pthread_mutexattr_destroy")
+    } else {
+      checkPthread(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
+    }
+  }
+  func increment() {
+    pthread_mutex_lock(mutex)
+    counter.pointee &+= 1
+    pthread_mutex_unlock(mutex)
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class PthreadSpinSubject: CountingLock, @unchecked Sendable {
+  let spin = UnsafeMutablePointer<pthread_spinlock_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init() {
+    checkPthread(pthread_spin_init(spin, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
+  }
+  func increment() {
+    pthread_spin_lock(spin)
+    counter.pointee &+= 1
+    pthread_spin_unlock(spin)
+  }
+  var count: Int { counter.pointee }
+}
+
+/// Raw `pthread_rwlock_t`: the default (reader-preferring) kind, or glibc's
+/// writer-preferring kind that `Sync.ReadWriteLock` is built on.
+private final class PthreadRWLockSubject: CountingLock, @unchecked Sendable {
+  let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+  let counter = makeCounter()
+  init(preferWriter: Bool = false) {
+    if preferWriter {
+      checkPthread(tk_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init")
+    } else {
+      checkPthread(pthread_rwlock_init(rwlock, nil), "pthread_rwlock_init")
+    }
+  }
+  func increment() {
+    pthread_rwlock_wrlock(rwlock)
+    counter.pointee &+= 1
+    pthread_rwlock_unlock(rwlock)
+  }
+  func read() -> Int {
+    pthread_rwlock_rdlock(rwlock)
+    let value = counter.pointee
+    pthread_rwlock_unlock(rwlock)
+    return value
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSLockSubject: CountingLock, @unchecked Sendable {
+  let lock = NSLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSRecursiveLockSubject: CountingLock, @unchecked Sendable {
+  let lock = NSRecursiveLock()
+  let counter = makeCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+/// `Synchronization.Mutex` guards its own value; closure-only, so `withLock`.
+private final class SynchronizationMutexSubject: CountingLock, Sendable {
+  let mutex = Synchronization.Mutex<Int>(0)
+  func increment() {
+    mutex.withLock { $0 &+= 1 }
+  }
+  var count: Int { mutex.withLock { $0 } }
+}
+
+// MARK: - Loops
+
+/// `iterations` lock+increment+unlock rounds on one thread; checks the counter moved.
+private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterations: Int) {
+  let before = subject.count
+  for _ in 0..<iterations { subject.increment() }
+  if subject.count &- before != iterations {
+    fatalError("cost-tables: \(Subject.self) lost increments")
+  }
+}
+
+/// `threads` threads each doing up to `perThread` increments at once; returns the
+/// nanoseconds from the start gate to the last join, scaled to `iterations` increments, and
+/// checks no increment was lost. A lock that collapses (a priority-inheritance futex under
+/// contention can take tens of microseconds per hand-off) would make one sample last minutes,
+/// so every thread stops at `timeLimit` nanoseconds after the gate and the cost is taken over
+/// the increments actually done.
+private func contendedRun<Subject: CountingLock>(
+  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64,
+  work: Int = 0
+) -> UInt64 {
+  let perThread = Swift.max(1, perThread)
+  let before = subject.count
+  let done = AtomicInteger<Int>(0)
+  let elapsed = BenchThreads.timedRun(count: threads) { _ in
+    let deadline = Harness.now() + timeLimit
+    var mine = 0
+    var local = UInt64(truncatingIfNeeded: mine &+ 1)
+    while mine < perThread {
+      let chunk = Swift.min(1_024, perThread - mine)
+      if work == 0 {
+        for _ in 0..<chunk { subject.increment() }
+      } else {
+        for _ in 0..<chunk {
+          subject.increment()
+          local = localWork(local, rounds: work)
+        }
+      }
+      mine += chunk
+      if Harness.now() > deadline { break }
+    }
+    _ = done.add(mine, ordering: .relaxed)
+    opaqueSink(local)
+  }
+  let completed = subject.count &- before
+  if completed <= 0 || completed != done.load(ordering: .relaxed) {
+    fatalError("cost-tables: \(Subject.self) lost increments under contention")
+  }
+  return elapsed * UInt64(iterations) / UInt64(completed)
+}
+
+/// Work outside the lock: a chain of `rounds` dependent xor-shift-multiply steps (about
+/// 1.5 ns each; the shift keeps the optimiser from folding the chain into one multiply), so
+/// threads leave the lock and come back, forcing real hand-offs between cores.
+@inline(__always)
+private func localWork(_ seed: UInt64, rounds: Int) -> UInt64 {
+  var value = seed
+  for _ in 0..<rounds { value = (value ^ (value >> 29)) &* 0xbf58_476d_1ce4_e5b9 }
+  return value
+}
+
+/// Atomic subjects' storage.
+private final class SynchronizationAtomicBox: Sendable {
+  let atomic = Synchronization.Atomic<Int>(0)
+}
+
+// MARK: - Registration
+
+/// Thread counts for the contention series.
+let contentionThreadCounts = [1, 2, 4, 8, 16]
+
+func registerSyncBenchmarks(_ harness: Harness) {
+  BenchThreads.makeProcessMultithreaded()
+
+  // Table 4-2: mutex acquisition (lock + unlock, uncontended).
+  let syncMutex = SyncMutexSubject()
+  let syncMutexWithLock = SyncMutexWithLockSubject()
+  let pthreadMutex = PthreadMutexSubject()
+  let nsLock = NSLockSubject()
+  let nsRecursiveLockAsMutex = NSRecursiveLockSubject()
+  let synchronizationMutex = SynchronizationMutexSubject()
+  harness.measureInterleaved(
+    id: "mutex.uncontended", group: "Table 4-2", operations: 200_000,
+    [
+      ("Sync.Mutex", { uncontendedLoop(syncMutex, $0) }),
+      ("pthread", { uncontendedLoop(pthreadMutex, $0) }),
+      ("Foundation.NSLock", { uncontendedLoop(nsLock, $0) }),
+      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursiveLockAsMutex, $0) }),
+      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+    ])
+  harness.measureInterleaved(
+    id: "mutex.uncontended-withlock", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.Mutex", { uncontendedLoop(syncMutexWithLock, $0) }),
+      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+    ])
+
+  // Table 4-2: atomic compare-and-swap (always succeeding, full ordering).
+  let ours = AtomicInteger<Int>(0)
+  let theirs = SynchronizationAtomicBox()
+  let raw = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+  raw.initialize(to: 0)
+  harness.measureInterleaved(
+    id: "cas.uncontended", group: "Table 4-2", operations: 500_000,
+    [
+      (
+        "Sync.AtomicInteger",
+        { iterations in
+          var value = ours.load(ordering: .relaxed)
+          var swapped = 0
+          for _ in 0..<iterations {
+            if ours.compareAndSwap(expected: value, desired: value &+ 1, ordering: .full) { swapped &+= 1 }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: Sync.AtomicInteger CAS failed") }
+        }
+      ),
+      (
+        "Synchronization.Atomic",
+        { iterations in
+          var value = theirs.atomic.load(ordering: .relaxed)
+          var swapped = 0
+          for _ in 0..<iterations {
+            if theirs.atomic.compareExchange(expected: value, desired: value &+ 1, ordering: .sequentiallyConsistent)
+              .exchanged
+            {
+              swapped &+= 1
+            }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: Synchronization.Atomic CAS failed") }
+        }
+      ),
+      (
+        "libatomic_ops",
+        { iterations in
+          var value = raw.pointee
+          var swapped = 0
+          for _ in 0..<iterations {
+            if tk_atomic_u64_compare_and_swap_full(raw, value, value &+ 1) { swapped &+= 1 }
+            value &+= 1
+          }
+          if swapped != iterations { fatalError("cost-tables: AO_compare_and_swap_full failed") }
+        }
+      ),
+    ])
+
+  harness.measureInterleaved(
+    id: "fetch-add.uncontended", group: "Atomics, uncontended", operations: 500_000,
+    [
+      (
+        "Sync.AtomicInteger",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= ours.fetchAdd(1, ordering: .full) }
+          opaqueSink(sum)
+        }
+      ),
+      (
+        "Synchronization.Atomic",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= theirs.atomic.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue }
+          opaqueSink(sum)
+        }
+      ),
+      (
+        "libatomic_ops",
+        { iterations in
+          var sum: UInt64 = 0
+          for _ in 0..<iterations { sum &+= tk_atomic_u64_fetch_add_full(raw, 1) }
+          opaqueSink(sum)
+        }
+      ),
+    ])
+
+  // The rest of the lock family, uncontended.
+  let syncRecursive = SyncRecursiveMutexSubject()
+  let pthreadRecursive = PthreadMutexSubject(recursive: true)
+  let nsRecursive = NSRecursiveLockSubject()
+  harness.measureInterleaved(
+    id: "recursive-mutex.uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.RecursiveMutex", { uncontendedLoop(syncRecursive, $0) }),
+      ("pthread", { uncontendedLoop(pthreadRecursive, $0) }),
+      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursive, $0) }),
+    ])
+
+  let syncRW = SyncReadWriteLockSubject()
+  let pthreadRW = PthreadRWLockSubject()
+  let pthreadRWWriter = PthreadRWLockSubject(preferWriter: true)
+  harness.measureInterleaved(
+    id: "rwlock.read-uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      (
+        "Sync.ReadWriteLock",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= syncRW.read() }
+          opaqueSink(sum)
+        }
+      ),
+      (
+        "pthread",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= pthreadRW.read() }
+          opaqueSink(sum)
+        }
+      ),
+      (
+        "pthread (writer-preferring)",
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= pthreadRWWriter.read() }
+          opaqueSink(sum)
+        }
+      ),
+    ])
+  harness.measureInterleaved(
+    id: "rwlock.write-uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.ReadWriteLock", { uncontendedLoop(syncRW, $0) }),
+      ("pthread", { uncontendedLoop(pthreadRW, $0) }),
+      ("pthread (writer-preferring)", { uncontendedLoop(pthreadRWWriter, $0) }),
+    ])
+
+  let syncSpin = SyncSpinLockSubject()
+  let pthreadSpin = PthreadSpinSubject()
+  harness.measureInterleaved(
+    id: "spinlock.uncontended", group: "Locks, uncontended", operations: 200_000,
+    [
+      ("Sync.SpinLock", { uncontendedLoop(syncSpin, $0) }),
+      ("pthread", { uncontendedLoop(pthreadSpin, $0) }),
+    ])
+
+  // Contention: N threads share one lock and one counter; ns per increment (wall time over
+  // all increments), so a flat line is constant throughput.
+  // Each thread does K increments (K = 200,000; 2,000 with --quick), long enough (over a
+  // scheduler time slice) that the threads really overlap on few cores; the harness passes
+  // iterations = K x threads and gets ns per increment back. 11 samples: each is long.
+  let perThread = 200_000
+  // One sample stops after four sample budgets at most (1 s; 80 ms with --quick).
+  let limit = UInt64(4 * harness.sampleBudget * 1e9)
+  for threads in contentionThreadCounts {
+    harness.sampleInterleaved(
+      id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
+      [
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+      ])
+    // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
+    // between threads far more often, as in real code.
+    harness.sampleInterleaved(
+      id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
+      samples: 11,
+      [
+        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (
+          "Foundation.NSLock",
+          { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
+        (
+          "Synchronization.Mutex",
+          { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
+      ])
+    harness.sampleInterleaved(
+      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
+      [
+        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+      ])
+    harness.sampleInterleaved(
+      id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
+      [
+        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+      ])
+    harness.sampleInterleaved(
+      id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
+      [
+        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("pthread", { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+      ])
+  }
+}

@@ -1,0 +1,71 @@
+// The README's examples, compiled and run, so the front page never shows code that does not
+// work. Keep each test body identical to its README block (plus the assertions).
+import RunLoop
+import Sync
+import Testing
+import Threads
+
+@Suite("README examples")
+struct ReadmeExamplesTests {
+  @Test("Sync in one minute")
+  func syncExample() {
+    final class Account: @unchecked Sendable { var balance = 0 }
+    let account = Account()
+
+    let mutex = Mutex()                 // futex-based; one atomic each way when uncontended
+    mutex.withLock { account.balance += 10 }    // released however the body exits
+
+    if mutex.lock(timeout: .milliseconds(5)) {   // monotonic clock, never the wall clock
+        defer { mutex.unlock() }
+        account.balance -= 1
+    }
+
+    let hits = AtomicInteger<Int64>(0)
+    hits.increment(ordering: .relaxed)           // no ordering is ever implied
+    let flags = AtomicInteger<Int32>(0)
+    flags.testAndSet(bit: 0, ordering: .full)    // the guide's bit numbering: flags == 128
+
+    #expect(account.balance == 9)
+    #expect(hits.load(ordering: .relaxed) == 1)
+    #expect(flags.load(ordering: .relaxed) == 128)
+  }
+
+  @Test("Threads in one minute")
+  func threadsExample() throws {
+    var configuration = ThreadConfiguration()
+    configuration.stackSize = 1 << 20            // validated before start: typed errors, not crashes
+    let worker = try Thread.spawn(name: "summer", configuration: configuration) {
+        (1...100).reduce(0, +)
+    }
+    let sum = worker.join()                      // 5050; a thrown error would be rethrown here
+
+    let poller = try Thread.spawn(name: "poller") {
+        while !Thread.current.isExitRequested { Thread.yield() }
+    }
+    poller.thread.requestExit()                  // the guide's exit request, Listing 2-3
+    poller.join()
+
+    #expect(sum == 5050)
+    #expect(poller.thread.isExitRequested)
+  }
+
+  @Test("RunLoop in one minute")
+  func runLoopExample() throws {
+    let worker = try Thread.spawn(name: "loop") { () -> Int in
+        let runLoop = RunLoop.current                 // one per thread, created on first use
+        let ticks = AtomicInteger<Int>(0)
+        let timer = RunLoopTimer(after: .milliseconds(10), interval: .milliseconds(10)) { timer in
+            if ticks.increment(ordering: .relaxed) == 5 { timer.invalidate() }   // never early
+        }
+        runLoop.add(timer, forMode: .default)
+        let sleeps = AtomicInteger<Int>(0)
+        let observer = RunLoopObserver(activities: [.beforeWaiting]) { _, _ in
+            sleeps.increment(ordering: .relaxed)      // see exactly what the loop does
+        }
+        runLoop.add(observer, forMode: .common)
+        _ = runLoop.run(mode: .default, timeout: .seconds(5))   // .finished once the timer is gone
+        return ticks.load(ordering: .relaxed)
+    }
+    #expect(worker.join() == 5)                       // 5
+  }
+}
