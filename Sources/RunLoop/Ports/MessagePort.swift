@@ -33,6 +33,10 @@ import Sync
 /// epoll set that the loop watches as one descriptor, so any number of senders costs the
 /// loop one member.
 ///
+/// A run loop does not keep a port alive (in Core Foundation the run-loop source retains
+/// it): keep a reference for as long as the port should serve; releasing the last one
+/// invalidates it and frees its name.
+///
 /// **Serving without a run loop.** The thread that owns a local port calls
 /// ``serve(before:)`` to wait for and handle messages; the handler runs on that thread.
 /// Serving a port both ways at once is misuse and stops the process.

@@ -24,6 +24,8 @@ import Sync
 /// thread while the loop runs in one of those modes. A send wakes the loop (no descriptor
 /// of the port's own is involved: the loop's wake-up eventfd carries it).
 ///
+/// A run loop does not keep a port alive: keep a reference for as long as it should receive.
+///
 /// **Receiving without a run loop**, the owning thread calls ``receive(before:)`` (blocking)
 /// or ``tryReceive()``; ``readinessDescriptor()`` gives an `eventfd` that is readable while a
 /// message or the invalidation waits, for `poll`/`epoll` users.
