@@ -220,3 +220,84 @@ struct PortsRunLoopTests {
     #expect(after?.status == .becameInvalid || after?.status == .invalid)
   }
 }
+
+@Suite("Ports: run-loop edge cases")
+struct PortsRunLoopEdgeTests {
+  @Test("a descriptor source's handler runs on the thread of the loop that watches it")
+  func handlerThread() {
+    let pipe = PortsPipe()
+    let published = Box<UInt64?>(nil)
+    let handledOn = Box<UInt64?>(nil)
+    let worker = TestThread.spawn {
+      let source = FileDescriptorSource(descriptor: pipe.readEnd) { source, _ in
+        _ = pipe.readAll()
+        handledOn.value = Thread.current.id
+        source.invalidate()
+      }
+      RunLoop.current.add(source, forMode: .default)
+      published.value = Thread.current.id
+      // Returns finished once the handler invalidated the mode's only item.
+      _ = RunLoop.current.run(mode: .default, before: .after(.seconds(60)))
+    }
+    waitUntil { published.value != nil }
+    pipe.write(1)
+    worker.join()
+    #expect(handledOn.value != nil)
+    #expect(handledOn.value == published.value)
+  }
+
+  @Test("invalidating a served message port from another thread wakes its loop")
+  func messagePortInvalidationWakes() throws {
+    let runLoop = RunLoop.current
+    let port = try MessagePort.local(name: uniquePortName("wake")) { _ in nil }
+    let invalidations = PortsCounter()
+    port.setInvalidationHandler { _ in invalidations.increment() }
+    #expect(runLoop.add(port, forMode: .default))
+    let killer = TestThread.spawn {
+      waitUntil { runLoop.isWaiting }
+      port.invalidate()
+    }
+    #expect(runLoop.run(mode: .default, before: .after(.seconds(60))) == .finished)
+    killer.join()
+    #expect(invalidations.count == 1)
+    #expect(!runLoop.add(port, forMode: .default), "an invalid port is not added")
+  }
+
+  @Test("a remote port has nothing to serve in a run loop")
+  func remoteNotScheduled() throws {
+    let name = uniquePortName("remote-schedule")
+    let local = try MessagePort.local(name: name) { _ in nil }
+    defer { local.invalidate() }
+    let remote = try MessagePort.remote(name: name)
+    #expect(!RunLoop.current.add(remote, forMode: .default))
+    #expect(!RunLoop.current.contains(remote, inMode: .default))
+  }
+
+  @Test("serving one port from two places at once is misuse")
+  func doubleServe() async {
+    await #expect(processExitsWith: .failure) {
+      portsBlocking {
+        guard let port = try? MessagePort.local(name: "tk-test-double-serve-\(getpid())", handler: { _ in nil }) else { return }
+        let started = PortsCounter()
+        let other = TestThread.spawn {
+          started.increment()
+          _ = try? port.serve(before: .after(.seconds(30)))
+        }
+        waitUntil { started.count == 1 }
+        // Whichever call comes second stops the process.
+        let giveUp = MonotonicInstant.after(.seconds(30))
+        while !giveUp.hasPassed { _ = try? port.serve(before: .after(.milliseconds(1))) }
+        other.join()
+      }
+    }
+  }
+
+  @Test("watching a regular file is misuse")
+  func regularFile() async {
+    await #expect(processExitsWith: .failure) {
+      let descriptor = open("/proc/self/exe", O_RDONLY)
+      let source = FileDescriptorSource(descriptor: descriptor) { _, _ in }
+      RunLoop.current.add(source, forMode: .default)
+    }
+  }
+}

@@ -65,10 +65,13 @@ final class DescriptorMember: @unchecked Sendable {
   }
 
   /// Stops watching for good: the source leaves every mode (its cancel callbacks remove the
-  /// descriptor from each epoll set).
+  /// descriptor from each epoll set), and the run loops are woken so a run whose mode is now
+  /// empty returns instead of sleeping on.
   func invalidate() {
+    let wake: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
     source.invalidate()
     DescriptorMember.registryLock.withLock { _ = DescriptorMember.registry.removeValue(forKey: token) }
+    for runLoop in wake { runLoop.wakeUp() }
   }
 
   /// Changes the events of interest and re-arms the descriptor in every run loop.
