@@ -138,6 +138,33 @@ private func portsInProcessRows(_ harness: Harness) {
       }
     }
   }
+  // Reference: the same two-loop bounce with bare version-0 sources (the run-loop core's
+  // cross-thread path), to show what the port adds on top of it.
+  let sourceSides = PortsShared<[(RunLoop, RunLoopSource)]>([])
+  let bouncesLeft = AtomicInteger<Int>(0)
+  func makeSourceSide(_ index: Int) -> JoinableThread<Void, Never> {
+    portsSpawn {
+      let source = RunLoopSource(perform: {
+        if bouncesLeft.decrement(ordering: .full) <= 0 {
+          do { try finished.send(PortMessage(msgid: 0), before: .distantFuture) } catch { fatalError("\(error)") }
+        } else {
+          let (loop, other) = sourceSides.value[1 - index]
+          other.signal()
+          loop.wakeUp()
+        }
+      })
+      RunLoop.current.add(source, forMode: .default)
+      sourceSides.value = sourceSides.value + [(RunLoop.current, source)]
+      while !stopSides.value {
+        _ = RunLoop.current.run(mode: .default, before: .distantFuture)
+      }
+    }
+  }
+  let firstSourceSide = makeSourceSide(0)
+  portsWait { sourceSides.value.count == 1 }
+  let secondSourceSide = makeSourceSide(1)
+  portsWait { sourceSides.value.count == 2 }
+
   let firstSide = makeSide(0)
   portsWait { sidePorts.value.count == 1 }
   let secondSide = makeSide(1)
@@ -163,6 +190,13 @@ private func portsInProcessRows(_ harness: Harness) {
         fatalError("port round trips: \(error)")
       }
     }),
+    ("RunLoopSource signal + wakeUp (core path, reference)", { iterations in
+      bouncesLeft.store(2 * iterations, ordering: .full)
+      let (loop, source) = sourceSides.value[0]
+      source.signal()
+      loop.wakeUp()
+      do { _ = try finished.receive(before: .distantFuture) } catch { fatalError("\(error)") }
+    }),
     ("RunLoop.Port (blocking receive)", { iterations in
       for _ in 0..<iterations {
         do {
@@ -181,7 +215,7 @@ private func portsInProcessRows(_ harness: Harness) {
   ])
   // The perform goal is stated against the port round trip: show both under one id.
   harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.Port (run loops)", group: group, nanoseconds: samples[1])
-  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.perform(on:waitUntilDone:)", group: group, nanoseconds: samples[3])
+  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.perform(on:waitUntilDone:)", group: group, nanoseconds: samples[4])
 
   var value = stopValue
   portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
@@ -192,6 +226,10 @@ private func portsInProcessRows(_ harness: Harness) {
   for port in sidePorts.value { port.invalidate() }
   firstSide.join()
   secondSide.join()
+  for (_, source) in sourceSides.value { source.invalidate() }
+  for (loop, _) in sourceSides.value { loop.wakeUp() }
+  firstSourceSide.join()
+  secondSourceSide.join()
   finished.invalidate()
   portsCheck(close(rawToPeer) == 0 && close(rawFromPeer) == 0, "close")
 }
