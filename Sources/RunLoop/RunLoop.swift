@@ -101,6 +101,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// How many descriptor members (issue 6) are in the epoll set; with none, a polling pass
   /// needs no epoll_wait. Protected by `lock`.
   var memberCount = 0
+  /// Set when a wait reported a descriptor member (issue 6), so the same pass delivers it.
+  /// Read and written only by the thread running the loop.
+  var descriptorMembersReady = false
 
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)
@@ -720,9 +723,15 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
       }
+      // Step 9 for port-based sources (issue 6): deliver what the wait reported in this pass.
+      var portHandled = false
+      if descriptorMembersReady {
+        descriptorMembersReady = false
+        portHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+      }
       let deadlinePassed = pollOnly || (deadline != .distantFuture && deadline.hasPassed)
       let result: (RunLoopRunResult?, UInt) = lock.withLock {
-        if sourceHandled && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
+        if (sourceHandled || portHandled) && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
         if deadlinePassed { return (.timedOut, mode.observerMask) }
         if activation.stopped {
           activation.stopped = false
@@ -836,8 +845,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         backend.drainTimer()
         armedDeadline = .distantPast
       default:
-        // Descriptor sources (issue 6) are dispatched here.
-        break
+        // Descriptor sources and ports (issue 6): signal the member's source.
+        descriptorTokenReady(backend.readyTokens[index])
+        descriptorMembersReady = true
       }
     }
   }

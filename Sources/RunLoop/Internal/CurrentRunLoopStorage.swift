@@ -38,6 +38,7 @@ enum CurrentRunLoopStorage {
       runLoop = try RunLoop(ownerTag: tk_thread_self())
     }
     slot.value = runLoop
+    ThreadRunLoops.register(runLoop, threadID: Thread.current.id)  // perform(on:) (issue 6)
     // An exit request ends the innermost run (stop wakes the loop), so
     // `while !Thread.current.isExitRequested { runLoop.run(...) }` finishes promptly.
     // Weak: the Thread object may outlive the run loop (released at thread exit).

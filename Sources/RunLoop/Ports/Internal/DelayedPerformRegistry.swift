@@ -1,0 +1,53 @@
+import Sync
+
+/// The delayed perform requests of every run loop, for cancellation by target (and action
+/// and argument). An entry leaves when its timer fires or is cancelled; entries of ended run
+/// loops are purged as they are found.
+enum DelayedPerformRegistry {
+  final class Entry: @unchecked Sendable {
+    // Immutable after init.
+    weak var runLoop: RunLoop?
+    let target: ObjectIdentifier?
+    let action: String?
+    let argument: AnyHashable?
+    let timer: RunLoopTimer
+
+    init(runLoop: RunLoop, target: ObjectIdentifier?, action: String?, argument: AnyHashable?, timer: RunLoopTimer) {
+      self.runLoop = runLoop
+      self.target = target
+      self.action = action
+      self.argument = argument
+      self.timer = timer
+    }
+  }
+
+  private static let lock = Sync.Mutex()
+  nonisolated(unsafe) private static var entries: [Entry] = []
+
+  static func add(_ entry: Entry) {
+    lock.withLock {
+      entries.removeAll { $0.runLoop == nil || !$0.timer.isValid }
+      entries.append(entry)
+    }
+  }
+
+  static func remove(_ entry: Entry) {
+    lock.withLock { entries.removeAll { $0 === entry } }
+  }
+
+  /// Removes and returns the entries of `runLoop` that `matches` accepts.
+  static func take(on runLoop: RunLoop, where matches: (Entry) -> Bool) -> [Entry] {
+    lock.withLock {
+      var taken: [Entry] = []
+      entries.removeAll { entry in
+        guard let owner = entry.runLoop else { return true }
+        if owner === runLoop && matches(entry) {
+          taken.append(entry)
+          return true
+        }
+        return false
+      }
+      return taken
+    }
+  }
+}

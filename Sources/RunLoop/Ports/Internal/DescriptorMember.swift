@@ -1,0 +1,184 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A file descriptor watched by run loops: the machinery behind ``FileDescriptorSource`` and
+/// message ports scheduled in a run loop.
+///
+/// How it works, per run loop it is scheduled in:
+/// 1. The descriptor joins the run loop's own epoll set (the `EpollBackend` seam) with a
+///    process-unique token, *one-shot* (`EPOLLONESHOT`): the kernel reports it once, then
+///    stops watching it until it is re-armed.
+/// 2. When the run loop's wait reports the token, the loop calls
+///    ``RunLoop/descriptorTokenReady(_:)`` (the one-line hook in `consumeReadyTokens`), which
+///    signals the member's version-0 ``RunLoopSource``. The source lives in exactly the modes
+///    the member was added to, so it fires only in a run in one of them; in other modes it
+///    stays signalled while the descriptor stays disarmed, so a ready descriptor never makes
+///    a loop running another mode spin.
+/// 3. The source's perform callback (on the run-loop thread) asks `poll` which events are
+///    ready, calls the handler, then re-arms the descriptor, so a descriptor that is still
+///    ready is reported again at once (level-triggered behaviour, without busy loops).
+///
+/// Every ready member of a loop is signalled in one wait and fires in the next pass: many
+/// descriptors are handled in one pass, without a helper thread.
+///
+/// Locks: a run loop's lock, then `DescriptorMember.registryLock`, then a member's `lock`,
+/// then the source's lock; never the other way round.
+final class DescriptorMember: @unchecked Sendable {
+  let descriptor: Int32
+  let token: UInt64
+  /// The version-0 source that carries the member into run-loop modes.
+  private(set) var source: RunLoopSource!
+
+  /// Protects `interest`, `loops`.
+  private let lock = Sync.Mutex()
+  /// TK_PORT_READABLE / TK_PORT_WRITABLE bits the handler wants (0 = disabled).
+  private var interest: UInt32
+  /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
+  /// the member.
+  private var loops: [(runLoop: WeakRunLoop, modes: Int)] = []
+
+  private let handler: @Sendable (_ ready: UInt32) -> Void
+
+  /// Creates a member for `descriptor`, initially interested in `interest`; `handler` gets
+  /// the ready TK_PORT_* bits on the run-loop thread.
+  init(descriptor: Int32, interest: UInt32, handler: @escaping @Sendable (_ ready: UInt32) -> Void) {
+    self.descriptor = descriptor
+    self.interest = interest
+    self.handler = handler
+    token = DescriptorMember.nextToken.fetchAdd(1, ordering: .relaxed)
+    source = RunLoopSource(
+      order: 0,
+      schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
+      cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
+      perform: { [weak self] in self?.perform() })
+    DescriptorMember.registryLock.withLock { DescriptorMember.registry[token] = WeakMember(value: self) }
+  }
+
+  deinit {
+    DescriptorMember.registryLock.withLock { _ = DescriptorMember.registry.removeValue(forKey: token) }
+  }
+
+  /// Stops watching for good: the source leaves every mode (its cancel callbacks remove the
+  /// descriptor from each epoll set), and the run loops are woken so a run whose mode is now
+  /// empty returns instead of sleeping on.
+  func invalidate() {
+    let wake: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
+    source.invalidate()
+    DescriptorMember.registryLock.withLock { _ = DescriptorMember.registry.removeValue(forKey: token) }
+    for runLoop in wake { runLoop.wakeUp() }
+  }
+
+  /// Changes the events of interest and re-arms the descriptor in every run loop.
+  func setInterest(_ newInterest: UInt32) {
+    let targets: [RunLoop] = lock.withLock {
+      interest = newInterest
+      return loops.compactMap(\.runLoop.value)
+    }
+    for runLoop in targets { rearm(in: runLoop, interest: newInterest) }
+  }
+
+  var currentInterest: UInt32 { lock.withLock { interest } }
+
+  // MARK: - Source callbacks
+
+  private func scheduled(in runLoop: RunLoop) {
+    let (first, events): (Bool, UInt32) = lock.withLock {
+      if let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) {
+        loops[index].modes += 1
+        return (false, interest)
+      }
+      loops.removeAll { $0.runLoop.value == nil }
+      loops.append((WeakRunLoop(value: runLoop), 1))
+      return (true, interest)
+    }
+    guard first else { return }
+    let result = tk_port_epoll_add(
+      runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(events), token)
+    if result != 0 {
+      // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
+      fatalError("FileDescriptorSource misuse: descriptor \(descriptor) cannot be watched: \(SystemCallError(call: "epoll_ctl", errno: -result))")
+    }
+    // Polling passes must ask epoll too, now that it holds a member.
+    runLoop.lock.withLock { runLoop.memberCount += 1 }
+  }
+
+  private func cancelled(in runLoop: RunLoop) {
+    let last: Bool = lock.withLock {
+      guard let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) else { return false }
+      loops[index].modes -= 1
+      if loops[index].modes > 0 { return false }
+      loops.remove(at: index)
+      return true
+    }
+    guard last else { return }
+    let result = tk_port_epoll_remove(runLoop.backend.epollDescriptor, descriptor)
+    // ENOENT/EBADF: the descriptor was closed before the source was invalidated; closing
+    // already took it out of the epoll set, so there is nothing left to remove.
+    if result != 0 && result != -ENOENT && result != -EBADF {
+      fatalError("RunLoop: \(SystemCallError(call: "epoll_ctl(EPOLL_CTL_DEL)", errno: -result))")
+    }
+    runLoop.lock.withLock { runLoop.memberCount -= 1 }
+  }
+
+  private func perform() {
+    let events = currentInterest
+    if events != 0 {
+      var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: events), revents: 0)
+      let ready = poll(&entry, 1, 0)
+      if ready > 0 {
+        handler(UInt32(UInt16(bitPattern: entry.revents)))
+      } else if ready < 0 && errno != EINTR {
+        fatalError("RunLoop: \(SystemCallError(call: "poll", errno: errno))")
+      }
+    }
+    // Re-arm after the handler, in every loop: whatever is still ready is reported again.
+    let (targets, now): ([RunLoop], UInt32) = lock.withLock { (loops.compactMap(\.runLoop.value), interest) }
+    if !source.isValid { return }
+    for runLoop in targets { rearm(in: runLoop, interest: now) }
+  }
+
+  private func rearm(in runLoop: RunLoop, interest: UInt32) {
+    let result = tk_port_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
+    // ENOENT: removed meanwhile (cancelled on another thread); EBADF: closed by its owner.
+    if result != 0 && result != -ENOENT && result != -EBADF {
+      fatalError("RunLoop: \(SystemCallError(call: "epoll_ctl(EPOLL_CTL_MOD)", errno: -result))")
+    }
+  }
+
+  private static func armed(_ interest: UInt32) -> UInt32 {
+    // One-shot even with no interest: epoll reports errors and hang-ups regardless of the mask.
+    interest | UInt32(TK_PORT_ONE_SHOT)
+  }
+
+  // MARK: - Token registry
+
+  private struct WeakMember {
+    weak var value: DescriptorMember?
+  }
+
+  /// Tokens are unique in the process, so one registry serves every run loop.
+  private static let nextToken = AtomicInteger<UInt64>(EpollBackend.firstMemberToken)
+  static let registryLock = Sync.Mutex()
+  nonisolated(unsafe) private static var registry: [UInt64: WeakMember] = [:]
+
+  /// Signals the member behind `token`. Called by the run loop with its lock held.
+  static func tokenReady(_ token: UInt64) {
+    let member = registryLock.withLock { registry[token]?.value }
+    member?.source.signal()
+  }
+}
+
+extension RunLoop {
+  /// A descriptor member's token was reported ready by this loop's epoll wait: signal its
+  /// source, which fires in the next pass of a run in one of its modes. Called from
+  /// `consumeReadyTokens` with `lock` held.
+  func descriptorTokenReady(_ token: UInt64) {
+    DescriptorMember.tokenReady(token)
+  }
+}

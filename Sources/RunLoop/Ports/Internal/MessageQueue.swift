@@ -1,0 +1,293 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A bounded first-in first-out queue of messages between threads, with send and receive
+/// deadlines, invalidation, and an `eventfd` that is readable while messages wait.
+///
+/// Bounded on purpose: a receiver that stops draining makes senders wait, then fail with a
+/// send timeout at their deadline, so memory never grows without limit.
+///
+/// State (all protected by `mutex`):
+///
+/// | field | meaning |
+/// |---|---|
+/// | `buffer`, `head`, `count` | ring buffer of at most `capacity` elements |
+/// | `invalidated` | set once; afterwards sends fail, waiters wake, pending elements are dropped |
+/// | `readiness` | the eventfd, created on first request (-1 before) |
+/// | `signalled` | whether `readiness` currently holds a count (queue non-empty or invalidated) |
+///
+/// `readinessDescriptor` is for poll/epoll users (the run loop): it is readable exactly when
+/// an element or the invalidation is waiting. Blocking users wait on the condition variables
+/// instead; both paths keep `signalled` in step with the queue.
+final class MessageQueue<Element: Sendable>: @unchecked Sendable {
+  // @unchecked: every stored var is read and written only with `mutex` held; the pthread
+  // objects live in allocated storage so their addresses never move.
+  private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  private let notEmpty: UnsafeMutablePointer<pthread_cond_t>
+  private let notFull: UnsafeMutablePointer<pthread_cond_t>
+  private var buffer: [Element?]
+  private var head = 0
+  private var count = 0
+  private var invalidated = false
+  private var signalled = false
+  private var waitingSenders = 0
+  private var waitingReceivers = 0
+
+  /// The most elements the queue holds; a sender finding it full waits.
+  let capacity: Int
+
+  /// The `eventfd` behind ``readinessDescriptor``; -1 until first asked for, so queues that
+  /// nobody polls (blocking receivers, run-loop sources woken by `wakeUp`) pay no system
+  /// calls for it.
+  private var readiness: Int32 = -1
+
+  /// What a send did.
+  enum SendOutcome: Equatable {
+    case enqueued
+    case timedOut
+    /// The queue was invalid before the send started.
+    case invalid
+    /// The queue was invalidated while the sender waited for room.
+    case becameInvalid
+  }
+
+  /// What a receive found.
+  enum ReceiveOutcome {
+    case element(Element)
+    case timedOut
+    case invalid
+  }
+
+  /// Creates an empty queue holding at most `capacity` (>= 1) elements.
+  init(capacity: Int) {
+    if capacity < 1 { fatalError("Port misuse: queue capacity must be at least 1, got \(capacity)") }
+    self.capacity = capacity
+    buffer = Array(repeating: nil, count: capacity)
+    mutex = .allocate(capacity: 1)
+    notEmpty = .allocate(capacity: 1)
+    notFull = .allocate(capacity: 1)
+    var result = pthread_mutex_init(mutex, nil)
+    if result == 0 { result = pthread_cond_init(notEmpty, nil) }
+    if result == 0 { result = pthread_cond_init(notFull, nil) }
+    if result != 0 {
+      // Only reached on ENOMEM-like failures of the default-attribute init calls.
+      fatalError("pthread init for a port queue failed: errno \(result)")
+    }
+  }
+
+  deinit {
+    checked("pthread_cond_destroy", pthread_cond_destroy(notFull))
+    checked("pthread_cond_destroy", pthread_cond_destroy(notEmpty))
+    checked("pthread_mutex_destroy", pthread_mutex_destroy(mutex))
+    notFull.deallocate()
+    notEmpty.deallocate()
+    mutex.deallocate()
+    if readiness >= 0 { closeDescriptor(readiness) }
+  }
+
+  /// An `eventfd` readable exactly while an element or the invalidation waits (for poll and
+  /// epoll users), created on first use.
+  func readinessDescriptor() throws(SystemCallError) -> Int32 {
+    lock()
+    defer { unlock() }
+    if readiness >= 0 { return readiness }
+    let descriptor = tk_port_eventfd()
+    if descriptor < 0 { throw SystemCallError(call: "eventfd", errno: -descriptor) }
+    readiness = descriptor
+    if count > 0 || invalidated {
+      signalled = false
+      raiseReadiness()
+    }
+    return descriptor
+  }
+
+  /// Appends `element`, waiting while the queue is full until `deadline`.
+  func send(_ element: Element, before deadline: MonotonicInstant) -> SendOutcome {
+    lock()
+    if invalidated {
+      unlock()
+      return .invalid
+    }
+    while count == capacity {
+      waitingSenders += 1
+      let timedOut = !wait(notFull, before: deadline)
+      waitingSenders -= 1
+      if invalidated {
+        unlock()
+        return .becameInvalid
+      }
+      if timedOut && count == capacity {
+        unlock()
+        return .timedOut
+      }
+    }
+    buffer[(head + count) % capacity] = element
+    count += 1
+    var wakeReceiver = false
+    if count == 1 {
+      raiseReadiness()
+      wakeReceiver = waitingReceivers > 0
+    }
+    unlock()
+    // Signalled after unlocking, so the woken receiver does not run straight into the held
+    // mutex and sleep again (the state change it needs is already published by the unlock).
+    if wakeReceiver { checked("pthread_cond_signal", pthread_cond_signal(notEmpty)) }
+    return .enqueued
+  }
+
+  /// Removes the oldest element if there is one, without waiting (nil when empty; `.invalid`
+  /// once invalidated).
+  func tryReceive() -> ReceiveOutcome? {
+    lock()
+    if invalidated {
+      unlock()
+      return .invalid
+    }
+    if count == 0 {
+      unlock()
+      return nil
+    }
+    let (element, wakeSender) = takeHead()
+    unlock()
+    if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+    return .element(element)
+  }
+
+  /// Removes the oldest element, waiting until one arrives, the queue is invalidated, or
+  /// `deadline` passes.
+  func receive(before deadline: MonotonicInstant) -> ReceiveOutcome {
+    lock()
+    while true {
+      if invalidated {
+        unlock()
+        return .invalid
+      }
+      if count > 0 {
+        let (element, wakeSender) = takeHead()
+        unlock()
+        if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+        return .element(element)
+      }
+      waitingReceivers += 1
+      let timedOut = !wait(notEmpty, before: deadline)
+      waitingReceivers -= 1
+      if timedOut && count == 0 && !invalidated {
+        unlock()
+        return .timedOut
+      }
+    }
+  }
+
+  /// Whether the queue has been invalidated.
+  var isInvalidated: Bool {
+    lock()
+    defer { unlock() }
+    return invalidated
+  }
+
+  /// How many elements wait.
+  var pendingCount: Int {
+    lock()
+    defer { unlock() }
+    return count
+  }
+
+  /// Marks the queue invalid, drops pending elements and wakes every waiter (blocked
+  /// senders get `.becameInvalid`, receivers `.invalid`) and pollers. Returns whether this
+  /// call did it (false when it was already invalid).
+  @discardableResult
+  func invalidate() -> Bool {
+    var dropped: [Element?] = []
+    lock()
+    if invalidated {
+      unlock()
+      return false
+    }
+    invalidated = true
+    // Release the elements outside the lock: their deinit may run arbitrary code.
+    dropped = buffer
+    buffer = Array(repeating: nil, count: capacity)
+    count = 0
+    head = 0
+    raiseReadiness()
+    checked("pthread_cond_broadcast", pthread_cond_broadcast(notEmpty))
+    checked("pthread_cond_broadcast", pthread_cond_broadcast(notFull))
+    unlock()
+    dropped.removeAll()
+    return true
+  }
+
+  // MARK: - Plumbing (all called with `mutex` held)
+
+  /// Removes the head; also says whether a sender waits for room (to be signalled after
+  /// unlocking).
+  private func takeHead() -> (Element, wakeSender: Bool) {
+    let element = buffer[head]!
+    buffer[head] = nil
+    head = head + 1 == capacity ? 0 : head + 1
+    count -= 1
+    if count == 0 { lowerReadiness() }
+    return (element, waitingSenders > 0)
+  }
+
+  private func raiseReadiness() {
+    if signalled || readiness < 0 { return }
+    signalled = true
+    var one: UInt64 = 1
+    let written = write(readiness, &one, 8)
+    // An eventfd write of 1 fails only when the counter would overflow, which `signalled`
+    // rules out; anything else is a broken descriptor.
+    if written != 8 { fatalError("write(eventfd) for a port queue failed: errno \(errno)") }
+  }
+
+  private func lowerReadiness() {
+    if !signalled { return }
+    signalled = false
+    var value: UInt64 = 0
+    let read = Glibc.read(readiness, &value, 8)
+    if read != 8 { fatalError("read(eventfd) for a port queue failed: errno \(errno)") }
+  }
+
+  private func lock() {
+    checked("pthread_mutex_lock", pthread_mutex_lock(mutex))
+  }
+
+  private func unlock() {
+    checked("pthread_mutex_unlock", pthread_mutex_unlock(mutex))
+  }
+
+  /// Waits on `condition` until signalled or `deadline`; returns false when it timed out.
+  private func wait(_ condition: UnsafeMutablePointer<pthread_cond_t>, before deadline: MonotonicInstant) -> Bool {
+    if deadline == .distantFuture {
+      checked("pthread_cond_wait", pthread_cond_wait(condition, mutex))
+      return true
+    }
+    var time = deadline.timespec
+    let result = tk_cond_monotonic_wait(condition, mutex, &time)
+    if result == ETIMEDOUT { return false }
+    checked("pthread_cond_clockwait", result)
+    return true
+  }
+}
+
+/// Stops the process when a pthread call that cannot fail for a correctly used object
+/// failed: it means memory corruption or misuse inside the toolkit, never the environment.
+func checked(_ call: String, _ result: Int32) {
+  if result != 0 { fatalError("\(call) failed: errno \(result)") }
+}
+
+/// Closes a descriptor the toolkit owns. EINTR still closes it on Linux (and must not be
+/// retried); EBADF means the toolkit closed it twice, a bug.
+func closeDescriptor(_ descriptor: Int32) {
+  if close(descriptor) != 0 {
+    let error = errno
+    if error == EBADF { fatalError("close(\(descriptor)) failed: EBADF (closed twice)") }
+    // EINTR / EIO: the descriptor is released anyway on Linux; nothing to retry.
+  }
+}

@@ -1,0 +1,180 @@
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// The sending side of a named message port: a connection to the listener registered under
+/// a name, in this or another process of the same user.
+///
+/// Requests are serialised (one in flight per connection, callers queue on `mutex`), each
+/// tagged with a sequence number so that a reply arriving after its request timed out is
+/// recognised and discarded. The connection becomes invalid, for good, when the listener
+/// closes it or dies, when a reply is malformed, or when a send times out part-way through a
+/// frame (the stream could not be resynchronised).
+final class NamedPortConnection: @unchecked Sendable {
+  let name: String
+  let limits: Frame.Limits
+
+  // Protected by `mutex`, which is held for a whole send (and reply wait).
+  private let mutex = Sync.Mutex()
+  private var socket: UnixSocket?
+  private var decoder: FrameDecoder
+  private var nextSequence: UInt32 = 1
+  private var invalidationReason: PortError?
+  /// Where `recv` writes replies; allocated once (not zeroed per request).
+  private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
+
+  /// Connects to the port registered as `name` in `directory`, checking that the listening
+  /// process passes `policy` (`SO_PEERCRED`).
+  ///
+  /// Throws ``PortStatus/invalid`` when no live port has that name (`ENOENT`,
+  /// `ECONNREFUSED`) or the name is malformed, ``PortStatus/transportError`` when the owner
+  /// fails the policy or a socket call fails.
+  init(
+    name: String, directory: PortDirectory, policy: PeerPolicy = .sameUser, limits: Frame.Limits = .standard,
+    connectTimeout: Duration = .seconds(1)
+  ) throws(PortError) {
+    try PortName.validate(name)
+    self.name = name
+    self.limits = limits
+    decoder = FrameDecoder(limits: limits)
+    let socket: UnixSocket
+    do {
+      socket = try UnixSocket.connect(to: directory.socketPath(for: name), before: .after(connectTimeout))
+    } catch {
+      if error.errno == ENOENT || error.errno == ECONNREFUSED {
+        throw PortError(.invalid, cause: error, detail: "no port is registered as \"\(name)\"")
+      }
+      throw PortError(.transportError, cause: error, detail: "cannot connect to port \"\(name)\"")
+    }
+    let credentials: PeerCredentials
+    do {
+      credentials = try socket.peerCredentials()
+    } catch {
+      throw PortError(.transportError, cause: error, detail: "cannot read the credentials of port \"\(name)\"")
+    }
+    if !policy.admits(credentials) {
+      throw PortError(
+        .transportError, cause: SystemCallError(call: "getsockopt(SO_PEERCRED)", errno: EACCES),
+        detail: "port \"\(name)\" is served by pid \(credentials.processID) uid \(credentials.userID), refused by the peer policy")
+    }
+    self.socket = socket
+  }
+
+  deinit {
+    chunk.deallocate()
+  }
+
+  /// Whether the connection can still carry messages.
+  var isValid: Bool { mutex.withLock { socket != nil } }
+
+  /// Why the connection became invalid, once it has.
+  var failure: PortError? { mutex.withLock { invalidationReason } }
+
+  /// Sends one message. With `awaitReply`, waits for its reply until `receiveDeadline` and
+  /// returns the reply payload; otherwise returns nil once the frame is handed to the
+  /// kernel. Blocks the calling thread (and queues other senders on this connection).
+  func send(
+    msgid: Int32, payload: [UInt8], replyPortName: String?, sendDeadline: MonotonicInstant,
+    awaitReply: Bool, receiveDeadline: MonotonicInstant
+  ) throws(PortError) -> [UInt8]? {
+    if payload.count > limits.maximumPayload {
+      throw PortError(
+        .transportError, cause: SystemCallError(call: "send", errno: EMSGSIZE),
+        detail: "payload of \(payload.count) bytes exceeds the limit of \(limits.maximumPayload)")
+    }
+    if let replyPortName { try PortName.validate(replyPortName) }
+    // Waiting for the connection counts against the send deadline.
+    guard mutex.lock(before: sendDeadline) else {
+      throw PortError(.sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")
+    }
+    defer { mutex.unlock() }
+    guard let socket else {
+      if let invalidationReason {
+        throw PortError(.invalid, cause: invalidationReason.cause, detail: "port \"\(name)\" is invalid: \(invalidationReason.detail)")
+      }
+      throw PortError(.invalid, detail: "port \"\(name)\" is invalid")
+    }
+    let sequence = nextSequence
+    nextSequence = nextSequence == .max ? 1 : nextSequence + 1
+    let frame = Frame(
+      kind: awaitReply ? .request : .oneWay, msgid: msgid, sequence: sequence, replyPortName: replyPortName,
+      payload: payload)
+    do {
+      try socket.sendAll(frame.encoded(), before: sendDeadline)
+    } catch .timedOut {
+      // Part of the frame may be in the stream; nothing can follow it safely.
+      throw invalidateLocked(PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline"))
+    } catch .peerClosed {
+      throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
+    } catch {
+      throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
+    }
+    if !awaitReply { return nil }
+    return try awaitReplyLocked(socket, sequence: sequence, before: receiveDeadline)
+  }
+
+  /// Closes the connection; later sends throw ``PortStatus/invalid``. Waits for a send in
+  /// progress on another thread to finish. Returns whether this call invalidated it.
+  @discardableResult
+  func invalidate() -> Bool {
+    mutex.withLock {
+      if socket == nil { return false }
+      _ = invalidateLocked(PortError(.invalid, detail: "port \"\(name)\" was invalidated"))
+      return true
+    }
+  }
+
+  private func awaitReplyLocked(_ socket: UnixSocket, sequence: UInt32, before deadline: MonotonicInstant) throws(PortError) -> [UInt8] {
+    while true {
+      do {
+        while let frame = try decoder.nextFrame() {
+          if frame.kind != .reply {
+            throw invalidateLocked(PortError(.transportError, detail: "port \"\(name)\" sent a \(frame.kind) frame instead of a reply"))
+          }
+          // An answer to an earlier request that timed out: its caller has gone.
+          if frame.sequence == sequence { return frame.payload }
+        }
+      } catch let error as FrameError {
+        throw invalidateLocked(PortError(.transportError, detail: "port \"\(name)\" sent a malformed reply: \(error)"))
+      } catch let error as PortError {
+        throw error
+      } catch {
+        fatalError("unreachable: \(error)")
+      }
+      // Wait first: the reply cannot be there yet right after sending, so an eager `recv`
+      // would only say EAGAIN.
+      do {
+        try socket.waitUntil(.readable, before: deadline)
+      } catch .timedOut {
+        throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
+      } catch .peerClosed {
+        throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
+      } catch {
+        throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
+      }
+      let received = Result { () throws(TransferFailure) in try socket.receiveAvailable(into: chunk) }
+      switch received {
+      case .success(let count?):
+        decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
+      case .success(nil):
+        continue  // a spurious readiness report
+      case .failure(.peerClosed):
+        throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
+      case .failure(.system(let error)):
+        throw invalidateLocked(PortError(.transportError, cause: error, detail: "receiving from port \"\(name)\" failed"))
+      case .failure(.timedOut):
+        throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
+      }
+    }
+  }
+
+  private func invalidateLocked(_ reason: PortError) -> PortError {
+    socket = nil
+    if invalidationReason == nil { invalidationReason = reason }
+    return reason
+  }
+}

@@ -1,0 +1,387 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A peer the listener refused or dropped, for the owner's report.
+struct PeerRejection: Sendable, CustomStringConvertible {
+  /// The peer's kernel-recorded credentials, when they could be read.
+  var credentials: PeerCredentials?
+  /// Why it was refused.
+  var reason: String
+
+  var description: String {
+    if let credentials {
+      return "peer pid \(credentials.processID) uid \(credentials.userID): \(reason)"
+    }
+    return "peer: \(reason)"
+  }
+}
+
+/// The serving side of a named message port: a claimed name, a listening socket in the
+/// port directory, and the accepted peer connections.
+///
+/// All of a listener's descriptors (the wake-up eventfd, the listening socket, every peer)
+/// sit in one epoll set of its own, so one `epoll_wait` reports every ready peer, and a run
+/// loop watches the whole port through the single descriptor ``readinessDescriptor``.
+///
+/// Threading: one thread serves (``serve(before:)``, or a run loop that watches
+/// ``readinessDescriptor`` and calls ``serveOnce(before:)`` with a passed deadline);
+/// ``invalidate()`` may come from any thread. `state` is protected by `mutex`; the descriptors are closed only when no thread is
+/// inside a serving pass (otherwise that pass closes them on its way out), so a descriptor
+/// is never closed under a thread that is polling it.
+final class NamedPortListener: @unchecked Sendable {
+  /// Answers one message: returns the reply payload for requests (ignored for one-way
+  /// messages; nil replies with an empty payload).
+  typealias Handler = (Frame) -> [UInt8]?
+
+  let name: String
+  let directory: PortDirectory
+  let policy: PeerPolicy
+  let limits: Frame.Limits
+  /// How long a reply may wait for a slow reader before that peer is dropped.
+  let replySendTimeout: Duration
+
+  private let mutex = Sync.Mutex()
+  private var listener: UnixSocket?          // nil once closed
+  private var lockDescriptor: Int32          // -1 once closed
+  private var wakeDescriptor: Int32          // eventfd; -1 once closed
+  private var epollDescriptor: Int32         // -1 once closed
+  private var peers: [Int32: Peer] = [:]
+  private var invalidated = false
+  private var serving = false
+  private var closedAll = false
+  private var handler: Handler
+  private var rejectionHandler: ((PeerRejection) -> Void)?
+
+  private final class Peer {
+    let socket: UnixSocket
+    let credentials: PeerCredentials
+    var decoder: FrameDecoder
+    /// Where `recv` writes; allocated once per peer (not zeroed per read).
+    let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
+    init(socket: UnixSocket, credentials: PeerCredentials, limits: Frame.Limits) {
+      self.socket = socket
+      self.credentials = credentials
+      decoder = FrameDecoder(limits: limits)
+    }
+    deinit { chunk.deallocate() }
+  }
+
+  /// Claims `name` in `directory` and starts listening.
+  ///
+  /// Throws ``PortStatus/invalid`` when the name is malformed or registered by a live
+  /// process (`flock` held elsewhere: `EWOULDBLOCK`), ``PortStatus/transportError`` for
+  /// socket failures. A socket left by a dead process is replaced.
+  init(
+    name: String, directory: PortDirectory, policy: PeerPolicy = .sameUser, limits: Frame.Limits = .standard,
+    replySendTimeout: Duration = .seconds(1), handler: @escaping Handler
+  ) throws(PortError) {
+    try PortName.validate(name)
+    self.name = name
+    self.directory = directory
+    self.policy = policy
+    self.limits = limits
+    self.replySendTimeout = replySendTimeout
+    self.handler = handler
+    let claimed = tk_claim_lock_file(directory.lockPath(for: name))
+    if claimed < 0 {
+      if -claimed == EWOULDBLOCK {
+        throw PortError(
+          .invalid, cause: SystemCallError(call: "flock", errno: EWOULDBLOCK),
+          detail: "port name \"\(name)\" is registered by another process")
+      }
+      throw PortError(.transportError, cause: SystemCallError(call: "open", errno: -claimed), detail: "cannot claim port name \"\(name)\"")
+    }
+    lockDescriptor = claimed
+    let wake = tk_port_eventfd()
+    if wake < 0 {
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "eventfd", errno: -wake), detail: "cannot create a wake-up descriptor")
+    }
+    wakeDescriptor = wake
+    let epoll = tk_port_epoll_create()
+    if epoll < 0 {
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_create1", errno: -epoll), detail: "cannot create the port's epoll set")
+    }
+    epollDescriptor = epoll
+    // Holding the claim, any socket file already there is a dead owner's leftover.
+    let path = directory.socketPath(for: name)
+    if unlink(path) != 0 && errno != ENOENT {
+      let error = errno
+      closeDescriptor(epoll)
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "unlink", errno: error), detail: "cannot remove the stale socket \(path)")
+    }
+    let socket: UnixSocket
+    do {
+      socket = try UnixSocket.listen(at: path)
+    } catch {
+      closeDescriptor(epoll)
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: error, detail: "cannot listen at \(path)")
+    }
+    var added = tk_port_epoll_add(epoll, wake, UInt32(TK_PORT_READABLE), NamedPortListener.wakeToken)
+    if added == 0 { added = tk_port_epoll_add(epoll, socket.descriptor, UInt32(TK_PORT_READABLE), NamedPortListener.listenerToken) }
+    if added != 0 {
+      _ = unlink(path)
+      closeDescriptor(epoll)
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_ctl", errno: -added), detail: "cannot watch \(path)")
+    }
+    listener = socket
+  }
+
+  private static let wakeToken: UInt64 = 0
+  private static let listenerToken: UInt64 = 1
+  /// Peers are reported as their descriptor plus this.
+  private static let firstPeerToken: UInt64 = 2
+
+  deinit {
+    invalidate()
+  }
+
+  /// Sets the function told about refused or dropped peers (called on the serving thread).
+  func setRejectionHandler(_ handler: ((PeerRejection) -> Void)?) {
+    mutex.withLock { rejectionHandler = handler }
+  }
+
+  var isValid: Bool { mutex.withLock { !invalidated } }
+
+  /// How many peers are connected.
+  var peerCount: Int { mutex.withLock { peers.count } }
+
+  /// Stops serving: removes the socket file at once (new lookups fail), then closes the
+  /// listener, every peer connection (their pending requests end with became-invalid) and
+  /// the name claim. Idempotent; any thread. Returns whether this call invalidated.
+  @discardableResult
+  func invalidate() -> Bool {
+    mutex.lock()
+    if invalidated {
+      mutex.unlock()
+      return false
+    }
+    invalidated = true
+    // Unlink while still holding the flock, so no other process can have claimed the name
+    // and bound a fresh socket at this path in between.
+    if unlink(directory.socketPath(for: name)) != 0 && errno != ENOENT {
+      // The directory is ours (mode 0700); failing to remove our own socket leaves only a
+      // stale file that the next owner replaces, so it is not worth failing invalidation.
+    }
+    if serving {
+      var one: UInt64 = 1
+      if write(wakeDescriptor, &one, 8) != 8 { fatalError("write(eventfd) failed: errno \(errno)") }
+      mutex.unlock()
+    } else {
+      let closed = closeAllLocked()
+      mutex.unlock()
+      withExtendedLifetime(closed) {}
+    }
+    return true
+  }
+
+  /// Serves until at least one message was handled or `deadline` passes: waits (epoll) on
+  /// the listener and every peer, accepts new peers (checking their credentials), reads and
+  /// answers complete messages. Returns how many messages were handled; throws
+  /// ``PortStatus/becameInvalid`` once the port is invalid.
+  func serve(before deadline: MonotonicInstant) throws(PortError) -> Int {
+    while true {
+      let handled = try serveOnce(before: deadline)
+      if handled > 0 || deadline.hasPassed { return handled }
+    }
+  }
+
+  /// One wait (until `deadline`; a passed deadline only polls) and the handling of whatever
+  /// became ready: new peers accepted, complete messages answered. Returns how many messages
+  /// were handled (possibly 0: only a new connection); throws like ``serve(before:)``.
+  func serveOnce(before deadline: MonotonicInstant) throws(PortError) -> Int {
+    let epoll: Int32
+    do {
+      mutex.lock()
+      defer { mutex.unlock() }
+      if invalidated { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
+      if serving { fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once") }
+      serving = true
+      epoll = epollDescriptor
+    }
+    let capacity = 16
+    var tokens = [UInt64](repeating: 0, count: capacity)
+    var events = [UInt32](repeating: 0, count: capacity)
+    let ready: Int32 = tokens.withUnsafeMutableBufferPointer { tokenBuffer in
+      events.withUnsafeMutableBufferPointer { eventBuffer in
+        if deadline == .distantFuture {
+          return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), nil)
+        }
+        var time = deadline.timespec
+        return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), &time)
+      }
+    }
+    var handled = 0
+    for token in tokens.prefix(Int(max(ready, 0))) {
+      switch token {
+      case NamedPortListener.wakeToken:
+        break  // written only by invalidate(), which is handled below
+      case NamedPortListener.listenerToken:
+        if let listener = mutex.withLock({ invalidated ? nil : self.listener }) { acceptPending(listener) }
+      default:
+        let descriptor = Int32(truncatingIfNeeded: token - NamedPortListener.firstPeerToken)
+        if let peer = mutex.withLock({ invalidated ? nil : peers[descriptor] }) { handled += service(peer) }
+      }
+    }
+    mutex.lock()
+    serving = false
+    let becameInvalid = invalidated
+    let closed = invalidated ? closeAllLocked() : []
+    mutex.unlock()
+    withExtendedLifetime(closed) {}
+    if ready < 0 {
+      throw PortError(.transportError, cause: SystemCallError(call: "epoll_wait", errno: -ready), detail: "waiting for messages failed")
+    }
+    if becameInvalid && handled == 0 { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
+    return handled
+  }
+
+  /// An epoll descriptor that is readable while the port has work (a new peer, a message,
+  /// the invalidation): what a run loop watches for this port. -1 once closed.
+  var readinessDescriptor: Int32 { mutex.withLock { epollDescriptor } }
+
+  // MARK: - Serving (serving thread only)
+
+  private func acceptPending(_ listener: UnixSocket) {
+    while true {
+      let socket: UnixSocket?
+      do {
+        socket = try listener.accept()
+      } catch {
+        report(PeerRejection(credentials: nil, reason: "accept failed: \(error)"))
+        return
+      }
+      guard let socket else { return }
+      let credentials: PeerCredentials
+      do {
+        credentials = try socket.peerCredentials()
+      } catch {
+        report(PeerRejection(credentials: nil, reason: "cannot read peer credentials: \(error)"))
+        continue  // `socket` closes as it goes out of scope
+      }
+      if !policy.admits(credentials) {
+        report(PeerRejection(credentials: credentials, reason: "refused by the peer policy (\(policy))"))
+        continue
+      }
+      let peer = Peer(socket: socket, credentials: credentials, limits: limits)
+      let added: Int32 = mutex.withLock {
+        let result = tk_port_epoll_add(
+          epollDescriptor, socket.descriptor, UInt32(TK_PORT_READABLE),
+          UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
+        if result == 0 { peers[socket.descriptor] = peer }
+        return result
+      }
+      if added != 0 {
+        report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(SystemCallError(call: "epoll_ctl", errno: -added))"))
+      }
+    }
+  }
+
+  /// Reads what is available from `peer`, answers every complete frame in order, and
+  /// drops the peer on end of stream, a transfer failure or a malformed frame (after
+  /// answering the frames that preceded it).
+  private func service(_ peer: Peer) -> Int {
+    var handled = 0
+    while true {
+      let received: Int?
+      do {
+        received = try peer.socket.receiveAvailable(into: peer.chunk)
+      } catch .peerClosed {
+        handled += drainFrames(of: peer)
+        drop(peer, reason: nil)
+        return handled
+      } catch {
+        drop(peer, reason: "receive failed: \(error)")
+        return handled
+      }
+      guard let received else { return handled }
+      peer.decoder.append(UnsafeRawBufferPointer(rebasing: peer.chunk[0..<received]))
+      handled += drainFrames(of: peer)
+      // One read per readiness report: poll and epoll are level-triggered, so anything left
+      // in the socket is reported again, and the usual case (one message) saves a `recv`
+      // that would only say EAGAIN.
+      return handled
+    }
+  }
+
+  private func drainFrames(of peer: Peer) -> Int {
+    var handled = 0
+    while true {
+      let frame: Frame?
+      do {
+        frame = try peer.decoder.nextFrame()
+      } catch {
+        drop(peer, reason: "malformed frame: \(error)")
+        return handled
+      }
+      guard let frame else { return handled }
+      if frame.kind == .reply {
+        drop(peer, reason: "malformed frame: a reply sent to a listening port")
+        return handled
+      }
+      let current = mutex.withLock { handler }
+      let reply = current(frame)
+      handled += 1
+      // Invalidated by the handler or another thread meanwhile: no reply; the pass closes
+      // the connection, which tells the sender its port became invalid.
+      if !isValid { return handled }
+      if frame.kind == .request {
+        let answer = Frame(kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
+        do {
+          try peer.socket.sendAll(answer.encoded(), before: .after(replySendTimeout))
+        } catch .peerClosed {
+          drop(peer, reason: nil)
+          return handled
+        } catch {
+          drop(peer, reason: "reply not delivered: \(error)")
+          return handled
+        }
+      }
+    }
+  }
+
+  private func drop(_ peer: Peer, reason: String?) {
+    mutex.withLock {
+      guard peers.removeValue(forKey: peer.socket.descriptor) != nil else { return }
+      // Closing the socket would also remove it from the set, but only once every duplicate
+      // of the descriptor is closed; removing it explicitly keeps the set exact.
+      let removed = tk_port_epoll_remove(epollDescriptor, peer.socket.descriptor)
+      if removed != 0 { fatalError("epoll_ctl(EPOLL_CTL_DEL) of a port peer failed: errno \(-removed)") }
+    }
+    if let reason { report(PeerRejection(credentials: peer.credentials, reason: reason)) }
+  }
+
+  private func report(_ rejection: PeerRejection) {
+    if let handler = mutex.withLock({ rejectionHandler }) { handler(rejection) }
+  }
+
+  /// Closes every descriptor; returns the peers so they are released outside the lock.
+  private func closeAllLocked() -> [Peer] {
+    if closedAll { return [] }
+    closedAll = true
+    let dropped = Array(peers.values)
+    peers.removeAll()
+    listener = nil
+    closeDescriptor(epollDescriptor)
+    epollDescriptor = -1
+    closeDescriptor(wakeDescriptor)
+    wakeDescriptor = -1
+    closeDescriptor(lockDescriptor)
+    lockDescriptor = -1
+    return dropped
+  }
+}

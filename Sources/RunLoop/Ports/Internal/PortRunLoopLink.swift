@@ -1,0 +1,120 @@
+import Sync
+
+/// What ties an in-process ``Port`` to the run loops it is scheduled in: a version-0
+/// ``RunLoopSource`` in the port's modes, the run loops to wake when a message arrives, the
+/// message handler and the invalidation handler.
+///
+/// A send signals the source and wakes each run loop (one coalesced eventfd write, or none
+/// when the loop is awake); the loop's next pass in one of the port's modes fires the source,
+/// whose perform callback delivers every queued message to the handler on the run-loop
+/// thread. No descriptor of its own: the run loop's wake-up eventfd is the only kernel object
+/// on the path.
+final class PortRunLoopLink: @unchecked Sendable {
+  // Protected by `lock` (taken before a run loop's lock and a source's lock, never after).
+  private let lock = Sync.Mutex()
+  private var source: RunLoopSource?
+  private var loops: [(runLoop: WeakRunLoop, modes: Int)] = []
+  private var handler: (@Sendable (PortMessage) -> Void)?
+  private var invalidationHandler: (@Sendable () -> Void)?
+  private var invalidated = false
+  /// Nonzero while the port is scheduled somewhere: lets `messageArrived` skip the lock for
+  /// ports that are only received from directly.
+  private let scheduledLoops = AtomicInteger<Int>(0)
+
+  /// The source to add to run-loop modes, created on first use; nil once invalidated.
+  func runLoopSource(draining queue: MessageQueue<PortMessage>) -> RunLoopSource? {
+    lock.withLock {
+      if invalidated { return nil }
+      if let source { return source }
+      let created = RunLoopSource(
+        order: 0,
+        schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
+        cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
+        perform: { [weak self, queue] in self?.deliver(from: queue) })
+      source = created
+      return created
+    }
+  }
+
+  /// The source if one was created (for removal).
+  var existingSource: RunLoopSource? { lock.withLock { source } }
+
+  func setHandler(_ newHandler: (@Sendable (PortMessage) -> Void)?) {
+    let wake: [RunLoop] = lock.withLock {
+      handler = newHandler
+      return loops.compactMap(\.runLoop.value)
+    }
+    // Messages that waited for a handler are delivered now.
+    if newHandler != nil, let source = existingSource {
+      source.signal()
+      for runLoop in wake { runLoop.wakeUp() }
+    }
+  }
+
+  func setInvalidationHandler(_ newHandler: (@Sendable () -> Void)?) {
+    lock.withLock { invalidationHandler = newHandler }
+  }
+
+  /// A message was queued: signal the source and wake the loops that may deliver it.
+  func messageArrived() {
+    if scheduledLoops.load(ordering: .acquiring) == 0 { return }
+    // The usual case is one run loop: take it without building an array.
+    let (current, first, more): (RunLoopSource?, RunLoop?, [RunLoop]) = lock.withLock {
+      if loops.count == 1 { return (self.source, loops[0].runLoop.value, []) }
+      return (self.source, nil, loops.compactMap(\.runLoop.value))
+    }
+    guard let current else { return }
+    current.signal()
+    first?.wakeUp()
+    for runLoop in more { runLoop.wakeUp() }
+  }
+
+  /// The port was invalidated: leave every run loop (waking them, so a run whose mode became
+  /// empty returns) and tell the invalidation handler, once.
+  func invalidate() {
+    let (current, wake, handler): (RunLoopSource?, [RunLoop], (@Sendable () -> Void)?) = lock.withLock {
+      if invalidated { return (nil, [], nil) }
+      invalidated = true
+      let taken = invalidationHandler
+      invalidationHandler = nil
+      return (self.source, loops.compactMap(\.runLoop.value), taken)
+    }
+    current?.invalidate()
+    for runLoop in wake { runLoop.wakeUp() }
+    handler?()
+  }
+
+  private func scheduled(in runLoop: RunLoop) {
+    lock.withLock {
+      if let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) {
+        loops[index].modes += 1
+      } else {
+        loops.removeAll { $0.runLoop.value == nil }
+        loops.append((WeakRunLoop(value: runLoop), 1))
+        _ = scheduledLoops.increment(ordering: .releasing)
+      }
+    }
+  }
+
+  private func cancelled(in runLoop: RunLoop) {
+    lock.withLock {
+      guard let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) else { return }
+      loops[index].modes -= 1
+      if loops[index].modes == 0 {
+        loops.remove(at: index)
+        _ = scheduledLoops.decrement(ordering: .releasing)
+      }
+    }
+  }
+
+  /// Delivers the messages queued when the pass began (later ones signal again), in order,
+  /// on the run-loop thread.
+  private func deliver(from queue: MessageQueue<PortMessage>) {
+    guard let handler = lock.withLock({ handler }) else { return }
+    var budget = queue.pendingCount
+    while budget > 0, case .element(let message)? = queue.tryReceive() {
+      handler(message)
+      budget -= 1
+    }
+  }
+}

@@ -1,0 +1,28 @@
+import Sync
+import Threads
+
+/// Which run loop each toolkit thread has, so a perform request can name a ``Thread``.
+/// Filled by the run loop's creation on its own thread (`CurrentRunLoopStorage.current()`,
+/// a one-line hook); entries are weak, so a thread's ended run loop disappears.
+enum ThreadRunLoops {
+  private struct Entry {
+    weak var runLoop: RunLoop?
+  }
+
+  private static let lock = Sync.Mutex()
+  nonisolated(unsafe) private static var entries: [UInt64: Entry] = [:]
+
+  /// Records `runLoop` as the run loop of the thread with `threadID`.
+  static func register(_ runLoop: RunLoop, threadID: UInt64) {
+    lock.withLock {
+      if entries.count > 64 { entries = entries.filter { $0.value.runLoop != nil } }
+      entries[threadID] = Entry(runLoop: runLoop)
+    }
+  }
+
+  /// The run loop of `thread`, if it has one that is still alive.
+  static func runLoop(of thread: Thread) -> RunLoop? {
+    if thread.isMainThread { return RunLoop.main }
+    return lock.withLock { entries[thread.id]?.runLoop }
+  }
+}

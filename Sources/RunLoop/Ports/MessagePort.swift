@@ -1,0 +1,330 @@
+import CThreadingShims
+import Sync
+
+/// A named message port, local or remote: the guide's `CFMessagePort` (and `NSMessagePort`
+/// with its name server) for Linux, between threads and between processes of one user.
+///
+/// **Local** ports are registered under a name (``local(name:handler:)``) and answer
+/// messages with a handler; **remote** ports are looked up by that name
+/// (``remote(name:connectTimeout:)``), from the same process or any other process of the same
+/// user, and ``send(msgid:data:replyPortName:sendTimeout:receiveTimeout:replyMode:)`` to it.
+///
+/// **Names** are unique per user: 1...64 bytes of ASCII letters, digits and `. _ - @ + :`,
+/// not starting with a dot. Creating a local port under a name this process already
+/// registered returns *the existing port* and ignores the new handler (the guide's rule;
+/// `CFMessagePortCreateLocal` reports it through `shouldFreeInfo`); ``registered(name:)``
+/// tells beforehand. A name registered by another live process throws
+/// ``PortStatus/invalid``.
+///
+/// **Transport.** A local port listens on a Unix-domain stream socket `<name>.sock` in a
+/// per-user directory (`$XDG_RUNTIME_DIR/threading-toolkit`, else
+/// `/tmp/threading-toolkit-<uid>`), created with mode 0700 and refused when another user
+/// owns it or group/others may access it. Both ends check the other's kernel-recorded
+/// credentials (`SO_PEERCRED`): only processes of the same user are served. Messages travel
+/// as length-checked frames; a peer that sends an oversized or malformed frame is
+/// disconnected and reported (``setPeerRejectionHandler(_:)``) while the port keeps serving
+/// everyone else, and every message accepted before the bad frame is still handled. A name
+/// is claimed with an `flock` that the kernel releases when its process dies, so a crashed
+/// owner's name can be registered again at once.
+///
+/// **Serving in a run loop** (the guide's way): add the local port to modes of the owning
+/// thread's run loop with ``RunLoop/add(_:forMode:)-(MessagePort,_)``; its handler then runs
+/// on that thread while the loop runs in one of those modes. The port's sockets sit in one
+/// epoll set that the loop watches as one descriptor, so any number of senders costs the
+/// loop one member.
+///
+/// A run loop does not keep a port alive (in Core Foundation the run-loop source retains
+/// it): keep a reference for as long as the port should serve; releasing the last one
+/// invalidates it and frees its name.
+///
+/// **Serving without a run loop.** The thread that owns a local port calls
+/// ``serve(before:)`` to wait for and handle messages; the handler runs on that thread.
+/// Serving a port both ways at once is misuse and stops the process.
+///
+/// **Sending blocks**; it never runs a run loop (a request to a port that the calling thread
+/// itself serves therefore waits until its receive timeout). A one-way send returns once the message is
+/// handed to the kernel; a request waits for the reply until the receive timeout. Results
+/// map to the guide's codes (``PortStatus``). A peer that dies or invalidates its port
+/// mid-request ends the wait at once with ``PortStatus/becameInvalid``, never a hang.
+///
+/// ```swift
+/// // Process or thread A:
+/// let server = try MessagePort.local(name: "com.example.worker") { message in
+///     message.msgid == 1 ? Array("pong".utf8) : nil
+/// }
+/// while running { _ = try server.serve(before: .after(.seconds(1))) }
+///
+/// // Process or thread B:
+/// let remote = try MessagePort.remote(name: "com.example.worker")
+/// let reply = try remote.send(msgid: 1, data: Array("ping".utf8),
+///                             sendTimeout: .seconds(1), receiveTimeout: .seconds(1),
+///                             replyMode: .awaitReply)
+/// ```
+///
+/// The corresponding C functions are `CFMessagePortCreateLocal`, `CFMessagePortCreateRemote`,
+/// `CFMessagePortSendRequest`, `CFMessagePortInvalidate` and
+/// `CFMessagePortSetInvalidationCallBack`.
+public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
+  /// Answers one message on the serving thread. The returned bytes are the reply to a
+  /// request (nil replies with no bytes); for a one-way message the result is ignored. The
+  /// message's ``PortMessage/replyPort-swift.property`` is the sender's `.name(...)` when it
+  /// gave one.
+  public typealias Handler = @Sendable (PortMessage) -> [UInt8]?
+
+  /// Whether a send waits for the reply.
+  public enum ReplyMode: Sendable, Hashable {
+    /// Returns once the message is handed over; the handler's reply is discarded.
+    case oneWay
+    /// Waits for the handler's reply until the receive timeout.
+    case awaitReply
+  }
+
+  private enum Role {
+    case local(NamedPortListener)
+    case remote(NamedPortConnection)
+  }
+
+  /// The name the port is registered (local) or was looked up (remote) under.
+  public let name: String
+
+  private let role: Role
+  private let callbacks = CallbackSlots()
+  /// The run-loop member watching a local port's descriptor, created on first scheduling.
+  private let runLoopMember = MemberSlot()
+
+  private init(name: String, role: Role) {
+    self.name = name
+    self.role = role
+  }
+
+  deinit {
+    runLoopMember.take()?.invalidate()
+    switch role {
+    case .local(let listener): listener.invalidate()
+    case .remote(let connection): connection.invalidate()
+    }
+  }
+
+  /// Registers a local port under `name` with `handler`, or returns the local port this
+  /// process already registered under `name` (then `handler` is ignored).
+  ///
+  /// Throws ``PortError``: ``PortStatus/invalid`` for a malformed name or one registered by
+  /// another live process; ``PortStatus/transportError`` when the port directory is unsafe
+  /// (owner, mode) or a socket call fails. Never blocks.
+  public static func local(name: String, handler: @escaping Handler) throws(PortError) -> MessagePort {
+    try LocalPortRegistry.shared.register(name: name) { () throws(PortError) -> MessagePort in
+      let directory = try PortDirectory.prepare()
+      let listener = try NamedPortListener(name: name, directory: directory) { frame in
+        handler(PortMessage(msgid: frame.msgid, payload: frame.payload, replyPort: frame.replyPortName.map { .name($0) }))
+      }
+      return MessagePort(name: name, role: .local(listener))
+    }
+  }
+
+  /// The local port this process registered under `name`, if it is still valid.
+  public static func registered(name: String) -> MessagePort? {
+    LocalPortRegistry.shared.lookup(name: name)
+  }
+
+  /// Looks up the port registered under `name` by this or another process of the same user
+  /// and connects to it, waiting at most `connectTimeout` when its listener is saturated.
+  ///
+  /// Throws ``PortError``: ``PortStatus/invalid`` when no live port has that name;
+  /// ``PortStatus/transportError`` when its process runs as another user (`SO_PEERCRED`),
+  /// the directory is unsafe, or a socket call fails.
+  @available(*, noasync, message: "may block while connecting")
+  public static func remote(name: String, connectTimeout: Duration = .seconds(1)) throws(PortError) -> MessagePort {
+    let directory = try PortDirectory.prepare()
+    let connection = try NamedPortConnection(name: name, directory: directory, connectTimeout: connectTimeout)
+    return MessagePort(name: name, role: .remote(connection))
+  }
+
+  /// Whether this is a remote port (a sending end) rather than a local, registered one.
+  public var isRemote: Bool {
+    if case .remote = role { return true }
+    return false
+  }
+
+  /// Whether the port still works: false after ``invalidate()``, or for a remote port once
+  /// its peer went away.
+  public var isValid: Bool {
+    switch role {
+    case .local(let listener): return listener.isValid
+    case .remote(let connection): return connection.isValid
+    }
+  }
+
+  /// Sends a message to a remote port: the guide's `CFMessagePortSendRequest`.
+  ///
+  /// With ``ReplyMode/oneWay`` returns nil once the message is handed over (within
+  /// `sendTimeout`); with ``ReplyMode/awaitReply`` then waits up to `receiveTimeout` for the
+  /// reply and returns its bytes. Blocks the calling thread (it does not run a run loop);
+  /// concurrent sends on one remote port are serialised. `replyPortName` travels with the
+  /// message (the check-in pattern of Listings 3-17..3-19).
+  ///
+  /// Throws ``PortError`` with the guide's code: ``PortStatus/sendTimeout``,
+  /// ``PortStatus/receiveTimeout`` (the port stays usable; a late reply is discarded),
+  /// ``PortStatus/invalid`` (already invalid), ``PortStatus/becameInvalid`` (the peer closed
+  /// or died), ``PortStatus/transportError`` (a socket failure, a malformed reply, a
+  /// payload over 1 MiB). A send timeout part-way through a message, a peer that went away
+  /// and a malformed reply invalidate the remote port (the invalidation handler runs).
+  /// Sending on a local port is misuse and stops the process.
+  @available(*, noasync, message: "blocks until the message is sent (and the reply arrives)")
+  @discardableResult
+  public func send(
+    msgid: Int32, data: [UInt8] = [], replyPortName: String? = nil, sendTimeout: Duration,
+    receiveTimeout: Duration, replyMode: ReplyMode
+  ) throws(PortError) -> [UInt8]? {
+    guard case .remote(let connection) = role else {
+      fatalError("MessagePort misuse: send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
+    }
+    let sendDeadline = MonotonicInstant.after(sendTimeout)
+    do {
+      return try connection.send(
+        msgid: msgid, payload: data, replyPortName: replyPortName, sendDeadline: sendDeadline,
+        awaitReply: replyMode == .awaitReply, receiveDeadline: sendDeadline + receiveTimeout)
+    } catch {
+      if !connection.isValid { fireInvalidation() }
+      throw error
+    }
+  }
+
+  /// Waits until messages arrive or `deadline` (monotonic clock) passes and handles them on
+  /// the calling thread, which must be the only one serving this port. Returns how many
+  /// messages were handled (0 at the deadline).
+  ///
+  /// Throws ``PortStatus/becameInvalid`` once the port is invalid (including when
+  /// ``invalidate()`` is called from another thread during the wait, which ends it at once),
+  /// ``PortStatus/transportError`` when waiting fails. Serving a remote port, or one port
+  /// from two threads at once, is misuse and stops the process.
+  @available(*, noasync, message: "blocks until messages arrive")
+  @discardableResult
+  public func serve(before deadline: MonotonicInstant) throws(PortError) -> Int {
+    guard case .local(let listener) = role else {
+      fatalError("MessagePort misuse: serve on the remote port \"\(name)\"")
+    }
+    do {
+      return try listener.serve(before: deadline)
+    } catch {
+      if !listener.isValid { fireInvalidation() }
+      throw error
+    }
+  }
+
+  /// Invalidates the port: a local port's name is unregistered at once and every connected
+  /// sender's pending request ends with ``PortStatus/becameInvalid``; a remote port closes its
+  /// connection. Runs the invalidation handler once. Idempotent; any thread.
+  public func invalidate() {
+    let invalidated: Bool
+    switch role {
+    case .local(let listener):
+      // Leave the run loops before the descriptor they watch is closed.
+      runLoopMember.take()?.invalidate()
+      invalidated = listener.invalidate()
+      LocalPortRegistry.shared.remove(name: name, port: self)
+    case .remote(let connection):
+      invalidated = connection.invalidate()
+    }
+    if invalidated { fireInvalidation() }
+  }
+
+  /// Sets the function run once when the port becomes invalid, by ``invalidate()`` or
+  /// because its peer went away (`CFMessagePortSetInvalidationCallBack`). It runs on the
+  /// thread that noticed. Setting it on an already invalid port runs it at once.
+  public func setInvalidationHandler(_ handler: (@Sendable (MessagePort) -> Void)?) {
+    callbacks.setInvalidation(handler)
+    if !isValid { fireInvalidation() }
+  }
+
+  /// Sets the function told, on the serving thread, about each peer a local port refused
+  /// (another user) or disconnected (oversized or malformed frame, reply not collected).
+  public func setPeerRejectionHandler(_ handler: (@Sendable (String) -> Void)?) {
+    guard case .local(let listener) = role else { return }
+    listener.setRejectionHandler(handler.map { report in { rejection in report(rejection.description) } })
+  }
+
+  /// The member to add to run-loop modes (local ports only), created on first use; nil for a
+  /// remote or invalid port.
+  func runLoopSource() -> RunLoopSource? {
+    guard case .local(let listener) = role else { return nil }
+    return runLoopMember.obtain { () -> DescriptorMember? in
+      let descriptor = listener.readinessDescriptor
+      if descriptor < 0 { return nil }
+      return DescriptorMember(descriptor: descriptor, interest: UInt32(TK_PORT_READABLE)) { [weak self] _ in
+        guard let self else { return }
+        do {
+          _ = try listener.serveOnce(before: .distantPast)
+        } catch {
+          if !listener.isValid { self.invalidate() }
+        }
+      }
+    }?.source
+  }
+
+  /// The member if one was created (for removal).
+  var existingRunLoopSource: RunLoopSource? { runLoopMember.current?.source }
+
+  private func fireInvalidation() {
+    if case .local = role { LocalPortRegistry.shared.remove(name: name, port: self) }
+    if let handler = callbacks.takeInvalidation() { handler(self) }
+  }
+
+  /// Ports are equal only to themselves.
+  public static func == (lhs: MessagePort, rhs: MessagePort) -> Bool { lhs === rhs }
+
+  /// Hashes the port's identity.
+  public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+  /// `"MessagePort(local \"name\")"`, `"MessagePort(remote \"name\", invalid)"`...
+  public var description: String {
+    "MessagePort(\(isRemote ? "remote" : "local") \"\(name)\"\(isValid ? "" : ", invalid"))"
+  }
+}
+
+/// The invalidation callback, fired at most once.
+private final class CallbackSlots: @unchecked Sendable {
+  // Protected by `mutex`.
+  private let mutex = Sync.Mutex()
+  private var invalidation: (@Sendable (MessagePort) -> Void)?
+  private var fired = false
+
+  func setInvalidation(_ handler: (@Sendable (MessagePort) -> Void)?) {
+    mutex.withLock { invalidation = handler }
+  }
+
+  func takeInvalidation() -> (@Sendable (MessagePort) -> Void)? {
+    mutex.withLock {
+      if fired || invalidation == nil { return nil }
+      fired = true
+      defer { invalidation = nil }
+      return invalidation
+    }
+  }
+}
+
+/// Holds the lazily created run-loop member of a local message port.
+private final class MemberSlot: @unchecked Sendable {
+  // Protected by `mutex`.
+  private let mutex = Sync.Mutex()
+  private var member: DescriptorMember?
+  private var retired = false
+
+  func obtain(_ create: () -> DescriptorMember?) -> DescriptorMember? {
+    mutex.withLock {
+      if retired { return nil }
+      if member == nil { member = create() }
+      return member
+    }
+  }
+
+  var current: DescriptorMember? { mutex.withLock { member } }
+
+  /// Takes the member out for good (no new one is created afterwards).
+  func take() -> DescriptorMember? {
+    mutex.withLock {
+      retired = true
+      defer { member = nil }
+      return member
+    }
+  }
+}

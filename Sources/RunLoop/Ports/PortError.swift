@@ -1,0 +1,48 @@
+import Sync
+
+/// A failed port operation: the guide's result code, the system call behind it when there
+/// is one, and a sentence saying what happened.
+///
+/// Ports throw this (typed throws) for every failure the environment or a peer can cause:
+/// deadlines that pass, ports that are or become invalid, sockets that fail, peers that send
+/// garbage or die. Programming errors (a negative queue capacity, receiving on a port you do
+/// not own) stop the process instead, as everywhere in the toolkit.
+///
+/// ```swift
+/// do {
+///     try port.send(message, timeout: .milliseconds(50))
+/// } catch let error where error.status == .sendTimeout {
+///     // the receiver is not keeping up; drop or retry later
+/// }
+/// ```
+public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
+  /// Which of the guide's result codes this failure is (never ``PortStatus/success``).
+  public let status: PortStatus
+
+  /// The system call that failed, when the failure came from one (a `connect` refused, a
+  /// `send` that hit `EPIPE`, a directory with the wrong owner found by `lstat`...).
+  public let cause: SystemCallError?
+
+  /// What happened, in words, for logs and test failures.
+  public let detail: String
+
+  /// Creates an error with the guide's `status`, an optional system-call `cause` and a
+  /// `detail` sentence. Stops the process when `status` is ``PortStatus/success``: success
+  /// is not an error.
+  public init(_ status: PortStatus, cause: SystemCallError? = nil, detail: String) {
+    if status == .success { fatalError("PortError misuse: success is not an error") }
+    self.status = status
+    self.cause = cause
+    self.detail = detail
+  }
+
+  /// The guide's numeric result code (``PortStatus/rawValue``), for example -1.
+  public var code: Int32 { status.rawValue }
+
+  /// `"<status>: <detail>"`, followed by the system call error when there is one.
+  public var description: String {
+    var text = "\(status): \(detail)"
+    if let cause { text += " [\(cause)]" }
+    return text
+  }
+}

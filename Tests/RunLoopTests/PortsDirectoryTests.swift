@@ -1,0 +1,86 @@
+import Glibc
+@testable import RunLoop
+import Sync
+import Testing
+
+@Suite("Ports: per-user directory")
+struct PortsDirectoryTests {
+  @Test("a missing directory is created with mode 0700")
+  func creates() throws {
+    let parent = makePortsTestDirectory()
+    defer { removePortsTestDirectory(parent) }
+    let path = parent + "/ports"
+    let directory = try PortDirectory.prepare(path: path)
+    #expect(directory.path == path)
+    let mode = try #require(portsFileMode(path))
+    #expect(mode & S_IFMT == S_IFDIR)
+    #expect(mode & 0o777 == 0o700)
+    #expect(directory.socketPath(for: "a.b") == path + "/a.b.sock")
+    #expect(directory.lockPath(for: "a.b") == path + "/a.b.lock")
+    // Preparing again accepts the existing, correct directory.
+    #expect(try PortDirectory.prepare(path: path) == directory)
+    _ = rmdir(path)
+  }
+
+  @Test("a directory that group or others may access is refused, not repaired", arguments: [0o750, 0o705, 0o777, 0o710])
+  func refusesLooseModes(mode: Int) throws {
+    let path = makePortsTestDirectory()
+    defer { removePortsTestDirectory(path) }
+    #expect(chmod(path, mode_t(mode)) == 0)
+    let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
+    #expect(error?.status == .transportError)
+    #expect(error?.cause?.errno == EACCES)
+    #expect(portsFileMode(path).map { $0 & 0o777 } == mode_t(mode), "the mode is left as found")
+  }
+
+  @Test("a symbolic link to a good directory is refused")
+  func refusesSymlink() throws {
+    let target = makePortsTestDirectory()
+    defer { removePortsTestDirectory(target) }
+    let link = target + "-link"
+    #expect(symlink(target, link) == 0)
+    defer { _ = unlink(link) }
+    let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: link) }
+    #expect(error?.cause?.errno == EACCES)
+  }
+
+  @Test("a directory owned by another user is refused", .enabled(if: geteuid() == 0, "chown needs root"))
+  func refusesForeignOwner() throws {
+    let path = makePortsTestDirectory()
+    defer { removePortsTestDirectory(path) }
+    #expect(chown(path, 12_345, 12_345) == 0)
+    let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
+    #expect(error?.status == .transportError)
+    #expect(error?.cause?.errno == EPERM)
+  }
+
+  @Test("a regular file in the directory's place is refused")
+  func refusesFile() throws {
+    let parent = makePortsTestDirectory()
+    defer { removePortsTestDirectory(parent) }
+    let path = parent + "/file"
+    let descriptor = open(path, O_CREAT | O_WRONLY, 0o600)
+    #expect(descriptor >= 0)
+    #expect(close(descriptor) == 0)
+    let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
+    #expect(error?.cause?.errno == EACCES)
+  }
+
+  @Test("relative or overlong paths are refused")
+  func refusesBadPaths() {
+    #expect(throws: PortError.self) { try PortDirectory.prepare(path: "relative/dir") }
+    let long = "/tmp/" + String(repeating: "d", count: PortDirectory.maximumPathLength)
+    let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: long) }
+    #expect(error?.cause?.errno == ENAMETOOLONG)
+  }
+
+  @Test("the default location is per user and leaves room for the longest name")
+  func defaultLocation() throws {
+    let path = PortDirectory.defaultPath
+    #expect(path.hasSuffix("/threading-toolkit") || path == "/tmp/threading-toolkit-\(geteuid())")
+    #expect(path.utf8.count <= PortDirectory.maximumPathLength)
+    let directory = try PortDirectory.prepare()
+    let longest = directory.socketPath(for: String(repeating: "n", count: PortName.maximumLength))
+    #expect(longest.utf8.count <= 107)
+  }
+}
