@@ -10,6 +10,7 @@ let registrations: [(Harness) -> Void] = [
   registerSync2Benchmarks,
   registerThreadsBenchmarks,
   registerRunLoopBenchmarks,
+  registerPortsBenchmarks,
 ]
 
 /// Prints to stderr (errors must not mix into a report piped to a file).

@@ -56,6 +56,7 @@ import Threads
 
   @Test func exitRequestThroughTheThreadsModule() {
     let chunks = RunLoopExampleBox(0)
+    let requestReturned = RunLoopExampleBox(false)
     let worker = runLoopExampleSpawn {
       let runLoop = RunLoop.current
       runLoop.add(RunLoopSource(perform: {}), forMode: .default)
@@ -65,11 +66,15 @@ import Threads
         chunks.value = done
         runLoop.run(until: .now)
       }
-      // A run after the request still works (the request only ends runs in progress).
+      // A run after the request still works (the request only ends runs in progress). Wait
+      // until `requestExit()` has returned on the main thread: until then its handler may
+      // still be stopping whichever run is in progress, and that could be this one.
+      runLoopExampleWaitUntil { requestReturned.value }
       #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
     }
     runLoopExampleWaitUntil { chunks.value >= 100 }
     worker.thread.requestExit()
+    requestReturned.value = true
     worker.join()
     #expect(chunks.value >= 100)
   }
