@@ -146,15 +146,17 @@ struct ReadWriteLockTests {
         // No sleeping as synchronization: poll with short timed read attempts. Before the
         // writer queues they succeed; once it waits behind the first reader, a new reader
         // must be refused.
-        var attempts = 0
+        // Bounded by a generous deadline, not by an attempt count: until the writer thread
+        // has been scheduled and queued, every attempt succeeds at once.
+        let giveUp = MonotonicInstant.after(.seconds(60))
         var refused = false
-        while attempts < 2_000 && !refused {
+        while !refused && !giveUp.hasPassed {
           if lock.readLock(before: .after(.milliseconds(1))) {
             lock.unlock()
+            sched_yield()
           } else {
             refused = true
           }
-          attempts += 1
         }
         lateReaderGotIn.store(refused ? 0 : 1, ordering: .relaxed)
         // Release the first reader's lock on its behalf (read locks are not thread-tagged),
