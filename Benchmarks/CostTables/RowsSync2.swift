@@ -22,33 +22,6 @@ func registerSync2Benchmarks(_ harness: Harness) {
   registerSynchronizedUncontended(harness)
 }
 
-// MARK: - Interleaved measurement
-
-/// Measures several subjects of one benchmark sample by sample in turn (A B C, A B C, ...)
-/// and records one row per subject. On a shared, loaded machine the speed changes from
-/// second to second; interleaving exposes every subject to the same conditions, so the
-/// ratios between rows stay meaningful even when the absolute figures drift.
-private func measureInterleaved(
-  _ harness: Harness, id: String, group: String, operations: Int,
-  _ subjects: [(subject: String, body: (Int) -> Void)]
-) {
-  guard harness.wants(id) else { return }
-  let iterations = harness.quick ? Swift.max(1, operations / 100) : operations
-  let sampleCount = harness.quick ? 3 : 21
-  for subject in subjects { subject.body(iterations) }  // warm-up
-  var samples = Array(repeating: [Double](), count: subjects.count)
-  for _ in 0..<sampleCount {
-    for (index, subject) in subjects.enumerated() {
-      let start = Harness.now()
-      subject.body(iterations)
-      samples[index].append(Double(Harness.now() - start) / Double(iterations))
-    }
-  }
-  for (index, subject) in subjects.enumerated() {
-    harness.record(id: id, subject: subject.subject, group: group, nanoseconds: samples[index])
-  }
-}
-
 // MARK: - Threads
 
 private final class Sync2ThreadBody: @unchecked Sendable {
@@ -87,7 +60,7 @@ private func registerConditionHandoff(_ harness: Harness) {
   let group = "Conditions: round trip of two signal-to-wake hand-offs"
   let rounds = 20_000
 
-  measureInterleaved(harness, id: id, group: group, operations: rounds, [
+  harness.measureInterleaved(id: id, group: group, operations: rounds, [
     ("Sync.Condition", { iterations in
       let condition = Sync.Condition()
       let turn = Turn()
@@ -195,7 +168,7 @@ private func registerSemaphorePingPong(_ harness: Harness) {
   let group = "Semaphores: ping-pong round trip between two threads"
   let rounds = 20_000
 
-  measureInterleaved(harness, id: id, group: group, operations: rounds, [
+  harness.measureInterleaved(id: id, group: group, operations: rounds, [
     ("Sync.Semaphore", { iterations in
       let ping = Sync.Semaphore(), pong = Sync.Semaphore()
       let partner = sync2Spawn {
@@ -276,7 +249,7 @@ private func registerOnceInitialized(_ harness: Harness) {
   defer { control.deallocate() }
   precondition(pthread_once(control, {}) == 0)
 
-  measureInterleaved(harness, id: id, group: group, operations: calls, [
+  harness.measureInterleaved(id: id, group: group, operations: calls, [
     ("acquiring atomic load (Sync raw)", { iterations in
       var hits = 0
       for _ in 0..<iterations where UInt32.atomicLoad(at: word, ordering: .acquiring) == 3 { hits &+= 1 }
@@ -325,7 +298,7 @@ private func registerSynchronizedUncontended(_ harness: Harness) {
   let recursive = RecursiveMutex()
   let lock = NSRecursiveLock()
 
-  measureInterleaved(harness, id: id, group: group, operations: operations, [
+  harness.measureInterleaved(id: id, group: group, operations: operations, [
     ("Sync.synchronized(obj)", { iterations in
       for _ in 0..<iterations { synchronized(account) { account.balance &+= 1 } }
     }),
