@@ -11,6 +11,7 @@ let registrations: [(Harness) -> Void] = [
   registerThreadsBenchmarks,
   registerRunLoopBenchmarks,
   registerPortsBenchmarks,
+  registerScalingBenchmarks,
 ]
 
 /// Prints to stderr (errors must not mix into a report piped to a file).
