@@ -140,7 +140,7 @@ struct Charts {
         lineChart(
           title: entry.base + "-N: median per operation",
           subtitle: subtitle(for: entry),
-          xLabel: "threads (N)", lines: lines, unit: unit(of: entry)))
+          xLabel: Charts.axisLabel(for: entry.base), lines: lines, unit: unit(of: entry)))
     }
     // This toolkit's contended locks on one chart.
     // Bare lock hand-offs only: series with private work between acquisitions have their
@@ -364,5 +364,16 @@ struct Charts {
       legendY += 40
     }
     return svg
+  }
+}
+
+extension Charts {
+  /// What N counts in a scaling series: threads, except for the run-loop and thread-creation
+  /// series, which count items or threads already running.
+  static func axisLabel(for base: String) -> String {
+    if base.hasSuffix("pass-with-timers") { return "timers in the mode (N)" }
+    if base.hasSuffix("pass-with-fd-sources") { return "fd sources in the mode (N)" }
+    if base.hasSuffix("create-with-existing") { return "threads already running (N)" }
+    return "threads (N)"
   }
 }
