@@ -13,7 +13,7 @@ import Sync
 /// Bounded on purpose: a receiver that stops draining makes senders wait, then fail with a
 /// send timeout at their deadline, so memory never grows without limit.
 ///
-/// State (all protected by `mutex`):
+/// State (all protected by `mutex`, a ``Sync/Mutex`` paired with two ``Sync/ConditionVariable``s):
 ///
 /// | field | meaning |
 /// |---|---|
@@ -26,11 +26,10 @@ import Sync
 /// an element or the invalidation is waiting. Blocking users wait on the condition variables
 /// instead; both paths keep `signalled` in step with the queue.
 final class MessageQueue<Element: Sendable>: @unchecked Sendable {
-  // @unchecked: every stored var is read and written only with `mutex` held; the pthread
-  // objects live in allocated storage so their addresses never move.
-  private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  private let notEmpty: UnsafeMutablePointer<pthread_cond_t>
-  private let notFull: UnsafeMutablePointer<pthread_cond_t>
+  // @unchecked: every stored var is read and written only with `mutex` held.
+  private let mutex = Mutex()
+  private let notEmpty = ConditionVariable()
+  private let notFull = ConditionVariable()
   private var buffer: [Element?]
   private var head = 0
   private var count = 0
@@ -69,25 +68,9 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     if capacity < 1 { fatalError("Port misuse: queue capacity must be at least 1, got \(capacity)") }
     self.capacity = capacity
     buffer = Array(repeating: nil, count: capacity)
-    mutex = .allocate(capacity: 1)
-    notEmpty = .allocate(capacity: 1)
-    notFull = .allocate(capacity: 1)
-    var result = pthread_mutex_init(mutex, nil)
-    if result == 0 { result = pthread_cond_init(notEmpty, nil) }
-    if result == 0 { result = pthread_cond_init(notFull, nil) }
-    if result != 0 {
-      // Only reached on ENOMEM-like failures of the default-attribute init calls.
-      fatalError("pthread init for a port queue failed: errno \(result)")
-    }
   }
 
   deinit {
-    checked("pthread_cond_destroy", pthread_cond_destroy(notFull))
-    checked("pthread_cond_destroy", pthread_cond_destroy(notEmpty))
-    checked("pthread_mutex_destroy", pthread_mutex_destroy(mutex))
-    notFull.deallocate()
-    notEmpty.deallocate()
-    mutex.deallocate()
     if readiness >= 0 { closeDescriptor(readiness) }
   }
 
@@ -137,7 +120,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     unlock()
     // Signalled after unlocking, so the woken receiver does not run straight into the held
     // mutex and sleep again (the state change it needs is already published by the unlock).
-    if wakeReceiver { checked("pthread_cond_signal", pthread_cond_signal(notEmpty)) }
+    if wakeReceiver { notEmpty.signal() }
     return .enqueued
   }
 
@@ -155,7 +138,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     }
     let (element, wakeSender) = takeHead()
     unlock()
-    if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+    if wakeSender { notFull.signal() }
     return .element(element)
   }
 
@@ -171,7 +154,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
       if count > 0 {
         let (element, wakeSender) = takeHead()
         unlock()
-        if wakeSender { checked("pthread_cond_signal", pthread_cond_signal(notFull)) }
+        if wakeSender { notFull.signal() }
         return .element(element)
       }
       waitingReceivers += 1
@@ -216,8 +199,8 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     count = 0
     head = 0
     raiseReadiness()
-    checked("pthread_cond_broadcast", pthread_cond_broadcast(notEmpty))
-    checked("pthread_cond_broadcast", pthread_cond_broadcast(notFull))
+    notEmpty.broadcast()
+    notFull.broadcast()
     unlock()
     dropped.removeAll()
     return true
@@ -255,31 +238,18 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   }
 
   private func lock() {
-    checked("pthread_mutex_lock", pthread_mutex_lock(mutex))
+    mutex.lock()
   }
 
   private func unlock() {
-    checked("pthread_mutex_unlock", pthread_mutex_unlock(mutex))
+    mutex.unlock()
   }
 
-  /// Waits on `condition` until signalled or `deadline`; returns false when it timed out.
-  private func wait(_ condition: UnsafeMutablePointer<pthread_cond_t>, before deadline: MonotonicInstant) -> Bool {
-    if deadline == .distantFuture {
-      checked("pthread_cond_wait", pthread_cond_wait(condition, mutex))
-      return true
-    }
-    var time = deadline.timespec
-    let result = tk_cond_monotonic_wait(condition, mutex, &time)
-    if result == ETIMEDOUT { return false }
-    checked("pthread_cond_clockwait", result)
-    return true
+  /// Waits on `condition` until signalled or `deadline` (monotonic); returns false when it
+  /// timed out.
+  private func wait(_ condition: ConditionVariable, before deadline: MonotonicInstant) -> Bool {
+    condition.wait(mutex, before: deadline)
   }
-}
-
-/// Stops the process when a pthread call that cannot fail for a correctly used object
-/// failed: it means memory corruption or misuse inside the toolkit, never the environment.
-func checked(_ call: String, _ result: Int32) {
-  if result != 0 { fatalError("\(call) failed: errno \(result)") }
 }
 
 /// Closes a descriptor the toolkit owns. EINTR still closes it on Linux (and must not be
