@@ -2,24 +2,11 @@ import Glibc
 @testable import RunLoop
 import Sync
 
-/// Runs `body(index)` on `count` raw pthreads and joins them all before returning.
+/// Runs `body(index)` on `count` toolkit threads (``TestThread``) and joins them all before
+/// returning.
 func portsRunThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-  final class Box: @unchecked Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-  }
-  var threads: [pthread_t] = []
-  for index in 0..<count {
-    var thread = pthread_t()
-    let box = Unmanaged.passRetained(Box { body(index) }).toOpaque()
-    let result = pthread_create(&thread, nil, { raw in
-      Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-      return nil
-    }, box)
-    precondition(result == 0, "pthread_create failed: \(result)")
-    threads.append(thread)
-  }
-  for thread in threads { precondition(pthread_join(thread, nil) == 0) }
+  let threads = (0..<count).map { index in TestThread.spawn { body(index) } }
+  for thread in threads { thread.join() }
 }
 
 /// Runs `body` synchronously (exit-test bodies are async; the ports' blocking calls are
