@@ -1,0 +1,54 @@
+/// Waiting for a 32-bit atomic to change, and waking its waiters: C++20's
+/// `std::atomic<T>::wait` / `notify_one` / `notify_all`, on a Linux futex.
+///
+/// This is the building block under every sleeping primitive of the toolkit: a thread
+/// publishes "I am about to sleep" in an atomic word, re-checks its condition, and sleeps only
+/// while the word still holds the value it saw; whoever changes the condition changes the
+/// word and wakes it. The kernel compares the word and queues the sleeper atomically, so a
+/// change made between the check and the sleep is never missed.
+///
+/// Only 32-bit values (`UInt32`, `Int32`) can be waited on: a futex is a 32-bit word.
+///
+/// ```swift
+/// let state = AtomicInteger<UInt32>(0)
+/// // Waiter: sleep until state is no longer 0. Wake-ups can be spurious: loop on the condition.
+/// while state.load(ordering: .acquiring) == 0 {
+///   state.wait(whileEqualTo: 0)
+/// }
+/// // Another thread: publish, then wake.
+/// state.store(1, ordering: .releasing)
+/// state.wakeAll()
+/// ```
+extension AtomicInteger where Value.AtomicStorage == UInt32 {
+  /// Blocks the calling thread while the value equals `expected`, until a ``wake(count:)``
+  /// or ``wakeAll()`` on this atomic, or until `deadline` (monotonic clock) passes.
+  ///
+  /// Returns at once when the value already differs. May also return spuriously (a signal
+  /// handler ran, or a wake-up meant for an earlier wait arrived), so callers re-check their
+  /// condition in a loop. Returns false only when the deadline passed; true otherwise.
+  ///
+  /// Throws nothing: a failing futex call other than a timeout, a signal or a changed value
+  /// means a kernel without futexes and stops the process with the failing call and errno.
+  @available(*, noasync, message: "blocks the calling thread; use it from a thread, not a task")
+  @discardableResult
+  public func wait(whileEqualTo expected: Value, before deadline: MonotonicInstant = .distantFuture) -> Bool {
+    Futex.wait(storage, expected: Value.atomicEncode(expected), deadline: deadline)
+  }
+
+  /// Wakes at most `count` threads blocked in ``wait(whileEqualTo:before:)`` on this atomic
+  /// and returns how many woke. Never blocks. Change the value first (with at least
+  /// releasing ordering), then wake: a waiter that has not yet slept sees the new value and
+  /// does not sleep. A `count` below 1 is misuse and stops the process.
+  @discardableResult
+  public func wake(count: Int = 1) -> Int {
+    if count < 1 { reportMisuse("AtomicInteger", "wake(count: \(count)): count must be at least 1") }
+    return Int(Futex.wake(storage, count: Int32(clamping: count)))
+  }
+
+  /// Wakes every thread blocked in ``wait(whileEqualTo:before:)`` on this atomic and returns
+  /// how many woke. Never blocks.
+  @discardableResult
+  public func wakeAll() -> Int {
+    Int(Futex.wake(storage, count: Int32.max))
+  }
+}
