@@ -33,10 +33,14 @@ import Sync
 /// except that running the loop is reserved to its thread. Callbacks run on the loop's thread
 /// without any lock held, so they may call back into the loop, including running it nested.
 ///
-/// **Linux backend**: one epoll set, one coalesced eventfd for wake-ups, one
-/// `CLOCK_MONOTONIC` timerfd armed with absolute nanosecond deadlines to the earliest instant
-/// the loop must wake at (re-armed only when that instant changes). A zero-timeout pass with
-/// nothing but timers, sources and blocks makes no system call at all.
+/// **Linux backend**: one epoll set, one eventfd for wake-ups, one `CLOCK_MONOTONIC` timerfd
+/// armed with absolute nanosecond deadlines to the earliest instant the loop must wake at
+/// (re-armed only when that instant changes). When the loop has nothing to wait for but
+/// wake-ups (no timer or run deadline pending, no descriptor source or named port in it), it
+/// sleeps on a futex instead, so a cross-thread ``wakeUp()`` is one `futex_wake`, the cheapest
+/// sleep/wake pair Linux has. A wake-up sent while the loop is busy costs one
+/// compare-and-swap and no system call, and a zero-timeout pass with nothing but timers,
+/// sources and blocks makes no system call at all.
 ///
 /// The type is named like Foundation's; a client importing both writes `RunLoop::RunLoop`.
 ///
@@ -79,22 +83,31 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// True while the owning thread blocks in epoll_wait. Protected by `lock`.
   var isSleeping = false
   /// The wake-up state, read and updated with atomics so `wakeUp` never takes `lock` (a
-  /// signalling thread must not contend with the loop's own passes):
+  /// signalling thread must not contend with the loop's own passes). It is also the futex
+  /// word the loop sleeps on when it has nothing to watch but wake-ups:
   ///
   /// | bit | set by | cleared by | meaning |
   /// |---|---|---|---|
-  /// | `ignoringWakeUps` | owner: after a wait, and while not running | owner: top of a pass | the loop will re-check everything before it sleeps again: no write needed |
-  /// | `wakeUpPending` | `wakeUp` (compare-and-swap, then one eventfd write) | owner: on seeing the eventfd's epoll event | a write is outstanding: further wake-ups coalesce |
+  /// | `ignoringWakeUps` | owner: after a wait, and while not running | owner: top of a pass | the loop will re-check everything before it sleeps again: nothing to do |
+  /// | `wakeUpPending` | `wakeUp` (compare-and-swap) | owner: when its sleep ends, or instead of sleeping | a wake-up arrived since the top of the pass: the coming sleep must not happen |
   /// | `wakeUpDropped` | `wakeUp` while ignoring | owner: top of an outermost pass | a nested run may have swallowed a wake-up meant for an outer one |
+  /// | `sleepingOnFutex` | owner: compare-and-swap just before `futex_wait` on this word | owner: when the sleep ends | a waker must `futex_wake` |
+  /// | `sleepingInEpoll` | owner: compare-and-swap just before `epoll_wait` | owner: when the sleep ends | a waker must write the eventfd |
   ///
   /// Why no wake-up is lost: the owner clears `ignoringWakeUps` (a full-barrier RMW) before it
   /// reads sources, blocks and the stop flag; a client writes those (under their locks) before
   /// it reads this word with a full barrier. So either the owner sees the client's change, or
-  /// the client sees the bit clear and writes the eventfd, which ends the coming sleep.
+  /// the client sets `wakeUpPending`. The owner goes to sleep only by a compare-and-swap that
+  /// requires `wakeUpPending` clear, and a waker that finds a sleeping bit makes the system
+  /// call that ends that sleep; a waker that finds none makes no system call at all.
   let wakeState = AtomicInteger<UInt32>(RunLoop.ignoringWakeUps)
   static let ignoringWakeUps: UInt32 = 1
   static let wakeUpPending: UInt32 = 2
   static let wakeUpDropped: UInt32 = 4
+  static let sleepingOnFutex: UInt32 = 8
+  static let sleepingInEpoll: UInt32 = 16
+  /// How the loop sleeps right now (meaningful while `isSleeping`). Protected by `lock`.
+  var sleepsOnFutex = false
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
   var armedDeadline: MonotonicInstant = .distantFuture
@@ -385,6 +398,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   func rearmIfSleeping() {
     guard isSleeping, let activation = activations.last else { return }
     let wakeAt = min(earliestWakeDeadline(activation.mode), currentRunDeadline)
+    if sleepsOnFutex {
+      // A futex sleep has no instant to wake at: if there is one now, the loop must wake
+      // and sleep again in epoll with the timerfd armed.
+      if wakeAt != .distantFuture { wakeUp() }
+      return
+    }
     if wakeAt != armedDeadline {
       backend.armTimer(at: wakeAt)
       armedDeadline = wakeAt
@@ -493,7 +512,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Makes a sleeping loop wake up and re-check its sources, timers, blocks and stop
   /// request. Coalesced: costs nothing when a wake-up is already pending, when the loop is
   /// not running (it re-checks everything when it starts), or when it has just woken up and
-  /// is about to re-check; otherwise one eventfd write. Lock-free: never blocks.
+  /// is about to re-check; one compare-and-swap when the loop is busy; one `futex_wake` or
+  /// eventfd write when it sleeps. Lock-free: never blocks.
   /// (`CFRunLoopWakeUp`)
   public func wakeUp() {
     var state = wakeState.load(ordering: .full)
@@ -503,7 +523,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     }
     while state & (RunLoop.ignoringWakeUps | RunLoop.wakeUpPending) == 0 {
       if wakeState.compareAndSwap(expected: state, desired: state | RunLoop.wakeUpPending, ordering: .full) {
-        backend.signalWakeUp()
+        // Only a loop that committed to sleeping needs a system call; a busy one sees
+        // `wakeUpPending` before it sleeps.
+        if state & RunLoop.sleepingOnFutex != 0 {
+          wakeState.wake(count: 1)
+        } else if state & RunLoop.sleepingInEpoll != 0 {
+          backend.signalWakeUp()
+        }
         return
       }
       state = wakeState.load(ordering: .full)
@@ -604,9 +630,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         let state = wakeState.and(~RunLoop.ignoringWakeUps, ordering: .full)
         // A wake-up swallowed while the nested run ignored them may have been meant for this
         // activation, which will not re-check before it sleeps: make that sleep end at once.
+        // (This thread is the one that would sleep, so the bit alone suffices.)
         if state & RunLoop.wakeUpDropped != 0 && state & RunLoop.wakeUpPending == 0 {
           _ = wakeState.or(RunLoop.wakeUpPending, ordering: .full)
-          backend.signalWakeUp()
         }
       } else {
         _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
@@ -679,9 +705,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         readyCount = waitForEvents(activation, poll: true, deadline: deadline)
       } else {
         // Without before-waiting observers, deciding to sleep and arming share one lock.
-        let (empty, observed, prepared): (Bool, Bool, Bool?) = lock.withLock {
-          if isEmpty(mode) { return (true, false, nil) }
-          if mode.observerMask & RunLoopActivity.beforeWaiting.rawValue != 0 { return (false, true, nil) }
+        let (empty, observed, prepared): (Bool, Bool, WaitPlan) = lock.withLock {
+          if isEmpty(mode) { return (true, false, .none) }
+          if mode.observerMask & RunLoopActivity.beforeWaiting.rawValue != 0 { return (false, true, .none) }
           return (false, false, prepareWait(activation, poll: false, deadline: deadline))
         }
         poll = empty
@@ -690,10 +716,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         } else if observed {
           notify(.beforeWaiting, mode)
           readyCount = waitForEvents(activation, poll: false, deadline: deadline)
-        } else if let block = prepared {
-          readyCount = backend.wait(block: block)
         } else {
-          readyCount = 0
+          readyCount = wait(prepared)
         }
       }
       let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
@@ -809,29 +833,97 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     return handled
   }
 
-  /// Step 7: arms the timerfd and sleeps in epoll_wait (or polls the epoll set when there
-  /// are descriptor members). Returns how many ready tokens `backend.readyTokens` holds; the
-  /// caller consumes them with the lock held. A polling pass without descriptor members makes
-  /// no system call: timers are checked against the clock, wake-ups need no draining.
-  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
-    let block: Bool? = lock.withLock { prepareWait(activation, poll: poll, deadline: deadline) }
-    guard let block else { return 0 }
-    return backend.wait(block: block)
+  /// How a pass waits (step 7), decided with `lock` held by ``prepareWait(_:poll:deadline:)``.
+  enum WaitPlan {
+    /// No system call: nothing could be ready that the pass does not already see.
+    case none
+    /// `epoll_wait` with a zero timeout: descriptor members may be ready.
+    case pollMembers
+    /// Sleep in `epoll_wait` until a member, the timerfd or the wake-up eventfd is ready.
+    case sleepInEpoll
+    /// Sleep on the `wakeState` futex: nothing to wait for but a wake-up.
+    case sleepOnFutex
   }
 
-  /// Decides how to wait and arms the timerfd: true to block in epoll_wait, false to poll the
-  /// epoll set (descriptor members only), nil for no system call. Sets `isSleeping` when
-  /// blocking. Called with `lock` held.
-  func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Bool? {
-    if poll { return memberCount > 0 ? false : nil }
+  /// Step 7: decides how to wait and waits. Returns how many ready tokens
+  /// `backend.readyTokens` holds; the caller consumes them with the lock held. A polling pass
+  /// without descriptor members makes no system call: timers are checked against the clock,
+  /// wake-ups need no draining.
+  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
+    let plan = lock.withLock { prepareWait(activation, poll: poll, deadline: deadline) }
+    return wait(plan)
+  }
+
+  /// Decides how to wait, arming the timerfd for an epoll sleep with a wake instant. Sets
+  /// `isSleeping` (and `sleepsOnFutex`) for a sleep. Called with `lock` held.
+  ///
+  /// The futex is used only when the loop would sleep with no instant to wake at and no
+  /// descriptor to watch: a futex cannot watch descriptors, and its timeout would add the
+  /// thread's timer slack (50 us by default) to timers, which the timerfd does not.
+  func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> WaitPlan {
+    if poll { return memberCount > 0 ? .pollMembers : .none }
     let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
-    if wakeAt <= .now { return memberCount > 0 ? false : nil }
+    if wakeAt == .distantFuture && memberCount == 0 {
+      isSleeping = true
+      sleepsOnFutex = true
+      return .sleepOnFutex
+    }
+    if wakeAt <= .now { return memberCount > 0 ? .pollMembers : .none }
     if wakeAt != armedDeadline {
       backend.armTimer(at: wakeAt)
       armedDeadline = wakeAt
     }
     isSleeping = true
-    return true
+    sleepsOnFutex = false
+    return .sleepInEpoll
+  }
+
+  /// Carries out `plan` without the lock. A sleep first publishes itself in `wakeState` by a
+  /// compare-and-swap that requires no wake-up pending; when one is pending the loop does not
+  /// sleep at all (the pass repeats). Returns the number of ready epoll tokens.
+  func wait(_ plan: WaitPlan) -> Int {
+    let sleepingBit: UInt32
+    switch plan {
+    case .none: return 0
+    case .pollMembers: return backend.wait(block: false)
+    case .sleepInEpoll: sleepingBit = RunLoop.sleepingInEpoll
+    case .sleepOnFutex: sleepingBit = RunLoop.sleepingOnFutex
+    }
+    var state = wakeState.load(ordering: .full)
+    while true {
+      if state & RunLoop.wakeUpPending != 0 {
+        // Woken before sleeping: consume the wake-up and make another pass.
+        _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
+        return 0
+      }
+      if wakeState.compareAndSwap(expected: state, desired: state | sleepingBit, ordering: .full) { break }
+      state = wakeState.load(ordering: .full)
+    }
+    let count: Int
+    if plan == .sleepOnFutex {
+      // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
+      // changed; a spurious return only costs a pass.
+      wakeState.wait(whileEqualTo: state | sleepingBit)
+      count = 0
+    } else {
+      count = backend.wait(block: true)
+    }
+    _ = wakeState.and(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
+    return count
+  }
+
+  /// A descriptor member joined the epoll set. A loop sleeping on its futex would not see the
+  /// member become ready, so it is woken to sleep again in epoll.
+  func memberAdded() {
+    lock.withLock {
+      memberCount += 1
+      if isSleeping && sleepsOnFutex { wakeUp() }
+    }
+  }
+
+  /// A descriptor member left the epoll set.
+  func memberRemoved() {
+    lock.withLock { memberCount -= 1 }
   }
 
   /// Consumes the ready epoll tokens. Called with `lock` held.
@@ -839,8 +931,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     for index in 0..<count {
       switch backend.readyTokens[index] {
       case EpollBackend.wakeUpToken:
-        // Edge-triggered: each write is reported once, the counter needs no read.
-        _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
+        // Edge-triggered: each write is reported once, the counter needs no read; `wait`
+        // already cleared `wakeUpPending`.
+        break
       case EpollBackend.timerToken:
         backend.drainTimer()
         armedDeadline = .distantPast

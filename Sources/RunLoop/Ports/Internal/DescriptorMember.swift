@@ -104,8 +104,9 @@ final class DescriptorMember: @unchecked Sendable {
       // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
       fatalError("FileDescriptorSource misuse: descriptor \(descriptor) cannot be watched: \(SystemCallError(call: "epoll_ctl", errno: -result))")
     }
-    // Polling passes must ask epoll too, now that it holds a member.
-    runLoop.lock.withLock { runLoop.memberCount += 1 }
+    // Polling passes must ask epoll too, and sleeps must be in epoll, now that it holds a
+    // member.
+    runLoop.memberAdded()
   }
 
   private func cancelled(in runLoop: RunLoop) {
@@ -123,7 +124,7 @@ final class DescriptorMember: @unchecked Sendable {
     if result != 0 && result != -ENOENT && result != -EBADF {
       fatalError("RunLoop: \(SystemCallError(call: "epoll_ctl(EPOLL_CTL_DEL)", errno: -result))")
     }
-    runLoop.lock.withLock { runLoop.memberCount -= 1 }
+    runLoop.memberRemoved()
   }
 
   private func perform() {
