@@ -485,6 +485,7 @@ struct Report {
       "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
         + "; up to " + String(sampleCount) + " samples per row after one warm-up (each row says); peers interleaved with ours.",
       "Every figure was taken in a multithreaded process (one thread started and joined first).",
+      PingPongPlacement.summary,
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",
     ]
     if let loadBefore, let loadAfter {

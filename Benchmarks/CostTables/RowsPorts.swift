@@ -22,18 +22,24 @@ import Threads
 #endif
 
 func registerPortsBenchmarks(_ harness: Harness) {
-  portsInProcessRows(harness)
-  portsCrossProcessRows(harness)
+  PingPongPlacement.withMainPinned {
+    portsInProcessRows(harness)
+    portsCrossProcessRows(harness)
+  }
 }
 
 private func portsCheck(_ condition: Bool, _ what: String) {
   if !condition { fatalError("cost-tables (ports): \(what) failed: errno \(errno)") }
 }
 
-/// Starts a toolkit thread running `body`.
-private func portsSpawn(_ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never> {
+/// Starts a toolkit thread running `body`, pinned to the partner side's CPU of a ping-pong
+/// (or to the measuring side's, `onMainCPU`; see `PingPongPlacement`).
+private func portsSpawn(onMainCPU: Bool = false, _ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never> {
   do {
-    return try Thread.spawn { () throws(Never) in body() }
+    return try Thread.spawn { () throws(Never) in
+      if onMainCPU { PingPongPlacement.pinMain() } else { PingPongPlacement.pinPartner() }
+      body()
+    }
   } catch {
     fatalError("cost-tables (ports): Thread.spawn failed: \(error)")
   }
@@ -115,8 +121,10 @@ private func portsInProcessRows(_ harness: Harness) {
   let sidePorts = PortsShared<[Port]>([])
   let sideThreads = PortsShared<[Thread]>([])
   let stopSides = PortsShared(false)
+  // The two sides run on the two CPUs of the placement, as the two threads of every other
+  // row do.
   func makeSide(_ index: Int) -> JoinableThread<Void, Never> {
-    portsSpawn {
+    portsSpawn(onMainCPU: index == 1) {
       let port = Port(capacity: 16)
       port.setHandler { message in
         do {
@@ -143,7 +151,7 @@ private func portsInProcessRows(_ harness: Harness) {
   let sourceSides = PortsShared<[(RunLoop, RunLoopSource)]>([])
   let bouncesLeft = AtomicInteger<Int>(0)
   func makeSourceSide(_ index: Int) -> JoinableThread<Void, Never> {
-    portsSpawn {
+    portsSpawn(onMainCPU: index == 1) {
       let source = RunLoopSource(perform: {
         if bouncesLeft.decrement(ordering: .full) <= 0 {
           do { try finished.send(PortMessage(msgid: 0), before: .distantFuture) } catch { fatalError("\(error)") }
@@ -236,11 +244,15 @@ private func portsInProcessRows(_ harness: Harness) {
 
 // MARK: - Across processes
 
-/// Forks a child that runs `body` and then `_exit`s with its result; returns the child's pid.
+/// Forks a child that runs `body`, pinned to the partner side's CPU of the ping-pong
+/// placement, and then `_exit`s with its result; returns the child's pid.
 private func portsFork(_ body: () -> Int32) -> pid_t {
   let pid = fork()
   portsCheck(pid >= 0, "fork")
-  if pid == 0 { _exit(body()) }
+  if pid == 0 {
+    PingPongPlacement.pinPartner()
+    _exit(body())
+  }
   return pid
 }
 

@@ -98,6 +98,7 @@ private func runLoopPingPong(roundTrips: Int) -> Double {
   func makeSide(_ index: Int) -> JoinableThread<Void, Never> {
     do {
       return try Threads.Thread.spawn { () throws(Never) in
+        if index == 0 { PingPongPlacement.pinPartner() } else { PingPongPlacement.pinMain() }
         let loop = RunLoop::RunLoop.current
         let source = RunLoopSource(perform: {
           guard let (loopA, sourceA, loopB, sourceB) = shared.peers else { return }
@@ -167,6 +168,7 @@ private func eventfdPingPong(roundTrips: Int) -> Double {
   let echo: JoinableThread<Void, Never>
   do {
     echo = try Threads.Thread.spawn { () throws(Never) in
+      PingPongPlacement.pinPartner()
       for _ in 0..<roundTrips {
         read1(there)
         write1(back)
@@ -188,6 +190,10 @@ private func eventfdPingPong(roundTrips: Int) -> Double {
 private func benchmarkCrossThreadWake(_ harness: Harness) {
   let id = "runloop.cross-thread-wake"
   guard harness.wants(id) else { return }
+  PingPongPlacement.withMainPinned { crossThreadWakeRows(harness, id: id) }
+}
+
+private func crossThreadWakeRows(_ harness: Harness, id: String) {
   let roundTrips = harness.quick ? 50 : 2_000
   let samples = harness.quick ? 3 : 11
   _ = runLoopPingPong(roundTrips: roundTrips / 10)  // warm-up

@@ -16,8 +16,11 @@ func registerSync2Benchmarks(_ harness: Harness) {
   // one so every row measures the multi-threaded paths.
   sync2Join(sync2Spawn {})
 
-  registerConditionHandoff(harness)
-  registerSemaphorePingPong(harness)
+  // The two threads of each hand-off on two CPUs, the same for every subject.
+  PingPongPlacement.withMainPinned {
+    registerConditionHandoff(harness)
+    registerSemaphorePingPong(harness)
+  }
   registerOnceInitialized(harness)
   registerSynchronizedUncontended(harness)
 }
@@ -33,6 +36,8 @@ private func sync2Spawn(_ body: @escaping @Sendable () -> Void) -> pthread_t {
   var thread = pthread_t()
   let box = Unmanaged.passRetained(Sync2ThreadBody(body)).toOpaque()
   let result = pthread_create(&thread, nil, { raw in
+    // Every thread these rows start is the partner side of a ping-pong or hand-off.
+    PingPongPlacement.pinPartner()
     Unmanaged<Sync2ThreadBody>.fromOpaque(raw!).takeRetainedValue().body()
     return nil
   }, box)

@@ -41,6 +41,11 @@ let costTablesUsage = """
     --from-json FILE     do not measure: report (and chart) the rows of an earlier run
     --progress           print each benchmark id on stderr as it finishes (default when
                          stderr is a terminal)
+    --ping-pong-placement two-cpus|one-cpu|unpinned
+                         where the two threads of hand-off and round-trip rows run:
+                         two-cpus (default) pins them to two different CPUs, one-cpu to the
+                         same CPU (the toolkit's own overhead weighs most), unpinned leaves
+                         them to the scheduler (which moves them: noisy)
     --help               this text
 
   Build and run in release mode:  swift run -c release cost-tables
@@ -77,6 +82,13 @@ struct CostTablesOptions {
       case "--compare": comparePath = value(for: argument)
       case "--from-json": fromJSONPath = value(for: argument)
       case "--filter": filter = value(for: argument)
+      case "--ping-pong-placement":
+        let name = value(for: argument)
+        guard let mode = PingPongPlacement.Mode(rawValue: name) else {
+          printError("cost-tables: --ping-pong-placement takes two-cpus, one-cpu or unpinned, not \(name)\n")
+          exit(2)
+        }
+        PingPongPlacement.mode = mode
       case "--help", "-h":
         print(costTablesUsage)
         exit(0)
@@ -92,6 +104,7 @@ struct CostTablesOptions {
 @MainActor
 func runCostTables(_ options: CostTablesOptions) -> Int32 {
   let loadBefore = Report.loadAverage()
+  _ = PingPongPlacement.allowed  // read the process's CPUs before any thread is pinned
   let harness = Harness(quick: options.quick, filter: options.filter)
   if options.progress { harness.showsProgress = true }
   if let fromJSONPath = options.fromJSONPath {
