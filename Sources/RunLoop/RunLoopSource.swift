@@ -29,7 +29,8 @@ import Sync
 /// Core Foundation equivalent: `CFRunLoopSourceCreate` with a version-0 context,
 /// `CFRunLoopSourceSignal`, `CFRunLoopSourceInvalidate`.
 public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringConvertible {
-  // @unchecked: the mutable state below is protected by `lock`; callbacks are immutable.
+  // @unchecked: `state` is an atomic, `runLoops` is protected by `lock`, callbacks are
+  // immutable.
 
   /// Lower orders fire first within a pass; with return-after-one-source only the lowest
   /// ready one fires.
@@ -39,12 +40,14 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   let cancelCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let performCallback: @Sendable () -> Void
 
-  /// Protects `signalled`, `valid`, `runLoops`. Taken after a run loop's lock, never before.
+  /// `signalledBit` and `invalidBit`, as one atomic word: signalling, claiming and testing a
+  /// source take no lock, so a signalling thread and the firing loop touch one cache line.
+  let state = AtomicInteger<UInt32>(0)
+  static let signalledBit: UInt32 = 1
+  static let invalidBit: UInt32 = 2
+  /// Protects `runLoops` (and orders `invalidate` against `register`). Taken after a run
+  /// loop's lock, never before.
   let lock = Mutex()
-  /// Protected by `lock`.
-  var signalled = false
-  /// Protected by `lock`.
-  var valid = true
   /// The run loops the source has been added to (deduplicated). Protected by `lock`.
   var runLoops: [WeakRunLoop] = []
 
@@ -69,22 +72,21 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
 
   /// Marks the source ready to fire. Does not wake a sleeping run loop: call
   /// ``RunLoop/wakeUp()`` on the loop that should notice. Harmless on an invalidated source.
-  /// Never blocks beyond a short internal lock. (`CFRunLoopSourceSignal`)
+  /// Lock-free: one atomic or. (`CFRunLoopSourceSignal`)
   public func signal() {
-    lock.withLock {
-      if valid { signalled = true }
-    }
+    _ = state.fetchOr(RunLoopSource.signalledBit, ordering: .full)
   }
 
-  /// Whether the source is signalled and not yet fired. (`CFRunLoopSourceIsSignalled`)
+  /// Whether the source is signalled and not yet fired (false once invalidated).
+  /// (`CFRunLoopSourceIsSignalled`)
   public var isSignalled: Bool {
-    lock.withLock { signalled }
+    state.load(ordering: .acquiring) == RunLoopSource.signalledBit
   }
 
   /// Whether the source can still fire (it has not been invalidated).
   /// (`CFRunLoopSourceIsValid`)
   public var isValid: Bool {
-    lock.withLock { valid }
+    state.load(ordering: .acquiring) & RunLoopSource.invalidBit == 0
   }
 
   /// Removes the source from every mode of every run loop it is in, calling `cancel` for each
@@ -92,9 +94,8 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   /// returns false). Idempotent; callable from any thread. (`CFRunLoopSourceInvalidate`)
   public func invalidate() {
     let loops: [RunLoop] = lock.withLock {
-      guard valid else { return [] }
-      valid = false
-      signalled = false
+      let before = state.fetchOr(RunLoopSource.invalidBit, ordering: .full)
+      guard before & RunLoopSource.invalidBit == 0 else { return [] }
       let loops = runLoops.compactMap(\.value)
       runLoops = []
       return loops
@@ -108,7 +109,8 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   /// Called with `runLoop`'s lock held.
   func register(in runLoop: RunLoop) -> Bool {
     lock.withLock {
-      guard valid else { return false }
+      // Under `lock`, so an `invalidate` either sees this loop or has already set the bit.
+      guard isValid else { return false }
       if !runLoops.contains(where: { $0.value === runLoop }) {
         runLoops.append(WeakRunLoop(value: runLoop))
       }
@@ -117,17 +119,14 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   }
 
   /// Whether the source is valid and signalled (a candidate for firing).
-  var isReady: Bool {
-    lock.withLock { valid && signalled }
-  }
+  var isReady: Bool { isSignalled }
 
   /// Atomically consumes the signal; true when this caller should fire the source.
   func claimSignal() -> Bool {
-    lock.withLock {
-      guard valid && signalled else { return false }
-      signalled = false
-      return true
-    }
+    // Only the exact state "signalled, valid" is claimed; a cheap load first keeps an
+    // unsignalled source's check free of a locked instruction.
+    if state.load(ordering: .acquiring) != RunLoopSource.signalledBit { return false }
+    return state.compareAndSwap(expected: RunLoopSource.signalledBit, desired: 0, ordering: .full)
   }
 
   /// Identity.
@@ -138,7 +137,9 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
 
   /// `"RunLoopSource(order: 0, signalled: false, valid: true)"`.
   public var description: String {
-    let (isSignalled, isValid) = lock.withLock { (signalled, valid) }
-    return "RunLoopSource(order: \(order), signalled: \(isSignalled), valid: \(isValid))"
+    let current = state.load(ordering: .acquiring)
+    let valid = current & RunLoopSource.invalidBit == 0
+    let signalled = valid && current & RunLoopSource.signalledBit != 0
+    return "RunLoopSource(order: \(order), signalled: \(signalled), valid: \(valid))"
   }
 }

@@ -142,6 +142,25 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     return .element(element)
   }
 
+  /// ``tryReceive()`` that also says how many elements remain after it (0 when it found
+  /// none), so a drainer needs no separate count.
+  func tryReceiveCounting() -> (ReceiveOutcome?, remaining: Int) {
+    lock()
+    if invalidated {
+      unlock()
+      return (.invalid, 0)
+    }
+    if count == 0 {
+      unlock()
+      return (nil, 0)
+    }
+    let (element, wakeSender) = takeHead()
+    let remaining = count
+    unlock()
+    if wakeSender { notFull.signal() }
+    return (.element(element), remaining)
+  }
+
   /// Removes the oldest element, waiting until one arrives, the queue is invalidated, or
   /// `deadline` passes.
   func receive(before deadline: MonotonicInstant) -> ReceiveOutcome {

@@ -13,7 +13,11 @@ final class PortRunLoopLink: @unchecked Sendable {
   // Protected by `lock` (taken before a run loop's lock and a source's lock, never after).
   private let lock = Sync.Mutex()
   private var source: RunLoopSource?
-  private var loops: [(runLoop: WeakRunLoop, modes: Int)] = []
+  /// The run loops the source is scheduled in, with how many of their modes. Strong: a loop
+  /// leaves this list when the source leaves its last mode, which every loop does when its
+  /// thread ends (so no loop outlives its thread here), and a sender then wakes it without
+  /// a weak-reference load.
+  private var loops: [(runLoop: RunLoop, modes: Int)] = []
   private var handler: (@Sendable (PortMessage) -> Void)?
   private var invalidationHandler: (@Sendable () -> Void)?
   private var invalidated = false
@@ -42,7 +46,7 @@ final class PortRunLoopLink: @unchecked Sendable {
   func setHandler(_ newHandler: (@Sendable (PortMessage) -> Void)?) {
     let wake: [RunLoop] = lock.withLock {
       handler = newHandler
-      return loops.compactMap(\.runLoop.value)
+      return loops.map(\.runLoop)
     }
     // Messages that waited for a handler are delivered now.
     if newHandler != nil, let source = existingSource {
@@ -60,8 +64,8 @@ final class PortRunLoopLink: @unchecked Sendable {
     if scheduledLoops.load(ordering: .acquiring) == 0 { return }
     // The usual case is one run loop: take it without building an array.
     let (current, first, more): (RunLoopSource?, RunLoop?, [RunLoop]) = lock.withLock {
-      if loops.count == 1 { return (self.source, loops[0].runLoop.value, []) }
-      return (self.source, nil, loops.compactMap(\.runLoop.value))
+      if loops.count == 1 { return (self.source, loops[0].runLoop, []) }
+      return (self.source, nil, loops.map(\.runLoop))
     }
     guard let current else { return }
     current.signal()
@@ -77,7 +81,7 @@ final class PortRunLoopLink: @unchecked Sendable {
       invalidated = true
       let taken = invalidationHandler
       invalidationHandler = nil
-      return (self.source, loops.compactMap(\.runLoop.value), taken)
+      return (self.source, loops.map(\.runLoop), taken)
     }
     current?.invalidate()
     for runLoop in wake { runLoop.wakeUp() }
@@ -86,11 +90,10 @@ final class PortRunLoopLink: @unchecked Sendable {
 
   private func scheduled(in runLoop: RunLoop) {
     lock.withLock {
-      if let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) {
+      if let index = loops.firstIndex(where: { $0.runLoop === runLoop }) {
         loops[index].modes += 1
       } else {
-        loops.removeAll { $0.runLoop.value == nil }
-        loops.append((WeakRunLoop(value: runLoop), 1))
+        loops.append((runLoop, 1))
         _ = scheduledLoops.increment(ordering: .releasing)
       }
     }
@@ -98,7 +101,7 @@ final class PortRunLoopLink: @unchecked Sendable {
 
   private func cancelled(in runLoop: RunLoop) {
     lock.withLock {
-      guard let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) else { return }
+      guard let index = loops.firstIndex(where: { $0.runLoop === runLoop }) else { return }
       loops[index].modes -= 1
       if loops[index].modes == 0 {
         loops.remove(at: index)
@@ -111,8 +114,10 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// on the run-loop thread.
   private func deliver(from queue: MessageQueue<PortMessage>) {
     guard let handler = lock.withLock({ handler }) else { return }
-    var budget = queue.pendingCount
-    while budget > 0, case .element(let message)? = queue.tryReceive() {
+    // One queue lock per message: the first take also says how many more were queued.
+    guard case (.element(let first)?, var budget) = queue.tryReceiveCounting() else { return }
+    handler(first)
+    while budget > 0, case (.element(let message)?, _) = queue.tryReceiveCounting() {
       handler(message)
       budget -= 1
     }
