@@ -41,11 +41,15 @@ import Sync
 /// ``serve(before:)`` to wait for and handle messages; the handler runs on that thread.
 /// Serving a port both ways at once is misuse and stops the process.
 ///
-/// **Sending blocks**; it never runs a run loop (a request to a port that the calling thread
-/// itself serves therefore waits until its receive timeout). A one-way send returns once the message is
+/// **Sending blocks**; it never runs a run loop. A one-way send returns once the message is
 /// handed to the kernel; a request waits for the reply until the receive timeout. Results
 /// map to the guide's codes (``PortStatus``). A peer that dies or invalidates its port
 /// mid-request ends the wait at once with ``PortStatus/becameInvalid``, never a hang.
+/// A request to a local port of this process that only the calling thread serves (from
+/// inside the port's own handler, or with the port scheduled in this thread's run loop and
+/// no other) is answered at once on the calling thread by calling the handler, the way a
+/// waiting perform request to one's own thread runs at once: blocking would wait for a
+/// reply that only this thread could produce.
 ///
 /// ```swift
 /// // Process or thread A:
@@ -178,6 +182,12 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     guard case .remote(let connection) = role else {
       fatalError("MessagePort misuse: send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
     }
+    if replyMode == .awaitReply, connection.isValid, let local = LocalPortRegistry.shared.lookup(name: name),
+      case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)
+    {
+      return try connection.answerLocally(
+        msgid: msgid, payload: data, replyPortName: replyPortName, by: listener)
+    }
     let sendDeadline = MonotonicInstant.after(sendTimeout)
     do {
       return try connection.send(
@@ -241,6 +251,12 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   public func setPeerRejectionHandler(_ handler: (@Sendable (String) -> Void)?) {
     guard case .local(let listener) = role else { return }
     listener.setRejectionHandler(handler.map { report in { rejection in report(rejection.description) } })
+  }
+
+  /// Whether only the calling thread can serve this local port right now: it is inside the
+  /// port's serving pass, or the port is scheduled in its run loop and no other.
+  private func isServedOnlyByCallingThread(_ listener: NamedPortListener) -> Bool {
+    listener.isBeingServedByCallingThread || runLoopMember.current?.isScheduledOnlyInCallingThreadsLoop == true
   }
 
   /// The member to add to run-loop modes (local ports only), created on first use; nil for a

@@ -85,6 +85,13 @@ final class DescriptorMember: @unchecked Sendable {
 
   var currentInterest: UInt32 { lock.withLock { interest } }
 
+  /// Whether the member is scheduled in the calling thread's run loop and in no other: only
+  /// this thread, by running its loop, can then handle the descriptor.
+  var isScheduledOnlyInCallingThreadsLoop: Bool {
+    let live: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
+    return live.count == 1 && live[0].isOwnedByCurrentThread
+  }
+
   // MARK: - Source callbacks
 
   private func scheduled(in runLoop: RunLoop) {

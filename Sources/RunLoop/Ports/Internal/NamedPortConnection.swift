@@ -74,6 +74,27 @@ final class NamedPortConnection: @unchecked Sendable {
   /// Why the connection became invalid, once it has.
   var failure: PortError? { mutex.withLock { invalidationReason } }
 
+  /// Answers a request through `listener`'s handler on the calling thread instead of the
+  /// socket (see ``MessagePort``: for a port only the calling thread serves), after the
+  /// same checks a send makes.
+  func answerLocally(
+    msgid: Int32, payload: [UInt8], replyPortName: String?, by listener: NamedPortListener
+  ) throws(PortError) -> [UInt8] {
+    try checkOutgoing(payload: payload, replyPortName: replyPortName)
+    return try listener.answerOnCallingThread(
+      Frame(kind: .request, msgid: msgid, sequence: 0, replyPortName: replyPortName, payload: payload))
+  }
+
+  /// The checks every outgoing message passes: payload size, reply port name.
+  private func checkOutgoing(payload: [UInt8], replyPortName: String?) throws(PortError) {
+    if payload.count > limits.maximumPayload {
+      throw PortError(
+        .transportError, cause: SystemCallError(call: "send", errno: EMSGSIZE),
+        detail: "payload of \(payload.count) bytes exceeds the limit of \(limits.maximumPayload)")
+    }
+    if let replyPortName { try PortName.validate(replyPortName) }
+  }
+
   /// Sends one message. With `awaitReply`, waits for its reply until `receiveDeadline` and
   /// returns the reply payload; otherwise returns nil once the frame is handed to the
   /// kernel. Blocks the calling thread (and queues other senders on this connection).
@@ -81,12 +102,7 @@ final class NamedPortConnection: @unchecked Sendable {
     msgid: Int32, payload: [UInt8], replyPortName: String?, sendDeadline: MonotonicInstant,
     awaitReply: Bool, receiveDeadline: MonotonicInstant
   ) throws(PortError) -> [UInt8]? {
-    if payload.count > limits.maximumPayload {
-      throw PortError(
-        .transportError, cause: SystemCallError(call: "send", errno: EMSGSIZE),
-        detail: "payload of \(payload.count) bytes exceeds the limit of \(limits.maximumPayload)")
-    }
-    if let replyPortName { try PortName.validate(replyPortName) }
+    try checkOutgoing(payload: payload, replyPortName: replyPortName)
     // Waiting for the connection counts against the send deadline.
     guard mutex.lock(before: sendDeadline) else {
       throw PortError(.sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")

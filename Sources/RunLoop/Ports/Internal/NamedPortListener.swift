@@ -54,6 +54,8 @@ final class NamedPortListener: @unchecked Sendable {
   private var peers: [Int32: Peer] = [:]
   private var invalidated = false
   private var serving = false
+  /// The `tk_thread_self()` of the thread in a serving pass (meaningful while `serving`).
+  private var servingThread: UInt = 0
   private var closedAll = false
   private var handler: Handler
   private var rejectionHandler: ((PeerRejection) -> Void)?
@@ -209,8 +211,13 @@ final class NamedPortListener: @unchecked Sendable {
       mutex.lock()
       defer { mutex.unlock() }
       if invalidated { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
-      if serving { fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once") }
+      if serving {
+        // The port's own handler serving it again would re-enter a pass; another thread
+        // doing so would race it.
+        fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once")
+      }
       serving = true
+      servingThread = tk_thread_self()
       epoll = epollDescriptor
     }
     let capacity = 16
@@ -248,6 +255,21 @@ final class NamedPortListener: @unchecked Sendable {
     }
     if becameInvalid && handled == 0 { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
     return handled
+  }
+
+  /// Whether the calling thread is inside a serving pass of this port (its handler is
+  /// running on this thread, directly or in a run loop).
+  var isBeingServedByCallingThread: Bool {
+    mutex.withLock { serving && servingThread == tk_thread_self() }
+  }
+
+  /// Answers a request on the calling thread without the socket, as a serving pass would:
+  /// for a request that only the calling thread could ever serve. Throws
+  /// ``PortStatus/becameInvalid`` when the port is invalid.
+  func answerOnCallingThread(_ frame: Frame) throws(PortError) -> [UInt8] {
+    let current: Handler? = mutex.withLock { invalidated ? nil : handler }
+    guard let current else { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
+    return current(frame) ?? []
   }
 
   /// An epoll descriptor that is readable while the port has work (a new peer, a message,
