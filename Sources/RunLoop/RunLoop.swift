@@ -114,6 +114,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// How many descriptor members (issue 6) are in the epoll set; with none, a polling pass
   /// needs no epoll_wait. Protected by `lock`.
   var memberCount = 0
+  /// Descriptor members' sources this loop signalled after its epoll wait reported them,
+  /// until they fire (in a run of one of their modes) or stop being signalled. Protected by
+  /// `lock`.
+  var readySources: [RunLoopSource] = []
   /// Set when a wait reported a descriptor member (issue 6), so the same pass delivers it.
   /// Read and written only by the thread running the loop.
   var descriptorMembersReady = false
@@ -183,11 +187,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       var timers: [RunLoopTimer] = []
       var observers: [RunLoopObserver] = []
       for (name, mode) in modes {
-        sources += mode.sources.map { ($0, name) }
-        timers += mode.timers
+        sources += mode.removeAllSources().map { ($0, name) }
+        timers += mode.removeAllTimers()
         observers += mode.observers
-        mode.sources = []
-        mode.timers = []
         mode.observers = []
         mode.observerMask = 0
       }
@@ -195,6 +197,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       commonTimers = []
       commonObservers = []
       blocks = []
+      readySources = []
       return (sources, timers, observers)
     }
     for timer in timers { timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } } }
@@ -235,12 +238,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       let items = modeItems(mode)
       var scheduled: [RunLoopSource] = []
       for source in commonSources where source.isValid && items.insert(source) { scheduled.append(source) }
-      for timer in commonTimers where timer.isValid { _ = items.insert(timer) }
+      for timer in commonTimers where timer.isValid && items.insert(timer) { renewSchedule(timer) }
       for observer in commonObservers where observer.isValid { _ = items.insert(observer) }
+      rearmIfSleeping()
       return scheduled
     }
     for source in scheduled { source.scheduleCallback?(self, mode) }
-    timerScheduleDidChange()
   }
 
   /// The items of `mode`, created if needed. Called with `lock` held.
@@ -298,7 +301,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   public func contains(_ source: RunLoopSource, inMode mode: RunLoopMode) -> Bool {
     lock.withLock {
       if mode == .common { return commonSources.contains { $0 === source } }
-      return modes[mode]?.sources.contains { $0 === source } ?? false
+      return modes[mode]?.contains(source) ?? false
     }
   }
 
@@ -323,6 +326,11 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       let claim: Int = timer.lock.withLock {
         guard timer.valid else { return 0 }
         if let owner = timer.runLoop, owner !== self { return -1 }
+        if timer.runLoop == nil {
+          // Newly this loop's: it goes after the timers added before it on equal dates.
+          nextTimerSequence &+= 1
+          timer.scheduleSequence = nextTimerSequence
+        }
         timer.runLoop = self
         return 1
       }
@@ -331,6 +339,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         commonTimers.append(timer)
       }
       for name in concreteModes(mode) { _ = modeItems(name).insert(timer) }
+      renewSchedule(timer)
       rearmIfSleeping()
       return 1
     }
@@ -359,7 +368,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   public func contains(_ timer: RunLoopTimer, inMode mode: RunLoopMode) -> Bool {
     lock.withLock {
       if mode == .common { return commonTimers.contains { $0 === timer } }
-      return modes[mode]?.timers.contains { $0 === timer } ?? false
+      return modes[mode]?.contains(timer) ?? false
     }
   }
 
@@ -374,7 +383,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Forgets the timer's owner once it is in no mode. Called with `lock` held.
   func releaseTimerIfUnscheduled(_ timer: RunLoopTimer) {
     if commonTimers.contains(where: { $0 === timer }) { return }
-    if modes.values.contains(where: { $0.timers.contains { $0 === timer } }) { return }
+    if modes.values.contains(where: { $0.contains(timer) }) { return }
     timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
   }
 
@@ -387,10 +396,28 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     }
   }
 
-  /// A timer's fire date or tolerance changed: re-arm now if the loop sleeps.
-  func timerScheduleDidChange() {
-    lock.withLock { rearmIfSleeping() }
+  /// `timer`'s fire date or tolerance changed: renew its schedule, and re-arm now if the
+  /// loop sleeps.
+  func timerScheduleDidChange(_ timer: RunLoopTimer) {
+    lock.withLock {
+      renewSchedule(timer)
+      rearmIfSleeping()
+    }
   }
+
+  /// Replaces `timer`'s schedule entries in every mode holding it with ones for its current
+  /// fire date and tolerance (none once it is invalid). Called with `lock` held: after it is
+  /// added, after its schedule changes, and after the pass that fired it.
+  func renewSchedule(_ timer: RunLoopTimer) {
+    timer.scheduleGeneration &+= 1
+    guard let (fireDate, tolerance) = timer.scheduleSnapshot() else { return }
+    for mode in modes.values where mode.contains(timer) {
+      mode.schedule(timer, fireDate: fireDate, tolerance: tolerance)
+    }
+  }
+
+  /// Hands out `RunLoopTimer.scheduleSequence` values. Protected by `lock`.
+  var nextTimerSequence: UInt64 = 0
 
   /// While the loop sleeps, moves the timerfd to the new wake instant of the mode it sleeps
   /// in, so timer changes from other threads take effect without a wake-up. Called with
@@ -415,13 +442,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// The instant the loop must wake at for `mode`'s timers: the minimum over valid, idle
   /// timers of fire date plus tolerance (timers whose fire date has passed by then fire in
-  /// the same wake-up, which is how tolerance saves wake-ups). Called with `lock` held.
+  /// the same wake-up, which is how tolerance saves wake-ups). O(1) unless stale schedule
+  /// entries are dropped on the way. Called with `lock` held.
   func earliestWakeDeadline(_ mode: ModeItems) -> MonotonicInstant {
-    var earliest = MonotonicInstant.distantFuture
-    for timer in mode.timers {
-      if let deadline = timer.latestWakeDeadline(), deadline < earliest { earliest = deadline }
-    }
-    return earliest
+    mode.earliestWakeDeadline()
   }
 
   // MARK: Observers
@@ -725,23 +749,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         activation.ignoresWakeUps = true
         _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
         consumeReadyTokens(readyCount)
-        var due: [RunLoopTimer] = []
-        if !mode.timers.isEmpty {
-          let now = MonotonicInstant.now
-          var dated: [(RunLoopTimer, MonotonicInstant)] = []
-          for timer in mode.timers {
-            if let date = timer.dueFireDate(at: now) { dated.append((timer, date)) }
-          }
-          if dated.count > 1 { dated.sort { $0.1 < $1.1 } }
-          due = dated.map(\.0)
-        }
+        let due = mode.timers.isEmpty ? [] : mode.dueTimers(at: .now)
         // Blocks can be taken now unless an after-waiting observer or a timer runs first.
         let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
         let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
         return (due, early ? takeBlocks() : nil, mode.observerMask)
       }
       if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
-      for timer in after.due { timer.fireIfDue() }
+      if !after.due.isEmpty {
+        for timer in after.due { timer.fireIfDue() }
+        // Their fire dates moved (or they ended): schedule them again.
+        lock.withLock { for timer in after.due { renewSchedule(timer) } }
+      }
       if let (queued, common) = after.blocks {
         runBlocks(queued, common, mode)
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
@@ -801,34 +820,51 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     }
   }
 
-  /// Fires the signalled custom sources of `mode`, lower order first (only the first when
-  /// `onlyOne`). Returns whether one fired.
+  /// Fires the signalled sources of `mode`, lower order first, equal orders in the order
+  /// added (only the first when `onlyOne`). Returns whether one fired. Looks at the mode's
+  /// custom sources and at the descriptor members this loop found ready, never at idle
+  /// members.
   func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
-    // One source in the mode (the common case): claim its signal in the same critical section.
-    let (claimed, candidates): (RunLoopSource?, [RunLoopSource]) = lock.withLock {
-      if mode.sources.count == 1 {
-        let only = mode.sources[0]
-        return (only.claimSignal() ? only : nil, [])
+    let (claimed, candidates, listed): (RunLoopSource?, [RunLoopSource], Bool) = lock.withLock {
+      let scanned = mode.scannedSources
+      let listed = !readySources.isEmpty
+      // One custom source in the mode and no listed members (the common case): claim its
+      // signal in this critical section.
+      if !listed && scanned.count == 1 {
+        let only = scanned[0]
+        return (only.claimSignal() ? only : nil, [], false)
       }
-      return (nil, mode.sources.isEmpty ? [] : mode.sources.filter(\.isReady))
+      var ready = scanned.isEmpty ? [] : scanned.filter(\.isReady)
+      if listed {
+        var seen = Set<ObjectIdentifier>()
+        for source in readySources where mode.contains(source) && source.isReady {
+          if seen.insert(ObjectIdentifier(source)).inserted { ready.append(source) }
+        }
+      }
+      if ready.count > 1 {
+        ready.sort {
+          ($0.order, mode.sequence(of: $0) ?? .max) < ($1.order, mode.sequence(of: $1) ?? .max)
+        }
+      }
+      return (nil, ready, listed)
     }
     if let claimed {
       claimed.performCallback()
       return true
     }
-    var ready = candidates
-    if ready.isEmpty { return false }
-    if ready.count > 1 {
-      // Stable: equal orders fire in the order they were added.
-      ready = ready.enumerated().sorted { ($0.element.order, $0.offset) < ($1.element.order, $1.offset) }.map(\.element)
-    }
+    if candidates.isEmpty { return false }
     var handled = false
-    for source in ready {
+    for source in candidates {
       if source.claimSignal() {
         source.performCallback()
         handled = true
         if onlyOne { break }
       }
+    }
+    // Listed members that fired (or were invalidated) leave the list; those still
+    // signalled wait for a run in one of their modes.
+    if listed {
+      lock.withLock { readySources.removeAll { !$0.isSignalled } }
     }
     return handled
   }

@@ -39,6 +39,10 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   let scheduleCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let cancelCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let performCallback: @Sendable () -> Void
+  /// True for the sources of descriptor members, which only a run loop signals (when its
+  /// epoll wait reports their descriptor): the loop lists them as it signals them, so its
+  /// passes never scan them. Sources made with the public initializer are false.
+  let isSignalledByRunLoop: Bool
 
   /// `signalledBit` and `invalidBit`, as one atomic word: signalling, claiming and testing a
   /// source take no lock, so a signalling thread and the firing loop touch one cache line.
@@ -58,15 +62,25 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   ///   - schedule: called when the source is added to a mode of a run loop.
   ///   - cancel: called when the source leaves a mode (removal or invalidation).
   ///   - perform: the work, called on the run loop's thread when the source fires.
-  public init(
+  public convenience init(
     order: Int = 0,
     schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
     cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
     perform: @escaping @Sendable () -> Void
   ) {
+    self.init(order: order, schedule: schedule, cancel: cancel, signalledByRunLoop: false, perform: perform)
+  }
+
+  /// The designated initializer; `signalledByRunLoop` marks a descriptor member's source.
+  init(
+    order: Int, schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
+    cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)?, signalledByRunLoop: Bool,
+    perform: @escaping @Sendable () -> Void
+  ) {
     self.order = order
     self.scheduleCallback = schedule
     self.cancelCallback = cancel
+    self.isSignalledByRunLoop = signalledByRunLoop
     self.performCallback = perform
   }
 

@@ -51,6 +51,12 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// The run loop it was added to (nil until added, and again once in no mode). Protected by
   /// `lock`.
   weak var runLoop: RunLoop?
+  /// Bumped by the owning run loop, with its lock held, each time it renews the timer's
+  /// schedule entries; entries of an older generation are stale. Protected by that lock.
+  var scheduleGeneration: UInt64 = 0
+  /// The order in which the timer was added to its run loop (ties between equal fire dates
+  /// go to the earlier one). Protected by the owning run loop's lock.
+  var scheduleSequence: UInt64 = 0
 
   /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive.
   /// Not scheduled: add it to a run loop with ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``.
@@ -126,7 +132,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       fireDate = date
       return runLoop
     }
-    loop?.timerScheduleDidChange()
+    loop?.timerScheduleDidChange(self)
   }
 
   /// How late the loop may fire the timer to save wake-ups (never earlier). Negative values
@@ -138,7 +144,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
         toleranceValue = newValue < .zero ? .zero : newValue
         return valid ? runLoop : nil
       }
-      loop?.timerScheduleDidChange()
+      loop?.timerScheduleDidChange(self)
     }
   }
 
@@ -158,18 +164,14 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     loop?.removeFromEveryMode(self)
   }
 
-  /// The instant after which the loop must have fired the timer (fire date plus tolerance),
-  /// or nil when it cannot fire now. Called with the run loop's lock held.
-  func latestWakeDeadline() -> MonotonicInstant? {
-    lock.withLock {
-      guard valid && !firing else { return nil }
-      return fireDate.advanced(by: toleranceValue)
-    }
+  /// Whether the timer can be scheduled now: valid and not in its callback.
+  var isSchedulable: Bool {
+    lock.withLock { valid && !firing }
   }
 
-  /// The scheduled fire date if the timer is due at `now`. Called with the loop's lock held.
-  func dueFireDate(at now: MonotonicInstant) -> MonotonicInstant? {
-    lock.withLock { valid && !firing && fireDate <= now ? fireDate : nil }
+  /// The fire date and tolerance, or nil once invalid.
+  func scheduleSnapshot() -> (MonotonicInstant, Duration)? {
+    lock.withLock { valid ? (fireDate, toleranceValue) : nil }
   }
 
   /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the

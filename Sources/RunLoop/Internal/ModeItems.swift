@@ -1,11 +1,31 @@
+import Sync
+
 /// What one mode of one run loop contains. Every field is protected by the owning run loop's
 /// lock.
 final class ModeItems {
   let name: RunLoopMode
   /// Custom sources, in the order added (firing order is decided by `order` at fire time).
-  var sources: [RunLoopSource] = []
+  private(set) var sources: [RunLoopSource] = []
+  /// Each source's place in the order added (a running number, not an index), which also
+  /// answers membership in O(1).
+  private var sourceSequence: [ObjectIdentifier: UInt64] = [:]
+  private var nextSourceSequence: UInt64 = 0
+  /// The sources a pass must look at to find the signalled ones: all but those the run loop
+  /// signals itself (descriptor members, found through `RunLoop.readySources` instead), so
+  /// a pass costs O(custom sources + ready members), not O(all members).
+  private(set) var scannedSources: [RunLoopSource] = []
   /// Timers, in the order added.
-  var timers: [RunLoopTimer] = []
+  private(set) var timers: [RunLoopTimer] = []
+  /// The same timers, for O(1) membership.
+  private var timerIDs: Set<ObjectIdentifier> = []
+  /// The timers' schedule, so a pass finds its wake instant and its due timers without
+  /// looking at every timer: entries keyed by fire date plus tolerance (the instant the loop
+  /// must wake by) and by fire date (due when passed). Entries are never updated in place:
+  /// a change pushes fresh entries under a new `RunLoopTimer.scheduleGeneration`, and
+  /// entries of an older generation, or of a timer no longer in the mode, are dropped when
+  /// they reach the top (see `isCurrent`).
+  private var wakeHeap = TimerHeap()
+  private var dueHeap = TimerHeap()
   /// Observers, kept sorted by `order` (stable: equal orders keep the order added).
   var observers: [RunLoopObserver] = []
   /// The union of the observers' activities, so a pass skips points nobody watches.
@@ -20,30 +40,124 @@ final class ModeItems {
 
   /// Adds `source` unless present; returns whether it was added.
   func insert(_ source: RunLoopSource) -> Bool {
-    if sources.contains(where: { $0 === source }) { return false }
+    let id = ObjectIdentifier(source)
+    if sourceSequence[id] != nil { return false }
+    nextSourceSequence &+= 1
+    sourceSequence[id] = nextSourceSequence
     sources.append(source)
+    if !source.isSignalledByRunLoop { scannedSources.append(source) }
     return true
   }
 
   /// Removes `source` if present; returns whether it was there.
   func remove(_ source: RunLoopSource) -> Bool {
-    guard let index = sources.firstIndex(where: { $0 === source }) else { return false }
-    sources.remove(at: index)
+    guard sourceSequence.removeValue(forKey: ObjectIdentifier(source)) != nil else { return false }
+    if let index = sources.firstIndex(where: { $0 === source }) { sources.remove(at: index) }
+    if !source.isSignalledByRunLoop, let index = scannedSources.firstIndex(where: { $0 === source }) {
+      scannedSources.remove(at: index)
+    }
     return true
   }
 
-  /// Adds `timer` unless present; returns whether it was added.
+  /// Whether `source` is in the mode.
+  func contains(_ source: RunLoopSource) -> Bool {
+    sourceSequence[ObjectIdentifier(source)] != nil
+  }
+
+  /// The source's place in the order added, nil when it is not in the mode.
+  func sequence(of source: RunLoopSource) -> UInt64? {
+    sourceSequence[ObjectIdentifier(source)]
+  }
+
+  /// Removes every source; returns them in the order added.
+  func removeAllSources() -> [RunLoopSource] {
+    let removed = sources
+    sources = []
+    scannedSources = []
+    sourceSequence = [:]
+    return removed
+  }
+
+  /// Adds `timer` unless present; returns whether it was added. The caller then schedules
+  /// it (`RunLoop.renewSchedule`).
   func insert(_ timer: RunLoopTimer) -> Bool {
-    if timers.contains(where: { $0 === timer }) { return false }
+    guard timerIDs.insert(ObjectIdentifier(timer)).inserted else { return false }
     timers.append(timer)
     return true
   }
 
-  /// Removes `timer` if present; returns whether it was there.
+  /// Removes `timer` if present; returns whether it was there. Its schedule entries become
+  /// stale.
   func remove(_ timer: RunLoopTimer) -> Bool {
-    guard let index = timers.firstIndex(where: { $0 === timer }) else { return false }
-    timers.remove(at: index)
+    guard timerIDs.remove(ObjectIdentifier(timer)) != nil else { return false }
+    if let index = timers.firstIndex(where: { $0 === timer }) { timers.remove(at: index) }
     return true
+  }
+
+  /// Whether `timer` is in the mode.
+  func contains(_ timer: RunLoopTimer) -> Bool {
+    timerIDs.contains(ObjectIdentifier(timer))
+  }
+
+  /// Removes every timer and its schedule; returns the timers.
+  func removeAllTimers() -> [RunLoopTimer] {
+    let removed = timers
+    timers = []
+    timerIDs = []
+    wakeHeap = TimerHeap()
+    dueHeap = TimerHeap()
+    return removed
+  }
+
+  /// Records that `timer` (in this mode) is next due at `fireDate` and must have fired by
+  /// `fireDate + tolerance`, under its current generation.
+  func schedule(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
+    let generation = timer.scheduleGeneration
+    wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: timer.scheduleSequence, generation: generation, timer: timer))
+    dueHeap.push(.init(key: fireDate, sequence: timer.scheduleSequence, generation: generation, timer: timer))
+    if wakeHeap.count > 2 * timers.count + 64 { compact() }
+  }
+
+  /// Whether `entry` still describes its timer's schedule in this mode.
+  private func isCurrent(_ entry: TimerHeap.Entry) -> Bool {
+    entry.generation == entry.timer.scheduleGeneration && contains(entry.timer)
+  }
+
+  /// The earliest instant the loop must wake at for this mode's timers (the minimum of fire
+  /// date plus tolerance over valid timers that are not firing), or `.distantFuture`. Drops
+  /// stale entries on the way; O(log n) per dropped entry, O(1) otherwise. An entry of a
+  /// firing timer is dropped too: the pass firing it renews its schedule afterwards.
+  func earliestWakeDeadline() -> MonotonicInstant {
+    while let top = wakeHeap.top {
+      if isCurrent(top) && top.timer.isSchedulable { return top.key }
+      wakeHeap.popTop()
+    }
+    return .distantFuture
+  }
+
+  /// The timers due at `now` (valid, not firing, fire date passed), earliest first (equal
+  /// dates in the order the timers were added). They stay scheduled (a nested run may fire
+  /// them first); the caller renews their schedule after firing them.
+  func dueTimers(at now: MonotonicInstant) -> [RunLoopTimer] {
+    var due: [TimerHeap.Entry] = []
+    while let top = dueHeap.top, top.key <= now {
+      dueHeap.popTop()
+      if isCurrent(top) && top.timer.isSchedulable { due.append(top) }
+    }
+    for entry in due { dueHeap.push(entry) }
+    return due.map(\.timer)
+  }
+
+  /// Rebuilds both heaps from the timers, dropping stale entries (amortized O(1) per push).
+  private func compact() {
+    wakeHeap = TimerHeap()
+    dueHeap = TimerHeap()
+    for timer in timers {
+      guard let (fireDate, tolerance) = timer.scheduleSnapshot() else { continue }
+      let generation = timer.scheduleGeneration
+      wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: timer.scheduleSequence, generation: generation, timer: timer))
+      dueHeap.push(.init(key: fireDate, sequence: timer.scheduleSequence, generation: generation, timer: timer))
+    }
   }
 
   /// Adds `observer` unless present, keeping `observers` sorted by order.
@@ -91,5 +205,53 @@ final class Activation {
 
   init(mode: ModeItems) {
     self.mode = mode
+  }
+}
+
+/// A binary min-heap of timer schedule entries, ordered by key, then by the order the timers
+/// were added (so equal instants keep that order).
+struct TimerHeap {
+  struct Entry {
+    let key: MonotonicInstant
+    let sequence: UInt64
+    let generation: UInt64
+    let timer: RunLoopTimer
+  }
+
+  private var entries: [Entry] = []
+
+  var count: Int { entries.count }
+  var top: Entry? { entries.first }
+
+  private static func precedes(_ a: Entry, _ b: Entry) -> Bool {
+    a.key < b.key || (a.key == b.key && a.sequence < b.sequence)
+  }
+
+  mutating func push(_ entry: Entry) {
+    entries.append(entry)
+    var child = entries.count - 1
+    while child > 0 {
+      let parent = (child - 1) / 2
+      guard TimerHeap.precedes(entries[child], entries[parent]) else { break }
+      entries.swapAt(child, parent)
+      child = parent
+    }
+  }
+
+  mutating func popTop() {
+    guard !entries.isEmpty else { return }
+    entries.swapAt(0, entries.count - 1)
+    entries.removeLast()
+    var parent = 0
+    while true {
+      let left = 2 * parent + 1
+      if left >= entries.count { return }
+      let right = left + 1
+      var smallest = left
+      if right < entries.count && TimerHeap.precedes(entries[right], entries[left]) { smallest = right }
+      guard TimerHeap.precedes(entries[smallest], entries[parent]) else { return }
+      entries.swapAt(parent, smallest)
+      parent = smallest
+    }
   }
 }

@@ -56,6 +56,7 @@ final class DescriptorMember: @unchecked Sendable {
       order: 0,
       schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
       cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
+      signalledByRunLoop: true,
       perform: { [weak self] in self?.perform() })
     DescriptorMember.registryLock.withLock { DescriptorMember.registry[token] = WeakMember(value: self) }
   }
@@ -175,18 +176,21 @@ final class DescriptorMember: @unchecked Sendable {
   static let registryLock = Sync.Mutex()
   nonisolated(unsafe) private static var registry: [UInt64: WeakMember] = [:]
 
-  /// Signals the member behind `token`. Called by the run loop with its lock held.
-  static func tokenReady(_ token: UInt64) {
-    let member = registryLock.withLock { registry[token]?.value }
-    member?.source.signal()
+  /// Signals the member behind `token` and returns its source. Called by the run loop
+  /// with its lock held.
+  static func tokenReady(_ token: UInt64) -> RunLoopSource? {
+    guard let member = registryLock.withLock({ registry[token]?.value }) else { return nil }
+    member.source.signal()
+    return member.source
   }
 }
 
 extension RunLoop {
   /// A descriptor member's token was reported ready by this loop's epoll wait: signal its
-  /// source, which fires in the next pass of a run in one of its modes. Called from
+  /// source and list it in `readySources`, so it fires in the next pass of a run in one of
+  /// its modes without any pass scanning the loop's members. Called from
   /// `consumeReadyTokens` with `lock` held.
   func descriptorTokenReady(_ token: UInt64) {
-    DescriptorMember.tokenReady(token)
+    if let source = DescriptorMember.tokenReady(token) { readySources.append(source) }
   }
 }

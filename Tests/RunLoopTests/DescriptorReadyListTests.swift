@@ -1,0 +1,68 @@
+import RunLoop
+import Sync
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A run loop finds ready descriptor sources through the list its epoll wait fills, not by
+/// looking at every source: these tests pin down that nothing is missed or fired twice.
+@Suite("RunLoop descriptor sources at scale")
+struct DescriptorReadyListTests {
+  @Test("of 200 watched pipes, exactly the readable ones fire, each once per pass, in the order added")
+  func onlyReadyOnesFire() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let pipes = (0..<200).map { _ in PortsPipe() }
+      let fired = Recorder<Int>()
+      var sources: [FileDescriptorSource] = []
+      for (index, pipe) in pipes.enumerated() {
+        let source = FileDescriptorSource(descriptor: pipe.readEnd, events: .readable) { _, _ in
+          fired.append(index)
+          _ = pipe.readAll()
+        }
+        runLoop.add(source, forMode: .default)
+        sources.append(source)
+      }
+      #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
+      #expect(fired.count == 0, "nothing readable, nothing fired")
+      for index in [150, 7, 99] { pipes[index].write(1) }
+      // The readiness may take a pass to be reported; every pass fires what it found.
+      let giveUp = MonotonicInstant.after(.seconds(30))
+      while fired.count < 3 && !giveUp.hasPassed {
+        _ = runLoop.run(mode: .default, timeout: .zero)
+      }
+      #expect(fired.snapshot == [7, 99, 150], "one pass, in the order added")
+      // Drained: further passes fire nothing.
+      for _ in 0..<5 { _ = runLoop.run(mode: .default, timeout: .zero) }
+      #expect(fired.count == 3)
+      for source in sources { source.invalidate() }
+    }
+  }
+
+  @Test("a descriptor that became ready while its mode was not running fires when that mode runs")
+  func readinessWaitsForItsMode() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let other: RunLoopMode = "ready-list.other"
+      let pipe = PortsPipe()
+      let fired = Recorder<RunLoopMode?>()
+      let source = FileDescriptorSource(descriptor: pipe.readEnd, events: .readable) { _, _ in
+        fired.append(runLoop.currentMode)
+        _ = pipe.readAll()
+      }
+      runLoop.add(source, forMode: other)
+      let keepAlive = RunLoopTimer(fireAt: .distantFuture) { _ in }
+      runLoop.add(keepAlive, forMode: .default)
+      pipe.write(1)
+      // Default mode: the loop's epoll set reports the pipe, but its source is not in this mode.
+      for _ in 0..<5 { _ = runLoop.run(mode: .default, timeout: .milliseconds(1)) }
+      #expect(fired.count == 0)
+      #expect(runLoop.run(mode: other, timeout: .seconds(30), returnAfterSourceHandled: true) == .handledSource)
+      #expect(fired.snapshot == [other])
+      source.invalidate()
+      keepAlive.invalidate()
+    }
+  }
+}
