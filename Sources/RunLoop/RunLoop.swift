@@ -80,7 +80,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   var blocks: [QueuedBlock] = []
   /// Active run calls, innermost last. Protected by `lock`.
   var activations: [Activation] = []
-  /// True while the owning thread blocks in epoll_wait. Protected by `lock`.
+  /// True while the owning thread sleeps (in `epoll_wait` or on its futex, see
+  /// `sleepsOnFutex`). Protected by `lock`.
   var isSleeping = false
   /// The wake-up state, read and updated with atomics so `wakeUp` never takes `lock` (a
   /// signalling thread must not contend with the loop's own passes). It is also the futex
@@ -424,7 +425,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// `lock` held.
   func rearmIfSleeping() {
     guard isSleeping, let activation = activations.last else { return }
-    let wakeAt = min(earliestWakeDeadline(activation.mode), currentRunDeadline)
+    let wakeAt = min(activation.mode.earliestWakeDeadline(), currentRunDeadline)
     if sleepsOnFutex {
       // A futex sleep has no instant to wake at: if there is one now, the loop must wake
       // and sleep again in epoll with the timerfd armed.
@@ -439,14 +440,6 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// The deadline of the innermost run call. Protected by `lock`.
   var currentRunDeadline: MonotonicInstant = .distantFuture
-
-  /// The instant the loop must wake at for `mode`'s timers: the minimum over valid, idle
-  /// timers of fire date plus tolerance (timers whose fire date has passed by then fire in
-  /// the same wake-up, which is how tolerance saves wake-ups). O(1) unless stale schedule
-  /// entries are dropped on the way. Called with `lock` held.
-  func earliestWakeDeadline(_ mode: ModeItems) -> MonotonicInstant {
-    mode.earliestWakeDeadline()
-  }
 
   // MARK: Observers
 
@@ -898,7 +891,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// thread's timer slack (50 us by default) to timers, which the timerfd does not.
   func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> WaitPlan {
     if poll { return memberCount > 0 ? .pollMembers : .none }
-    let wakeAt = min(earliestWakeDeadline(activation.mode), deadline)
+    let wakeAt = min(activation.mode.earliestWakeDeadline(), deadline)
     if wakeAt == .distantFuture && memberCount == 0 {
       isSleeping = true
       sleepsOnFutex = true

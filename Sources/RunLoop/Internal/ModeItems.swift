@@ -112,10 +112,14 @@ final class ModeItems {
   /// Records that `timer` (in this mode) is next due at `fireDate` and must have fired by
   /// `fireDate + tolerance`, under its current generation.
   func schedule(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
-    let generation = timer.scheduleGeneration
-    wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: timer.scheduleSequence, generation: generation, timer: timer))
-    dueHeap.push(.init(key: fireDate, sequence: timer.scheduleSequence, generation: generation, timer: timer))
+    push(timer, fireDate: fireDate, tolerance: tolerance)
     if wakeHeap.count > 2 * timers.count + 64 { compact() }
+  }
+
+  private func push(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
+    let (sequence, generation) = (timer.scheduleSequence, timer.scheduleGeneration)
+    wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: sequence, generation: generation, timer: timer))
+    dueHeap.push(.init(key: fireDate, sequence: sequence, generation: generation, timer: timer))
   }
 
   /// Whether `entry` still describes its timer's schedule in this mode.
@@ -154,9 +158,7 @@ final class ModeItems {
     dueHeap = TimerHeap()
     for timer in timers {
       guard let (fireDate, tolerance) = timer.scheduleSnapshot() else { continue }
-      let generation = timer.scheduleGeneration
-      wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: timer.scheduleSequence, generation: generation, timer: timer))
-      dueHeap.push(.init(key: fireDate, sequence: timer.scheduleSequence, generation: generation, timer: timer))
+      push(timer, fireDate: fireDate, tolerance: tolerance)
     }
   }
 

@@ -127,19 +127,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// Removes the oldest element if there is one, without waiting (nil when empty; `.invalid`
   /// once invalidated).
   func tryReceive() -> ReceiveOutcome? {
-    lock()
-    if invalidated {
-      unlock()
-      return .invalid
-    }
-    if count == 0 {
-      unlock()
-      return nil
-    }
-    let (element, wakeSender) = takeHead()
-    unlock()
-    if wakeSender { notFull.signal() }
-    return .element(element)
+    tryReceiveCounting().0
   }
 
   /// ``tryReceive()`` that also says how many elements remain after it (0 when it found
