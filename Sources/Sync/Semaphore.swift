@@ -23,13 +23,26 @@
 /// Built on a futex; the C functions it replaces are `sem_wait`, `sem_trywait`,
 /// `sem_clockwait` and `sem_post`.
 public final class Semaphore: @unchecked Sendable {
-  // @unchecked: `count` and `waiters` are atomics. Wake-ups are not lost for the reason
-  // given in FutexCondition: `signal` increments `count` and then reads `waiters`, a waiter
-  // increments `waiters` and then the kernel re-reads `count`, all with full ordering.
+  // @unchecked: the state is one atomic word.
+  //
+  // The word (the layout glibc's `sem_t` uses): the low 32 bits count the permits, the high
+  // 32 bits count the threads registered to sleep. The futex is the low half. Keeping both
+  // counts in one word lets a waiter register and learn whether a permit arrived in one
+  // operation (no futex call when one did), lets a waker learn whether anyone may sleep from
+  // the same operation that adds the permit, and lets a waiter take a permit and leave the
+  // sleepers in one compare-and-swap. A waker that sees a registered sleeper wakes one; a
+  // sleeper registers before it sleeps and the kernel re-reads the permit count, so no
+  // wake-up is lost.
   @usableFromInline
-  let count: UnsafeMutablePointer<UInt32>
+  let word: UnsafeMutablePointer<UInt64>
+  /// The low (permit) half of `word`, which the kernel waits on.
   @usableFromInline
-  let waiters: UnsafeMutablePointer<UInt32>
+  let permits: UnsafeMutablePointer<UInt32>
+
+  @usableFromInline
+  static let permitMask: UInt64 = 0xFFFF_FFFF
+  @usableFromInline
+  static let sleeper: UInt64 = 1 << 32
 
   /// Creates a semaphore holding `value` permits. A negative `value` stops the process.
   public init(value: Int = 0) {
@@ -37,35 +50,41 @@ public final class Semaphore: @unchecked Sendable {
       reportMisuse("Semaphore", "initial value \(value) is outside 0...\(UInt32.max)")
     }
     let block = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
-    count = block.bindMemory(to: UInt32.self, capacity: 1)
-    count.initialize(to: UInt32(value))
-    waiters = (block + 4).bindMemory(to: UInt32.self, capacity: 1)
-    waiters.initialize(to: 0)
+    word = block.bindMemory(to: UInt64.self, capacity: 1)
+    word.initialize(to: UInt64(value))
+    #if _endian(little)
+      permits = UnsafeMutableRawPointer(word).assumingMemoryBound(to: UInt32.self)
+    #else
+      permits = (UnsafeMutableRawPointer(word) + 4).assumingMemoryBound(to: UInt32.self)
+    #endif
   }
 
   deinit {
-    UnsafeMutableRawPointer(count).deallocate()
+    UnsafeMutableRawPointer(word).deallocate()
   }
 
   /// The number of permits available right now; a snapshot that may change at once.
   public var value: Int {
-    Int(UInt32.atomicLoad(at: count, ordering: .relaxed))
+    Int(UInt64.atomicLoad(at: word, ordering: .relaxed) & Semaphore.permitMask)
   }
 
   /// Returns one permit and wakes one waiting thread, if any. Never blocks. The C function
   /// is `sem_post`.
   @inlinable
   public func signal() {
-    // Full: pairs with the waiter's full increment of `waiters` (see the type's comment),
-    // and releases what the signalling thread wrote to the thread that takes the permit.
-    let old = UInt32.atomicFetchAdd(1, at: count, ordering: .full)
-    if old == UInt32.max {
-      reportMisuse("Semaphore", "signal() overflowed the permit count")
+    var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+    while true {
+      if current & Semaphore.permitMask == Semaphore.permitMask {
+        reportMisuse("Semaphore", "signal() overflowed the permit count")
+      }
+      // Full: releases what the signalling thread wrote to the thread that takes the
+      // permit, and orders the read of the sleeper count (in the same word) with it.
+      let seen = UInt64.atomicCompareExchange(expected: current, desired: current + 1, at: word, ordering: .full)
+      if seen == current { break }
+      current = seen
     }
-    // Relaxed suffices: the `.full` increment is fenced on both sides, so this load stays
-    // after it.
-    if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
-      Futex.wake(count, count: 1)
+    if current >> 32 != 0 {
+      Futex.wake(permits, count: 1)
     }
   }
 
@@ -73,9 +92,9 @@ public final class Semaphore: @unchecked Sendable {
   /// The C function is `sem_trywait`.
   @inlinable
   public func tryWait() -> Bool {
-    var current = UInt32.atomicLoad(at: count, ordering: .relaxed)
-    while current != 0 {
-      let seen = UInt32.atomicCompareExchange(expected: current, desired: current - 1, at: count, ordering: .acquiring)
+    var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+    while current & Semaphore.permitMask != 0 {
+      let seen = UInt64.atomicCompareExchange(expected: current, desired: current - 1, at: word, ordering: .acquiring)
       if seen == current { return true }
       current = seen
     }
@@ -110,13 +129,30 @@ public final class Semaphore: @unchecked Sendable {
 
   @usableFromInline
   func waitSlow(before deadline: MonotonicInstant) -> Bool {
+    // Register as a possible sleeper; the same operation says whether a permit is there.
+    var current = UInt64.atomicFetchAdd(Semaphore.sleeper, at: word, ordering: .full) + Semaphore.sleeper
+    var timedOut = false
     while true {
-      if deadline != .distantFuture, deadline.hasPassed { return false }
-      _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)
-      let woken = Futex.wait(count, expected: 0, deadline: deadline)
-      _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
-      if tryWait() { return true }
-      if !woken { return false }
+      if current & Semaphore.permitMask != 0 {
+        // Take a permit and stop being a sleeper, in one step.
+        let seen = UInt64.atomicCompareExchange(
+          expected: current, desired: current - 1 - Semaphore.sleeper, at: word, ordering: .acquiring)
+        if seen == current { return true }
+        current = seen
+        continue
+      }
+      if timedOut || (deadline != .distantFuture && deadline.hasPassed) {
+        // Leave only while no permit is there, so a wake-up meant for a sleeper is never
+        // swallowed by a thread that goes away without the permit.
+        let seen = UInt64.atomicCompareExchange(
+          expected: current, desired: current - Semaphore.sleeper, at: word, ordering: .relaxed)
+        if seen == current { return false }
+        current = seen
+        continue
+      }
+      // Sleeps only while the permit count is still 0.
+      timedOut = !Futex.wait(permits, expected: 0, deadline: deadline)
+      current = UInt64.atomicLoad(at: word, ordering: .relaxed)
     }
   }
 }

@@ -91,6 +91,45 @@ struct SemaphoreTests {
     #expect(log.value == 2 * rounds)
   }
 
+  @Test("stress: timed waiters that give up while permits arrive lose no permit and strand no sleeper")
+  func timedWaitersLoseNothing() {
+    let semaphore = Semaphore()
+    let permits = 20_000
+    let taken = AtomicInteger<Int>(0)
+    let producing = AtomicInteger<Int>(1)
+    runConcurrently(5) { index in
+      if index == 0 {
+        for _ in 0..<permits { semaphore.signal() }
+        producing.store(0, ordering: .releasing)
+        return
+      }
+      // Short timeouts make waiters leave all the time, racing the signals; every permit
+      // must still be taken by someone, and the last waiters must not sleep past the end.
+      while true {
+        if semaphore.wait(timeout: .microseconds(50)) {
+          _ = taken.increment(ordering: .relaxed)
+        } else if producing.load(ordering: .acquiring) == 0 && semaphore.value == 0 {
+          return
+        }
+      }
+    }
+    #expect(taken.load(ordering: .relaxed) + semaphore.value == permits)
+    #expect(semaphore.value == 0)
+  }
+
+  @Test("a signal beyond UInt32.max permits is reported, and the count stays intact until then")
+  func overflowIsReported() async {
+    let full = Semaphore(value: Int(UInt32.max) - 1)
+    full.signal()
+    #expect(full.value == Int(UInt32.max))
+    #expect(full.tryWait())
+    #expect(full.value == Int(UInt32.max) - 1)
+    await #expect(processExitsWith: .failure) {
+      let semaphore = Semaphore(value: Int(UInt32.max))
+      semaphore.signal()
+    }
+  }
+
   @Test("a negative initial value is reported")
   func negativeValue() async {
     await #expect(processExitsWith: .failure) {
