@@ -38,6 +38,15 @@ let package = Package(
     .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
     .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
 
+    // The guide's perform-on-main-thread with the process's real main thread (a test
+    // runner's main thread never runs a run loop); ExampleTests runs it as a child process.
+    .executableTarget(
+      name: "PerformOnMainExample",
+      dependencies: ["RunLoop", "Threads", "Sync"],
+      path: "Examples/PerformOnMain",
+      swiftSettings: strict
+    ),
+
     // Benchmarks: the guide's cost tables beside the peers, measured in one run.
     .executableTarget(
       name: "CostTables",

@@ -73,6 +73,21 @@ struct PerformRequestExampleTests {
     #expect(Set(log.snapshot) == Set((0..<3).map { "result \($0) handled on perform-example-worker" }))
   }
 
+  @Test("performSelectorOnMainThread: with the real main thread of a process (Examples/PerformOnMain)")
+  func performOnTheRealMainThread() throws {
+    let run = try #require(
+      runExampleProgram("PerformOnMainExample"),
+      "the PerformOnMainExample program is built beside the tests (swift build --build-tests)")
+    #expect(run.status == 0, "the program reports what went wrong in its output: \(run.output)")
+    #expect(
+      run.output.split(separator: "\n") == [
+        "result 1 handled on the main thread: true",
+        "result 2 handled on the main thread: true",
+        "result 3 handled on the main thread: true",
+        "stop requested",
+      ])
+  }
+
   @Test("performSelector:onThread: with and without waiting")
   func performOnThread() throws {
     let worker = try PerformExampleWorker()
