@@ -35,7 +35,16 @@ struct FutexLock {
   let depth: UnsafeMutablePointer<Int>
 
   init() {
-    let block = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+    self.init(wordsAt: UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64))
+  }
+
+  /// The bytes the words take at the start of their block (8-byte aligned); whatever the
+  /// block holds after them shares their cache line (``LockedValue`` keeps its value there).
+  static let wordsSize = 24
+
+  /// Uses the first ``wordsSize`` bytes of `block` (8-byte aligned, stable, owned by the
+  /// caller, who frees it after ``checkNotHeld(typeName:)``).
+  init(wordsAt block: UnsafeMutableRawPointer) {
     state = block.bindMemory(to: UInt32.self, capacity: 1)
     state.initialize(to: 0)
     owner = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
@@ -44,14 +53,18 @@ struct FutexLock {
     depth.initialize(to: 0)
   }
 
-  /// Frees the block. The owning object calls this from `deinit`.
+  /// Frees the block allocated by `init()`. The owning object calls this from `deinit`.
   func deallocate(typeName: String) {
-    // A lock destroyed while held means some thread still thinks it owns it.
-    let held = UInt32.atomicLoad(at: state, ordering: .relaxed)
-    if held != 0 {
+    checkNotHeld(typeName: typeName)
+    UnsafeMutableRawPointer(state).deallocate()
+  }
+
+  /// Stops the process if the lock is held: a lock destroyed while held means some thread
+  /// still thinks it owns it.
+  func checkNotHeld(typeName: String) {
+    if UInt32.atomicLoad(at: state, ordering: .relaxed) != 0 {
       reportMisuse(typeName, "deinitialized while locked")
     }
-    UnsafeMutableRawPointer(state).deallocate()
   }
 
   /// The holder's thread tag, or 0.
