@@ -184,6 +184,16 @@ private final class NSRecursiveLockSubject: CountingLock, @unchecked Sendable {
 }
 
 /// `Synchronization.Mutex` guards its own value; closure-only, so `withLock`.
+/// The toolkit's lock with the counter inside it (one cache line): the layout
+/// `Synchronization.Mutex<Int>` has.
+private final class SyncLockedValueSubject: CountingLock, Sendable {
+  let locked = LockedValue<Int>(0)
+  func increment() {
+    locked.withLock { $0 &+= 1 }
+  }
+  var count: Int { locked.withLock { $0 } }
+}
+
 private final class SynchronizationMutexSubject: CountingLock, Sendable {
   let mutex = Synchronization.Mutex<Int>(0)
   func increment() {
@@ -273,10 +283,12 @@ func registerSyncBenchmarks(_ harness: Harness) {
   let nsLock = NSLockSubject()
   let nsRecursiveLockAsMutex = NSRecursiveLockSubject()
   let synchronizationMutex = SynchronizationMutexSubject()
+  let syncLockedValue = SyncLockedValueSubject()
   harness.measureInterleaved(
     id: "mutex.uncontended", group: "Table 4-2", operations: 200_000,
     [
       ("Sync.Mutex", { uncontendedLoop(syncMutex, $0) }),
+      ("Sync.LockedValue", { uncontendedLoop(syncLockedValue, $0) }),
       ("pthread", { uncontendedLoop(pthreadMutex, $0) }),
       ("Foundation.NSLock", { uncontendedLoop(nsLock, $0) }),
       ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursiveLockAsMutex, $0) }),
@@ -441,6 +453,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
       id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
         ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        ("Sync.LockedValue", { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
@@ -452,6 +465,10 @@ func registerSyncBenchmarks(_ harness: Harness) {
       samples: 11,
       [
         ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (
+          "Sync.LockedValue",
+          { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
         ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
         (
           "Foundation.NSLock",
