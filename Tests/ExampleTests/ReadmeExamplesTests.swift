@@ -25,9 +25,13 @@ struct ReadmeExamplesTests {
     let flags = AtomicInteger<Int32>(0)
     flags.testAndSet(bit: 0, ordering: .full)    // the guide's bit numbering: flags == 128
 
+    let visits = LockedValue([String: Int]())    // the state inside its lock, one cache line
+    visits.withLock { $0["/", default: 0] += 1 }  // reachable only while locked
+
     #expect(account.balance == 9)
     #expect(hits.load(ordering: .relaxed) == 1)
     #expect(flags.load(ordering: .relaxed) == 128)
+    #expect(visits.withLock { $0["/"] } == 1)
   }
 
   @Test("Threads in one minute")
