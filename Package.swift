@@ -30,12 +30,16 @@ let package = Package(
     .target(name: "Threads", dependencies: ["Sync", "CThreadingShims"], swiftSettings: strict),
     .target(name: "RunLoop", dependencies: ["Threads", "Sync", "CThreadingShims"], swiftSettings: strict),
 
+    // Helpers shared by the test targets above Sync (never by SyncTests or ThreadsTests,
+    // which must not trust the primitives they test).
+    .target(name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads"], path: "Tests/TestSupport", swiftSettings: strict),
+
     // Tests: one target per module, the guide's listings, and one target that imports
     // everything beside Foundation and Synchronization so name clashes fail the build.
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
     .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
-    .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
-    .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
+    .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
+    .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
     .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
 
     // The guide's perform-on-main-thread with the process's real main thread (a test

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// The guide's `NSConditionLock` producer/consumer: the producer takes the lock whatever
 /// the condition, appends, and unlocks with HAS_DATA; the consumer locks only when the
@@ -22,7 +23,7 @@ struct ConditionLockExampleTests {
     let consumed = UnsafeMutableBufferPointer<Int>.allocate(capacity: count)
     defer { consumed.deallocate() }
     nonisolated(unsafe) let received = consumed
-    syncExamplesRunThreads(2) { index in
+    runThreads(2) { index in
       if index == 0 {
         // Producer.
         for item in 0..<count {

@@ -2,14 +2,15 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 /// Listing 2-3: a long job that, after each chunk of work, runs its run loop for zero time and
 /// reads an exit flag from its thread dictionary; another thread sets the flag through a custom
 /// input source installed on the worker's run loop.
 @Suite struct Listing2_3RunLoopTests {
   @Test func exitFlagSetThroughACustomInputSource() {
-    let installed = RunLoopExampleBox<(RunLoop, RunLoopSource)?>(nil)
-    let chunks = RunLoopExampleBox(0)
+    let installed = Box<(RunLoop, RunLoopSource)?>(nil)
+    let chunks = Box(0)
     let maximumChunks = 100_000_000
     let worker = runLoopExampleSpawn {
       // threadMainRoutine
@@ -46,7 +47,7 @@ import Threads
       #expect(moreWorkToDo)
     }
 
-    runLoopExampleWaitUntil { installed.value != nil && chunks.value >= 100 }
+    waitUntil { installed.value != nil && chunks.value >= 100 }
     let (runLoop, source) = installed.value!
     source.signal()
     runLoop.wakeUp()
@@ -55,8 +56,8 @@ import Threads
   }
 
   @Test func exitRequestThroughTheThreadsModule() {
-    let chunks = RunLoopExampleBox(0)
-    let requestReturned = RunLoopExampleBox(false)
+    let chunks = Box(0)
+    let requestReturned = Box(false)
     let worker = runLoopExampleSpawn {
       let runLoop = RunLoop.current
       runLoop.add(RunLoopSource(perform: {}), forMode: .default)
@@ -69,10 +70,10 @@ import Threads
       // A run after the request still works (the request only ends runs in progress). Wait
       // until `requestExit()` has returned on the main thread: until then its handler may
       // still be stopping whichever run is in progress, and that could be this one.
-      runLoopExampleWaitUntil { requestReturned.value }
+      waitUntil { requestReturned.value }
       #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
     }
-    runLoopExampleWaitUntil { chunks.value >= 100 }
+    waitUntil { chunks.value >= 100 }
     worker.thread.requestExit()
     requestReturned.value = true
     worker.join()

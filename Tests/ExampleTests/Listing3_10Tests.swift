@@ -1,15 +1,16 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Listing 3-10: two timers, one created by hand to start after 1 s and repeat every 0.1 s,
 /// one scheduled to fire every 0.2 s. (Times scaled by 1/10.)
 @Suite struct Listing3_10Tests {
   @Test func timerAddedByHandAndScheduledTimer() {
-    let first = RunLoopExampleLog<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
-    let second = RunLoopExampleLog<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
-    let startBox = RunLoopExampleBox<MonotonicInstant>(.now)
-    let endBox = RunLoopExampleBox<MonotonicInstant>(.now)
+    let first = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
+    let second = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
+    let startBox = Box<MonotonicInstant>(.now)
+    let endBox = Box<MonotonicInstant>(.now)
     runLoopExampleSpawn {
       let myRunLoop = RunLoop.current
       let start = MonotonicInstant.now

@@ -2,6 +2,7 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 // Listings 3-12..3-15: configuring an NSMachPort between the main thread and a worker. The
 // main thread creates a port, installs it in its run loop and hands it to a new worker; the
@@ -16,8 +17,8 @@ private let exitMessage: Int32 = 300
 
 /// The worker object of Listings 3-14 and 3-15.
 private final class MyWorkerClass: Sendable {
-  private let remotePort = RunLoopExampleBox<Port?>(nil)
-  private let exitFlag = RunLoopExampleBox(false)
+  private let remotePort = Box<Port?>(nil)
+  private let exitFlag = Box(false)
 
   var shouldExit: Bool { exitFlag.value }
 
@@ -62,9 +63,9 @@ private final class MyWorkerClass: Sendable {
 
 /// The main thread's side: Listing 3-12 (launchThread) and 3-13 (handlePortMessage).
 private final class MainThreadController: Sendable {
-  let myPort = RunLoopExampleBox<Port?>(nil)
-  let distantPort = RunLoopExampleBox<Port?>(nil)
-  let results = RunLoopExampleLog<[UInt8]>()
+  let myPort = Box<Port?>(nil)
+  let distantPort = Box<Port?>(nil)
+  let results = Recorder<[UInt8]>()
 
   /// Listing 3-12.
   func launchThread() -> JoinableThread<Void, Never>? {

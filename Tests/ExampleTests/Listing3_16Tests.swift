@@ -1,6 +1,7 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
   import Glibc
@@ -14,7 +15,7 @@ import Testing
 struct Listing3_16Tests {
   @Test("a local port registered by name is found by name; the name is unique")
   func register() throws {
-    let received = RunLoopExampleLog<Int32>()
+    let received = Recorder<Int32>()
     // Register the port using a specific name. The name must be unique.
     let localPortName = "MyPortName-\(getpid())"
     let localPort = try MessagePort.local(name: localPortName) { message in

@@ -2,6 +2,7 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 #if canImport(Glibc)
   import Glibc
@@ -20,7 +21,7 @@ private let kExitMessage: Int32 = 300
 
 /// The main thread's list of worker ports (Listing 3-18's AddPortToListOfActiveThreads).
 private final class ActiveThreads: Sendable {
-  let ports = RunLoopExampleLog<MessagePort>()
+  let ports = Recorder<MessagePort>()
 }
 
 /// Listing 3-18: the main thread's handler; on check-in, obtains the worker's port by name.
@@ -52,8 +53,8 @@ private func mySpawnThread(_ active: ActiveThreads, portName: String) throws -> 
 /// Listing 3-19: the worker's entry point (a thread here; a process below).
 func serverThreadEntryPoint(mainPortName: String, myPortName: String) {
   // Create the remote port to the main thread.
-  guard let mainThreadPort = try? portExampleRemote(mainPortName) else { return }
-  let shouldExit = RunLoopExampleBox(false)
+  guard let mainThreadPort = try? remotePortEventually(mainPortName) else { return }
+  let shouldExit = Box(false)
   // Create a port for the worker thread (ProcessClientRequest answers requests).
   guard let myPort = try? MessagePort.local(name: myPortName, handler: { message in
     switch message.msgid {
@@ -101,7 +102,7 @@ struct Listing3_17_3_19Tests {
 
   @Test("between two processes of the same user")
   func twoProcesses() async throws {
-    let outcome = RunLoopExampleLog<String>()
+    let outcome = Recorder<String>()
     // The parent's "main thread" (a thread of its own, since this test awaits the child).
     let parent = try Thread.spawn { () throws(Never) in
       let active = ActiveThreads()
@@ -131,12 +132,12 @@ struct Listing3_17_3_19Tests {
     }
     // The worker process: Listing 3-19 with the parent's port name (derived from its pid).
     await #expect(processExitsWith: .success) {
-      portExampleBlocking {
+      blocking {
         serverThreadEntryPoint(
           mainPortName: "com.myapp.MainProcess-\(getppid())", myPortName: "com.MyApp.Process-\(getpid())")
       }
     }
-    portExampleBlocking { parent.join() }
+    blocking { parent.join() }
     #expect(outcome.snapshot == ["checked in", "reply"])
   }
 }

@@ -1,14 +1,15 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Listing 3-1: a thread adds an observer of every activity and a repeating 0.1 s timer to its
 /// run loop, then runs it until a date one second ahead, ten times. (Times scaled by 1/10.)
 @Suite struct Listing3_1Tests {
   @Test func observerAndRepeatingTimerOverTenRunsUntilDate() {
-    let activities = RunLoopExampleLog<RunLoopActivity>()
-    let fires = RunLoopExampleLog<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
-    let elapsed = RunLoopExampleBox<Duration>(.zero)
+    let activities = Recorder<RunLoopActivity>()
+    let fires = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
+    let elapsed = Box<Duration>(.zero)
     runLoopExampleSpawn {
       // threadMain
       let myRunLoop = RunLoop.current

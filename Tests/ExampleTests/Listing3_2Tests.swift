@@ -1,14 +1,15 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Listing 3-2: a skeleton thread main routine runs its run loop with a timeout, returning
 /// after each source, and ends when the loop was stopped or has nothing left to run.
 @Suite struct Listing3_2Tests {
   @Test func skeletonThreadMainRunsUntilStoppedOrFinished() {
-    let handled = RunLoopExampleLog<Int>()
-    let results = RunLoopExampleLog<RunLoopRunResult>()
-    let loopBox = RunLoopExampleBox<RunLoop?>(nil)
+    let handled = Recorder<Int>()
+    let results = Recorder<RunLoopRunResult>()
+    let loopBox = Box<RunLoop?>(nil)
     let source = RunLoopSource(perform: { handled.append(handled.count + 1) })
 
     let worker = runLoopExampleSpawn {
@@ -28,12 +29,12 @@ import Testing
       } while !done
     }
 
-    runLoopExampleWaitUntil { loopBox.value != nil }
+    waitUntil { loopBox.value != nil }
     let runLoop = loopBox.value!
     for expected in 1...3 {
       source.signal()
       runLoop.wakeUp()
-      runLoopExampleWaitUntil { handled.count == expected }
+      waitUntil { handled.count == expected }
     }
     // No sources left: the current or next run returns finished.
     source.invalidate()

@@ -1,6 +1,7 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 // Listings 3-3..3-9: a custom input source with a command buffer. Its schedule routine
 // registers the source with the "main thread" (here a coordinator thread running its own run
@@ -11,10 +12,10 @@ import Testing
 /// Listing 3-3: the custom input source object and its command buffer.
 final class CommandRunLoopSource: Sendable {
   /// Commands and their data, protected by the lock (clients add from other threads).
-  private let commands = RunLoopExampleLog<(command: Int, data: String)>()
-  private let drained = RunLoopExampleBox(0)
-  let processed = RunLoopExampleLog<String>()
-  private let box = RunLoopExampleBox<RunLoopSource?>(nil)
+  private let commands = Recorder<(command: Int, data: String)>()
+  private let drained = Box(0)
+  let processed = Recorder<String>()
+  private let box = Box<RunLoopSource?>(nil)
   let delegate: SourceRegistry
 
   /// Listing 3-7 (init): creates the run-loop source with the three routines.
@@ -84,8 +85,8 @@ struct RunLoopContext: Sendable {
 /// Listing 3-8: the coordinator's registration methods (the app delegate's sourcesToPing).
 final class SourceRegistry: Sendable {
   let runLoop: RunLoop
-  let sourcesToPing = RunLoopExampleBox<[RunLoopContext]>([])
-  let registrations = RunLoopExampleBox(0)
+  let sourcesToPing = Box<[RunLoopContext]>([])
+  let registrations = Box(0)
 
   init(runLoop: RunLoop) { self.runLoop = runLoop }
 
@@ -104,8 +105,8 @@ final class SourceRegistry: Sendable {
 @Suite struct Listing3_3_3_9Tests {
   @Test func customInputSourceWithCommandBuffer() {
     // The coordinator ("main") thread runs its run loop until told to finish.
-    let registryBox = RunLoopExampleBox<SourceRegistry?>(nil)
-    let coordinatorDone = RunLoopExampleBox(false)
+    let registryBox = Box<SourceRegistry?>(nil)
+    let coordinatorDone = Box(false)
     let coordinator = runLoopExampleSpawn {
       let runLoop = RunLoop.current
       let keepAlive = RunLoopSource(perform: {})
@@ -113,11 +114,11 @@ final class SourceRegistry: Sendable {
       registryBox.value = SourceRegistry(runLoop: runLoop)
       while !coordinatorDone.value { runLoop.run(mode: .default, timeout: .seconds(1)) }
     }
-    runLoopExampleWaitUntil { registryBox.value != nil }
+    waitUntil { registryBox.value != nil }
     let registry = registryBox.value!
 
     // The worker installs the source and runs its loop (Listing 3-2's skeleton).
-    let workerLoop = RunLoopExampleBox<RunLoop?>(nil)
+    let workerLoop = Box<RunLoop?>(nil)
     let commandSource = CommandRunLoopSource(delegate: registry)
     let worker = runLoopExampleSpawn {
       commandSource.addToCurrentRunLoop()
@@ -130,9 +131,9 @@ final class SourceRegistry: Sendable {
     }
 
     // The schedule routine registered the source with the coordinator.
-    runLoopExampleWaitUntil { registry.sourcesToPing.value.count == 1 }
+    waitUntil { registry.sourcesToPing.value.count == 1 }
     let context = registry.sourcesToPing.value[0]
-    runLoopExampleWaitUntil { workerLoop.value != nil }
+    waitUntil { workerLoop.value != nil }
     #expect(context.runLoop === workerLoop.value)
     #expect(context.source === commandSource)
 
@@ -141,7 +142,7 @@ final class SourceRegistry: Sendable {
       context.source.addCommand(batch * 2, withData: "a")
       context.source.addCommand(batch * 2 + 1, withData: "b")
       context.source.fireAllCommands(on: context.runLoop)
-      runLoopExampleWaitUntil { commandSource.processed.count == (batch + 1) * 2 }
+      waitUntil { commandSource.processed.count == (batch + 1) * 2 }
     }
     #expect(commandSource.processed.snapshot == ["0:a", "1:b", "2:a", "3:b", "4:a", "5:b"])
 
@@ -149,7 +150,7 @@ final class SourceRegistry: Sendable {
     commandSource.invalidate()
     context.runLoop.wakeUp()
     worker.join()
-    runLoopExampleWaitUntil { registry.sourcesToPing.value.isEmpty }
+    waitUntil { registry.sourcesToPing.value.isEmpty }
     #expect(registry.registrations.value == 1)
 
     coordinatorDone.value = true

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// Listing 4-2: a POSIX-style mutex (`pthread_mutex_lock`/`unlock` around the work).
 @Suite("Listing 4-2: using a mutex lock")
@@ -19,7 +20,7 @@ struct Listing4_2Tests {
   @Test("work done under the mutex from four threads is never lost")
   func listing() {
     let shared = Shared()
-    syncExamplesRunThreads(4) { _ in
+    runThreads(4) { _ in
       for _ in 0..<2_500 { shared.myLockingFunction() }
     }
     #expect(shared.workDone == 10_000)

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// Listings 4-3 and 4-4: an `NSCondition` guarding a work counter. The worker waits in a
 /// loop while there is no work (conditions may wake spuriously) and takes one unit; the
@@ -36,7 +37,7 @@ struct Listing4_3_4_4Tests {
   func listing() {
     let shared = Shared()
     let workers = 3, unitsPerWorker = 1_000
-    syncExamplesRunThreads(workers + 1) { index in
+    runThreads(workers + 1) { index in
       if index < workers {
         for _ in 0..<unitsPerWorker { shared.doWork() }
       } else {
@@ -50,7 +51,7 @@ struct Listing4_3_4_4Tests {
   @Test("the predicate form replaces the hand-written loop")
   func predicateForm() {
     let shared = Shared()
-    syncExamplesRunThreads(2) { index in
+    runThreads(2) { index in
       if index == 0 {
         shared.cocoaCondition.withLock {
           shared.cocoaCondition.wait(until: { shared.timeToDoWork > 0 })

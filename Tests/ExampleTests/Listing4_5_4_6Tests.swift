@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// Listings 4-5 and 4-6: a POSIX condition variable paired with a mutex and a `ready_to_go`
 /// flag. The waiter loops on the flag with the mutex held, does its work, and resets the
@@ -42,7 +43,7 @@ struct Listing4_5_4_6Tests {
     let shared = Shared()
     let rounds = 500
     let flagReset = ConditionVariable()
-    syncExamplesRunThreads(2) { index in
+    runThreads(2) { index in
       if index == 0 {
         for _ in 0..<rounds {
           shared.waitOnCondition()

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// The guide's NSLock example: a thread keeps computing and only updates the display
 /// (shared state) when `tryLock` succeeds, instead of blocking.
@@ -16,7 +17,7 @@ struct NSLockExampleTests {
     let display = Display()
     let attempts = 5_000
     let acquiredCount = AtomicInteger<Int>(0)
-    syncExamplesRunThreads(2) { index in
+    runThreads(2) { index in
       if index == 0 {
         // The guide's loop: `while (moreToDo) { /* Do another increment of calculation */
         // if ([theLock tryLock]) { /* Update display */ [theLock unlock]; } }`

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// The guide's NSRecursiveLock example: a recursive function takes the lock on every call;
 /// called with 5 it re-acquires five more times without deadlocking.
@@ -29,7 +30,7 @@ struct NSRecursiveLockExampleTests {
     #expect(example.deepestLevel == 6)
     #expect(example.theLock.levelsHeldByCurrentThread == 0)
     let freeElsewhere = AtomicInteger<Int>(0)
-    syncExamplesRunThreads(1) { _ in
+    runThreads(1) { _ in
       if example.theLock.tryLock() {
         freeElsewhere.store(1, ordering: .relaxed)
         example.theLock.unlock()

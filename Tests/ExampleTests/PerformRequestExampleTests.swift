@@ -2,6 +2,7 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 // The guide's Table 3-2: performing work on another thread through its run loop
 // (performSelectorOnMainThread:, performSelector:onThread:, performSelector:afterDelay:,
@@ -10,12 +11,12 @@ import Threads
 /// A worker thread that runs its run loop until asked to stop.
 private final class PerformExampleWorker: Sendable {
   let handle: JoinableThread<Void, Never>
-  private let runLoopBox: RunLoopExampleBox<RunLoop?>
-  private let stopFlag: RunLoopExampleBox<Bool>
+  private let runLoopBox: Box<RunLoop?>
+  private let stopFlag: Box<Bool>
 
   init() throws {
-    let runLoopBox = RunLoopExampleBox<RunLoop?>(nil)
-    let stopFlag = RunLoopExampleBox(false)
+    let runLoopBox = Box<RunLoop?>(nil)
+    let stopFlag = Box(false)
     handle = try Thread.spawn(name: "perform-example-worker") { () throws(Never) in
       runLoopBox.value = RunLoop.current
       // Something in the mode, so runs wait for requests instead of returning finished.
@@ -27,7 +28,7 @@ private final class PerformExampleWorker: Sendable {
     }
     self.runLoopBox = runLoopBox
     self.stopFlag = stopFlag
-    runLoopExampleWaitUntil { runLoopBox.value != nil }
+    waitUntil { runLoopBox.value != nil }
   }
 
   var thread: Thread { handle.thread }
@@ -55,7 +56,7 @@ struct PerformRequestExampleTests {
       try RunLoop.performOnMain(waitUntilDoneBefore: .after(.milliseconds(20))) {}
     }
     let coordinator = try PerformExampleWorker()
-    let log = RunLoopExampleLog<String>()
+    let log = Recorder<String>()
     let workers = try (0..<3).map { index in
       try Thread.spawn { () throws(Never) in
         let result = "result \(index)"
@@ -92,7 +93,7 @@ struct PerformRequestExampleTests {
   func performOnThread() throws {
     let worker = try PerformExampleWorker()
     defer { worker.stop() }
-    let log = RunLoopExampleLog<String>()
+    let log = Recorder<String>()
     for index in 0..<3 {
       try RunLoop.perform(on: worker.thread, waitUntilDone: false) {
         log.append("queued \(index) on \(Thread.current.name ?? "?")")
@@ -105,12 +106,12 @@ struct PerformRequestExampleTests {
       "queued 2 on perform-example-worker", "waited",
     ])
     // A deadline turns "the target is busy" into an error instead of a hang.
-    let busy = RunLoopExampleBox(false)
+    let busy = Box(false)
     try RunLoop.perform(on: worker.thread, waitUntilDone: false) {
       busy.value = true
-      runLoopExampleWaitUntil { !busy.value }
+      waitUntil { !busy.value }
     }
-    runLoopExampleWaitUntil { busy.value }
+    waitUntil { busy.value }
     #expect(throws: PerformError.timedOut) {
       try RunLoop.perform(on: worker.thread, waitUntilDoneBefore: .after(.milliseconds(20))) { log.append("withdrawn") }
     }
@@ -122,7 +123,7 @@ struct PerformRequestExampleTests {
   @Test("performSelector:afterDelay: and cancelPreviousPerformRequestsWithTarget:")
   func afterDelay() {
     final class Redrawer: Sendable {
-      let log = RunLoopExampleLog<String>()
+      let log = Recorder<String>()
       /// Coalesces redraw requests: each new one cancels the pending one.
       func setNeedsRedraw(_ reason: String) {
         RunLoop.current.cancelPerformRequests(target: self, action: "redraw", argument: nil)

@@ -1,5 +1,6 @@
 import Sync
 import Testing
+import TestSupport
 
 /// The guide's `@synchronized(anObj) { ... }`: any object is the lock key; everything in
 /// the braces is protected; different objects do not block each other; the block is left
@@ -29,7 +30,7 @@ struct SynchronizedExampleTests {
   @Test("concurrent updates keyed on the same object are never lost")
   func listing() {
     let inventory = Inventory()
-    syncExamplesRunThreads(4) { index in
+    runThreads(4) { index in
       for _ in 0..<1_000 { inventory.myMethod(adding: index % 2 == 0 ? "apple" : "pear") }
     }
     #expect(inventory.items == ["apple": 2_000, "pear": 2_000])
@@ -40,7 +41,7 @@ struct SynchronizedExampleTests {
     let inventory = Inventory()
     #expect(throws: Inventory.OutOfStock.self) { try inventory.take("plum") }
     inventory.myMethod(adding: "plum")
-    syncExamplesRunThreads(1) { _ in
+    runThreads(1) { _ in
       try? inventory.take("plum")
     }
     #expect(inventory.items["plum"] == 0)

@@ -1,5 +1,6 @@
 import RunLoop
 import Testing
+import TestSupport
 
 @Suite struct MisuseTests {
   @Test func runningTheCommonPseudoModeIsRefused() async {

@@ -1,6 +1,7 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// The exact sequence of one run's observer notifications (GUIDE.md section 3, "The order of
 /// one pass"), each on a fresh thread so its run loop starts empty.

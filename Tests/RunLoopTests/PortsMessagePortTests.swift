@@ -2,6 +2,7 @@ import Glibc
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Serves `port` on a new thread until it is invalidated; returns the thread to join.
 func portsServeInBackground(_ port: MessagePort) -> pthread_t {
@@ -19,19 +20,6 @@ func portsServeInBackground(_ port: MessagePort) -> pthread_t {
   }, box)
   precondition(result == 0)
   return thread
-}
-
-/// Connects to `name`, retrying while it is not registered yet (another process is starting).
-func portsRemoteEventually(_ name: String, within limit: Duration = .seconds(60)) throws(PortError) -> MessagePort {
-  let giveUp = MonotonicInstant.after(limit)
-  while true {
-    do {
-      return try MessagePort.remote(name: name)
-    } catch where error.status == .invalid && !giveUp.hasPassed {
-      var pause = timespec(tv_sec: 0, tv_nsec: 5_000_000)
-      _ = nanosleep(&pause, nil)
-    }
-  }
 }
 
 /// The child side of the two-process tests: registers `name`, echoes requests reversed,
@@ -75,7 +63,7 @@ struct PortsMessagePortTests {
   @Test("request/reply and one-way between two threads; the handler sees the reply-port name")
   func requestReply() throws {
     let name = uniquePortName("echo")
-    let seen = PortsLog()
+    let seen = Recorder<String>()
     let local = try MessagePort.local(name: name) { message in
       seen.append("\(message.msgid) \(message.replyPort?.name ?? "-")")
       return message.payload.reversed()
@@ -92,7 +80,7 @@ struct PortsMessagePortTests {
     let none = try remote.send(msgid: 100, replyPortName: "com.MyApp.Thread-9", sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
     #expect(none == nil)
     _ = try remote.send(msgid: 2, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
-    #expect(seen.all == ["1 -", "100 com.MyApp.Thread-9", "2 -"])
+    #expect(seen.snapshot == ["1 -", "100 com.MyApp.Thread-9", "2 -"])
   }
 
   @Test("invalidation: the handler runs once; the remote side learns at its next send")
@@ -138,7 +126,7 @@ struct PortsMessagePortTests {
   @Test("sending on a local port is misuse")
   func sendOnLocal() async {
     await #expect(processExitsWith: .failure) {
-      portsBlocking {
+      blocking {
         let port = try? MessagePort.local(name: "tk-test-misuse-send-local-\(getpid())") { _ in nil }
         _ = try? port?.send(msgid: 1, sendTimeout: .zero, receiveTimeout: .zero, replyMode: .oneWay)
       }
@@ -155,7 +143,7 @@ struct PortsMessagePortTests {
     #expect(pthread_create(&client, nil, { raw in
       let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
       do {
-        let remote = try portsRemoteEventually("tk-test-xproc-echo-\(getpid())")
+        let remote = try remotePortEventually("tk-test-xproc-echo-\(getpid())")
         for round in 0..<10 {
           let reply = try remote.send(msgid: Int32(round), data: [UInt8(round), 0, 1], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
           outcome.log.append(reply == [1, 0, UInt8(round)] ? "ok" : "bad reply \(String(describing: reply))")
@@ -182,7 +170,7 @@ struct PortsMessagePortTests {
     #expect(pthread_create(&client, nil, { raw in
       let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
       do {
-        let remote = try portsRemoteEventually("tk-test-xproc-dying-\(getpid())")
+        let remote = try remotePortEventually("tk-test-xproc-dying-\(getpid())")
         let echoed = try remote.send(msgid: 1, data: [1, 2], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
         outcome.log.append(echoed == [2, 1] ? "echo" : "bad echo")
         let start = MonotonicInstant.now

@@ -2,14 +2,15 @@ import Glibc
 @testable import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// A listener in a private directory, served on its own thread until invalidated.
 final class PortsServedListener: @unchecked Sendable {
   let directoryPath: String
   let directory: PortDirectory
   let listener: NamedPortListener
-  let handled = PortsLog()
-  let rejections = PortsLog()
+  let handled = Recorder<String>()
+  let rejections = Recorder<String>()
   let servingThreadMismatches = PortsCounter()
   private let servingThread = UnsafeMutablePointer<pthread_t>.allocate(capacity: 1)
 
@@ -93,11 +94,11 @@ struct PortsNamedTransportTests {
       #expect(try client.request(1, [1, 2, 3]) == [3, 2, 1])
       try client.post(2, replyPortName: "com.MyApp.Thread-1")
       #expect(try client.request(3, Array(repeating: 9, count: 200_000)).count == 200_000)
-      #expect(served.eventually { served.handled.all.count == 3 })
+      #expect(served.eventually { served.handled.snapshot.count == 3 })
     }
-    #expect(served.handled.all == ["request:1", "oneWay:2", "request:3"])
+    #expect(served.handled.snapshot == ["request:1", "oneWay:2", "request:3"])
     #expect(served.servingThreadMismatches.count == 0)
-    #expect(served.rejections.all.isEmpty)
+    #expect(served.rejections.snapshot.isEmpty)
   }
 
   @Test("a peer sending a malformed frame is dropped and reported; earlier messages and other peers are served")
@@ -110,8 +111,8 @@ struct PortsNamedTransportTests {
       try bad.sendAll(bytes, before: .after(.seconds(10)))
       let good = try served.connect()
       #expect(try good.request(11) == [42])
-      #expect(served.eventually { !served.rejections.all.isEmpty })
-      #expect(served.rejections.all.first?.contains("bad frame magic") == true)
+      #expect(served.eventually { !served.rejections.snapshot.isEmpty })
+      #expect(served.rejections.snapshot.first?.contains("bad frame magic") == true)
       // The bad peer sees its connection closed.
       try bad.waitUntil(.readable, before: .after(.seconds(30)))
       var scratch = [UInt8](repeating: 0, count: 16)
@@ -122,8 +123,8 @@ struct PortsNamedTransportTests {
       }
       #expect(try good.request(12) == [42], "the port keeps serving others")
     }
-    #expect(served.handled.all.contains("oneWay:10"), "a message accepted before the bad frame is handled")
-    #expect(served.handled.all.filter { $0.hasPrefix("request") } == ["request:11", "request:12"])
+    #expect(served.handled.snapshot.contains("oneWay:10"), "a message accepted before the bad frame is handled")
+    #expect(served.handled.snapshot.filter { $0.hasPrefix("request") } == ["request:11", "request:12"])
   }
 
   @Test("an oversized frame is refused from its header, without waiting for the payload")
@@ -134,8 +135,8 @@ struct PortsNamedTransportTests {
       var header = Frame(kind: .request, msgid: 1, sequence: 1, replyPortName: nil, payload: []).encoded()
       header[17] = 0x10  // declares 4096 bytes, sends none
       try bad.sendAll(header, before: .after(.seconds(10)))
-      #expect(served.eventually { !served.rejections.all.isEmpty })
-      #expect(served.rejections.all.first?.contains("exceeds the limit of 1000") == true)
+      #expect(served.eventually { !served.rejections.snapshot.isEmpty })
+      #expect(served.rejections.snapshot.first?.contains("exceeds the limit of 1000") == true)
       // The client side refuses to send what the limit forbids.
       let client = try NamedPortConnection(name: "server", directory: served.directory, limits: Frame.Limits(maximumPayload: 1_000))
       let error = #expect(throws: PortError.self) { try client.request(2, Array(repeating: 0, count: 1_001)) }
@@ -143,7 +144,7 @@ struct PortsNamedTransportTests {
       #expect(error?.cause?.errno == EMSGSIZE)
       #expect(client.isValid, "a refused payload leaves the connection usable")
     }
-    #expect(served.handled.all.isEmpty)
+    #expect(served.handled.snapshot.isEmpty)
   }
 
   @Test("a reply that misses the receive deadline is discarded; the next request gets its own reply")
@@ -178,10 +179,10 @@ struct PortsNamedTransportTests {
       while release.count == 0 && !giveUp.hasPassed { sched_yield() }
       return [1]
     }
-    let outcome = PortsLog()
+    let outcome = Recorder<String>()
     try served.whileServing {
       let client = try served.connect()
-      portsRunThreads(2) { index in
+      runThreads(2) { index in
         if index == 0 {
           do { _ = try client.request(1, receive: .seconds(60)) } catch let error as PortError { outcome.append("\(error.status)") } catch {}
         } else {
@@ -194,7 +195,7 @@ struct PortsNamedTransportTests {
       let again = #expect(throws: PortError.self) { try client.request(2) }
       #expect(again?.status == .invalid)
     }
-    #expect(outcome.all == ["becameInvalid (-5)"])
+    #expect(outcome.snapshot == ["becameInvalid (-5)"])
   }
 
   @Test("a name is claimed once; a dead owner's socket is replaced; a missing name is invalid")

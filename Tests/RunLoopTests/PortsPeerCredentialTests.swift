@@ -2,6 +2,7 @@ import Glibc
 @testable import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 @Suite("Ports: peer credentials (SO_PEERCRED)")
 struct PortsPeerCredentialTests {
@@ -32,15 +33,15 @@ struct PortsPeerCredentialTests {
     let listener = try NamedPortListener(
       name: "guarded", directory: directory, policy: .users([geteuid() &+ 1])
     ) { _ in handled.increment(); return nil }
-    let log = PortsLog()
+    let log = Recorder<String>()
     listener.setRejectionHandler { log.append($0.description) }
     let client = try NamedPortConnection(name: "guarded", directory: directory)
     // The listener accepts, reads the credentials and closes the connection.
     let giveUp = MonotonicInstant.after(.seconds(20))
-    while log.all.isEmpty && !giveUp.hasPassed { _ = try listener.serveOnce(before: giveUp) }
-    #expect(log.all.count == 1)
-    #expect(log.all.first?.contains("uid \(geteuid())") == true)
-    #expect(log.all.first?.contains("refused by the peer policy") == true)
+    while log.snapshot.isEmpty && !giveUp.hasPassed { _ = try listener.serveOnce(before: giveUp) }
+    #expect(log.snapshot.count == 1)
+    #expect(log.snapshot.first?.contains("uid \(geteuid())") == true)
+    #expect(log.snapshot.first?.contains("refused by the peer policy") == true)
     let error = #expect(throws: PortError.self) {
       try client.send(
         msgid: 1, payload: [], replyPortName: nil, sendDeadline: .after(.seconds(5)), awaitReply: true,

@@ -3,6 +3,7 @@ import Glibc
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 /// A worker thread running its run loop in the default mode until told to stop.
 final class PortsLoopThread: @unchecked Sendable {

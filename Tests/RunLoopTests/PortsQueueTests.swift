@@ -2,6 +2,7 @@ import Glibc
 @testable import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Whether `descriptor` is readable right now (poll with a zero timeout).
 func portsIsReadable(_ descriptor: Int32) -> Bool {
@@ -56,8 +57,8 @@ struct PortsQueueTests {
   func blockedSenderProceeds() throws {
     let port = Port(capacity: 1)
     let total = 2_000
-    let received = PortsLog()
-    portsRunThreads(2) { index in
+    let received = Recorder<String>()
+    runThreads(2) { index in
       if index == 0 {
         for id in 0..<total {
           do { try port.send(PortMessage(msgid: Int32(id)), timeout: .seconds(60)) } catch {
@@ -76,7 +77,7 @@ struct PortsQueueTests {
         }
       }
     }
-    #expect(received.all.isEmpty)
+    #expect(received.snapshot.isEmpty)
     #expect(port.pendingMessageCount == 0)
   }
 
@@ -85,9 +86,9 @@ struct PortsQueueTests {
     let port = Port(capacity: 8)
     let senders = 4
     let perSender = 5_000
-    let problems = PortsLog()
+    let problems = Recorder<String>()
     let delivered = PortsCounter()
-    portsRunThreads(senders + 1) { index in
+    runThreads(senders + 1) { index in
       if index < senders {
         for sequence in 0..<perSender {
           let message = PortMessage(msgid: Int32(index), payload: withUnsafeBytes(of: UInt32(sequence)) { Array($0) })
@@ -108,7 +109,7 @@ struct PortsQueueTests {
         }
       }
     }
-    #expect(problems.all.isEmpty)
+    #expect(problems.snapshot.isEmpty)
     #expect(delivered.count == senders * perSender)
   }
 
@@ -117,9 +118,9 @@ struct PortsQueueTests {
     let full = Port(capacity: 1)
     try full.send(PortMessage(msgid: 1), timeout: .zero)
     let empty = Port()
-    let outcomes = PortsLog()
+    let outcomes = Recorder<String>()
     let ready = PortsCounter()
-    portsRunThreads(3) { index in
+    runThreads(3) { index in
       switch index {
       case 0:
         ready.increment()
@@ -134,9 +135,9 @@ struct PortsQueueTests {
         #expect(empty.invalidate())
       }
     }
-    #expect(Set(outcomes.all).count == 2)
-    #expect(outcomes.all.contains { $0.hasPrefix("sender ") && ($0.contains("becameInvalid") || $0.contains("invalid")) })
-    #expect(outcomes.all.contains("receiver becameInvalid (-5)"))
+    #expect(Set(outcomes.snapshot).count == 2)
+    #expect(outcomes.snapshot.contains { $0.hasPrefix("sender ") && ($0.contains("becameInvalid") || $0.contains("invalid")) })
+    #expect(outcomes.snapshot.contains("receiver becameInvalid (-5)"))
     #expect(!full.isValid && !empty.isValid)
     #expect(!full.invalidate(), "invalidation is idempotent")
     let late = #expect(throws: PortError.self) { try full.send(PortMessage(msgid: 3), timeout: .zero) }
@@ -166,8 +167,8 @@ struct PortsQueueTests {
   @Test("the check-in pattern: a port travels inside a message")
   func checkIn() throws {
     let mainPort = Port()
-    let log = PortsLog()
-    portsRunThreads(2) { index in
+    let log = Recorder<String>()
+    runThreads(2) { index in
       do {
         if index == 0 {
           // Worker: create its own port, check in with it, wait for an order.
@@ -188,7 +189,7 @@ struct PortsQueueTests {
         log.append("failed: \(error)")
       }
     }
-    #expect(log.all == ["worker got 7"])
+    #expect(log.snapshot == ["worker got 7"])
   }
 
   @Test("a capacity below one is misuse")

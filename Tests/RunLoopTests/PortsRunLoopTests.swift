@@ -3,6 +3,7 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 /// A pipe whose ends close on deinit.
 final class PortsPipe: @unchecked Sendable {
@@ -276,7 +277,7 @@ struct PortsRunLoopEdgeTests {
   @Test("serving one port from two places at once is misuse")
   func doubleServe() async {
     await #expect(processExitsWith: .failure) {
-      portsBlocking {
+      blocking {
         guard let port = try? MessagePort.local(name: "tk-test-double-serve-\(getpid())", handler: { _ in nil }) else { return }
         let started = PortsCounter()
         let other = TestThread.spawn {

@@ -2,6 +2,7 @@ import Glibc
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 /// Requests to a named port that only the sending thread serves: answered at once on that
 /// thread instead of waiting for a reply only it could produce.
@@ -38,7 +39,7 @@ struct PortsSelfServedTests {
     TestThread.run {
       do {
         let name = uniquePortName("own-loop-oneway")
-        let handled = PortsLog()
+        let handled = Recorder<String>()
         let local = try MessagePort.local(name: name) { message in
           handled.append("\(message.msgid)")
           return nil
@@ -47,14 +48,14 @@ struct PortsSelfServedTests {
         runLoop.add(local, forMode: .default)
         let remote = try MessagePort.remote(name: name)
         _ = try remote.send(msgid: 3, sendTimeout: .seconds(5), receiveTimeout: .zero, replyMode: .oneWay)
-        let before = handled.all
+        let before = handled.snapshot
         // Serve until the message arrived (the connection is accepted in one pass, the
         // frame read in the same or the next).
         let giveUp = MonotonicInstant.after(.seconds(30))
-        while handled.all.isEmpty && !giveUp.hasPassed {
+        while handled.snapshot.isEmpty && !giveUp.hasPassed {
           _ = runLoop.run(mode: .default, before: giveUp, returnAfterSourceHandled: true)
         }
-        outcome.value = "\(before) \(handled.all)"
+        outcome.value = "\(before) \(handled.snapshot)"
         remote.invalidate()
         local.invalidate()
       } catch {
@@ -67,7 +68,7 @@ struct PortsSelfServedTests {
   @Test("a handler sending a request to its own port gets the answer from a nested call")
   func handlerToItsOwnPort() throws {
     let name = uniquePortName("own-handler")
-    let inner = PortsLog()
+    let inner = Recorder<String>()
     let local = try MessagePort.local(name: name) { message in
       guard message.msgid == 1 else { return [2] }
       do {
@@ -86,7 +87,7 @@ struct PortsSelfServedTests {
     let remote = try MessagePort.remote(name: name)
     let reply = try portsSend(remote, msgid: 1)
     #expect(reply == [2, 9])
-    #expect(inner.all == ["[2]"])
+    #expect(inner.snapshot == ["[2]"])
     remote.invalidate()
     local.invalidate()
     #expect(pthread_join(server, nil) == 0)

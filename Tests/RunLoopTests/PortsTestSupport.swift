@@ -1,19 +1,7 @@
 import Glibc
 @testable import RunLoop
 import Sync
-
-/// Runs `body(index)` on `count` toolkit threads (``TestThread``) and joins them all before
-/// returning.
-func portsRunThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-  let threads = (0..<count).map { index in TestThread.spawn { body(index) } }
-  for thread in threads { thread.join() }
-}
-
-/// Runs `body` synchronously (exit-test bodies are async; the ports' blocking calls are
-/// `noasync`).
-func portsBlocking(_ body: () -> Void) {
-  body()
-}
+import TestSupport
 
 /// A fresh private directory (mkdtemp, mode 0700) under /tmp, removed with its files by
 /// `removePortsTestDirectory`.
@@ -55,12 +43,4 @@ final class PortsCounter: Sendable {
   private let value = AtomicInteger<Int>(0)
   func increment() { _ = value.increment(ordering: .full) }
   var count: Int { value.load(ordering: .acquiring) }
-}
-
-/// Collected strings from callbacks on other threads.
-final class PortsLog: @unchecked Sendable {
-  private let mutex = Sync.Mutex()
-  private var entries: [String] = []
-  func append(_ entry: String) { mutex.withLock { entries.append(entry) } }
-  var all: [String] { mutex.withLock { entries } }
 }

@@ -1,6 +1,7 @@
 @testable import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
   import Glibc

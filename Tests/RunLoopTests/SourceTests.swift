@@ -1,6 +1,7 @@
 import RunLoop
 import Sync
 import Testing
+import TestSupport
 
 @Suite struct SourceTests {
   @Test func scheduleAndCancelReceiveTheRunLoopAndMode() {

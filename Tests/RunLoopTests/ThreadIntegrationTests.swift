@@ -2,6 +2,7 @@ import RunLoop
 import Sync
 import Testing
 import Threads
+import TestSupport
 
 @Suite struct ThreadIntegrationTests {
   @Test func exitRequestStopsTheThreadsSleepingRunLoop() {

@@ -1,4 +1,5 @@
 import RunLoop
+import TestSupport
 
 /// Adds an observer of every activity to `mode` of `runLoop` that records `prefix + name`.
 @discardableResult

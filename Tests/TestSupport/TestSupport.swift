@@ -1,0 +1,104 @@
+// Helpers shared by the test targets above Sync (RunLoopTests, ExampleTests): toolkit
+// threads that are always joined, thread-safe boxes for results, and waiting on another
+// thread's observable state (never on elapsed time). SyncTests and ThreadsTests keep their
+// own pthread-based helpers on purpose: they must not trust the primitives they test.
+
+import RunLoop
+import Sync
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A joinable toolkit thread for tests (`Threads.Thread.spawn`). Always join it.
+public final class TestThread: Sendable {
+  private let handle: JoinableThread<Void, Never>
+
+  private init(_ handle: JoinableThread<Void, Never>) { self.handle = handle }
+
+  /// Starts `body` on a new thread.
+  public static func spawn(_ body: @escaping @Sendable () -> Void) -> TestThread {
+    do {
+      return TestThread(try Thread.spawn { () throws(Never) in body() })
+    } catch {
+      fatalError("Thread.spawn failed: \(error)")
+    }
+  }
+
+  /// The toolkit thread object (for exit requests).
+  public var thread: Thread { handle.thread }
+
+  /// Waits for the thread to end.
+  public func join() {
+    handle.join()
+  }
+
+  /// Runs `body` on a new thread and waits for it.
+  public static func run(_ body: @escaping @Sendable () -> Void) {
+    spawn(body).join()
+  }
+}
+
+/// A thread-safe list tests append to from callbacks on any thread.
+public final class Recorder<Element: Sendable>: @unchecked Sendable {
+  private let lock = Mutex()
+  private var elements: [Element] = []  // protected by lock
+
+  /// An empty list.
+  public init() {}
+  /// Appends `element`; any thread.
+  public func append(_ element: Element) { lock.withLock { elements.append(element) } }
+  /// The elements so far, in the order appended.
+  public var snapshot: [Element] { lock.withLock { elements } }
+  /// How many elements were appended.
+  public var count: Int { lock.withLock { elements.count } }
+}
+
+/// A thread-safe box.
+public final class Box<Value: Sendable>: @unchecked Sendable {
+  private let lock = Mutex()
+  private var stored: Value  // protected by lock
+  /// A box holding `value`.
+  public init(_ value: Value) { stored = value }
+  /// The value; reads and writes are each atomic.
+  public var value: Value {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
+  }
+  /// Runs `body` on the value under the lock.
+  public func update<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&stored) } }
+}
+
+/// Waits (yielding the CPU) until `condition` holds; for waiting on another thread's
+/// observable state such as `RunLoop.isWaiting`, never on elapsed time.
+public func waitUntil(_ condition: () -> Bool) {
+  while !condition() { sched_yield() }
+}
+
+/// Runs `body(index)` on `count` toolkit threads and joins them all before returning.
+public func runThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+  let threads = (0..<count).map { index in TestThread.spawn { body(index) } }
+  for thread in threads { thread.join() }
+}
+
+/// Runs `body` synchronously: exit-test bodies are async, where the toolkit's blocking calls
+/// are unavailable (`noasync`); wrapping them states that blocking is intended.
+public func blocking(_ body: () -> Void) {
+  body()
+}
+
+/// Connects to the named port `name`, retrying while it is not registered yet (another
+/// thread or process is starting it), for at most `limit`. The pause between attempts is
+/// not synchronization: no in-process primitive can tell when another process registers.
+public func remotePortEventually(_ name: String, within limit: Duration = .seconds(60)) throws(PortError) -> MessagePort {
+  let giveUp = MonotonicInstant.after(limit)
+  while true {
+    do {
+      return try MessagePort.remote(name: name)
+    } catch where error.status == .invalid && !giveUp.hasPassed {
+      var pause = timespec(tv_sec: 0, tv_nsec: 2_000_000)
+      _ = nanosleep(&pause, nil)
+    }
+  }
+}
