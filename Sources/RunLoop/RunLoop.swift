@@ -507,7 +507,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// non-empty, so a run in it does not return finished before the block ran.
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
-    let item = QueuedBlock(modes: modes, block: block)
+    enqueue(QueuedBlock(modes: modes, block: block))
+  }
+
+  /// Queues `item` (see ``perform(inModes:_:)``).
+  func enqueue(_ item: QueuedBlock) {
+    let modes = item.modes
     lock.withLock {
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
       for mode in modes where mode != .common && mode != .default && self.modes[mode] == nil {
@@ -515,6 +520,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       }
       blocks.append(item)
     }
+  }
+
+  /// Removes the queued block that carries out `request` (a waiting perform request whose
+  /// waiter gave up), so requests to a loop that does not run cannot pile up. A block already
+  /// taken by a pass is not affected (the request itself refuses to run once withdrawn).
+  func withdrawQueuedBlock(request: ObjectIdentifier) {
+    let removed: [QueuedBlock] = lock.withLock {
+      guard let index = blocks.firstIndex(where: { $0.request == request }) else { return [] }
+      return [blocks.remove(at: index)]
+    }
+    // Released outside the lock: the block's captures may run arbitrary deinit code.
+    withExtendedLifetime(removed) {}
   }
 
   /// Queues `block` like ``perform(inModes:_:)`` and wakes the loop so a sleeping loop runs it

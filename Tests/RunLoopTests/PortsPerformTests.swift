@@ -101,6 +101,32 @@ struct PortsPerformTests {
     #expect(!ran.value)
   }
 
+  @Test("requests whose waiters gave up leave the queue: a loop that never runs does not pile them up")
+  func withdrawnRequestsLeaveTheQueue() {
+    let published = Box<RunLoop?>(nil)
+    let release = Box(false)
+    let worker = TestThread.spawn {
+      published.value = RunLoop.current
+      waitUntil { release.value }
+    }
+    waitUntil { published.value != nil }
+    let runLoop = published.value!
+    let ran = AtomicInteger<Int>(0)
+    var timedOut = 0
+    for _ in 0..<200 {
+      do {
+        try runLoop.perform(waitUntilDoneBefore: .after(.microseconds(50))) { _ = ran.increment(ordering: .relaxed) }
+      } catch {
+        if error == .timedOut { timedOut += 1 }
+      }
+    }
+    #expect(timedOut == 200)
+    #expect(runLoop.lock.withLock { runLoop.blocks.count } == 0, "every withdrawn request left the queue")
+    release.value = true
+    worker.join()
+    #expect(ran.load(ordering: .relaxed) == 0)
+  }
+
   @Test("a thread that ends with a request queued: the waiter learns it, never hangs")
   func targetExits() {
     let published = Box<RunLoop?>(nil)

@@ -184,6 +184,9 @@ final class ModeItems {
 struct QueuedBlock {
   let modes: [RunLoopMode]
   let block: @Sendable () -> Void
+  /// The waiting perform request the block carries out, so a request whose waiter gave up
+  /// can be taken out of the queue (`RunLoop.withdrawQueuedBlock`); nil for plain blocks.
+  var request: ObjectIdentifier? = nil
 
   /// Whether the block may run in `mode`, given the run loop's common modes.
   func runs(in mode: RunLoopMode, commonModes: Set<RunLoopMode>) -> Bool {

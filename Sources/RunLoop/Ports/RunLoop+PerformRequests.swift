@@ -55,9 +55,9 @@ extension RunLoop {
   /// `deadline` (monotonic clock) passed; runs it at once when this is the caller's run loop.
   ///
   /// Throws ``PerformError/timedOut`` when the deadline passed first (the request is
-  /// withdrawn and will not run; if it had already started, the call waits for it to end and
-  /// returns normally), ``PerformError/targetExited`` when the loop's thread ended with the
-  /// request unrun.
+  /// withdrawn, taken out of the loop's queue, and will not run; if it had already started,
+  /// the call waits for it to end and returns normally), ``PerformError/targetExited`` when
+  /// the loop's thread ended with the request unrun.
   @available(*, noasync, message: "blocks until the target run loop runs the block")
   public func perform(
     inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
@@ -68,13 +68,20 @@ extension RunLoop {
       return
     }
     let pending = PendingPerform(block)
+    let request = ObjectIdentifier(pending)
     // The ticket lives only in the queued block (no local keeps it), so the run loop
     // discarding the block releases it, which tells the waiter.
-    performAndWakeUp(inModes: modes) { [ticket = PendingPerform.Ticket(pending)] in ticket.run() }
+    enqueue(
+      QueuedBlock(modes: modes, block: { [ticket = PendingPerform.Ticket(pending)] in ticket.run() }, request: request))
+    wakeUp()
     switch pending.wait(before: deadline) {
     case .ran?: return
     case .dropped?: throw .targetExited
-    case nil: throw .timedOut
+    case nil:
+      // Withdrawn: take it out of the queue too, so a loop that never runs does not
+      // accumulate the requests of callers that gave up.
+      withdrawQueuedBlock(request: request)
+      throw .timedOut
     }
   }
 
