@@ -410,8 +410,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// fire date and tolerance (none once it is invalid). Called with `lock` held: after it is
   /// added, after its schedule changes, and after the pass that fired it.
   func renewSchedule(_ timer: RunLoopTimer) {
+    // Not this loop's any more (or invalid): its entries here are already stale (it left
+    // every mode), and its schedule fields belong to its new loop's lock.
+    guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: self) else { return }
     timer.scheduleGeneration &+= 1
-    guard let (fireDate, tolerance) = timer.scheduleSnapshot() else { return }
     for mode in modes.values where mode.contains(timer) {
       mode.schedule(timer, fireDate: fireDate, tolerance: tolerance)
     }
@@ -768,8 +770,19 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
       if !after.due.isEmpty {
         for timer in after.due { timer.fireIfDue() }
-        // Their fire dates moved (or they ended): schedule them again.
-        lock.withLock { for timer in after.due { renewSchedule(timer) } }
+        // Their fire dates moved (or they ended): schedule them again, in the loop that owns
+        // each now (a callback may have moved its timer to another run loop).
+        var moved: [(RunLoopTimer, RunLoop)] = []
+        lock.withLock {
+          for timer in after.due {
+            if let owner = timer.owningRunLoop, owner !== self {
+              moved.append((timer, owner))
+            } else {
+              renewSchedule(timer)
+            }
+          }
+        }
+        for (timer, owner) in moved { owner.timerScheduleDidChange(timer) }
       }
       if let (queued, common) = after.blocks {
         runBlocks(queued, common, mode)

@@ -169,9 +169,15 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock { valid && !firing }
   }
 
-  /// The fire date and tolerance, or nil once invalid.
-  func scheduleSnapshot() -> (MonotonicInstant, Duration)? {
-    lock.withLock { valid ? (fireDate, toleranceValue) : nil }
+  /// The fire date and tolerance, or nil once invalid or when the timer is not `runLoop`'s
+  /// (it may have moved to another loop meanwhile, whose lock guards its schedule fields).
+  func scheduleSnapshot(in loop: RunLoop) -> (MonotonicInstant, Duration)? {
+    lock.withLock { valid && runLoop === loop ? (fireDate, toleranceValue) : nil }
+  }
+
+  /// The run loop the timer is scheduled in now, if any.
+  var owningRunLoop: RunLoop? {
+    lock.withLock { runLoop }
   }
 
   /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the

@@ -108,6 +108,44 @@ struct TimerScheduleTests {
     }
   }
 
+  @Test("a timer that moves itself to another thread's run loop from its callback fires there")
+  func timerMovesToAnotherLoop() {
+    let loopB = Box<RunLoop?>(nil)
+    let firedOn = Recorder<String>()
+    let keepAlive = RunLoopSource(perform: {})
+    let resultB = Box<RunLoopRunResult?>(nil)
+    let threadB = TestThread.spawn {
+      let runLoop = RunLoop.current
+      runLoop.add(keepAlive, forMode: .default)
+      loopB.value = runLoop
+      // Ends when the moved timer fires here and stops it; a timer B failed to schedule
+      // would fire only when the deadline woke the loop, and the run would time out.
+      resultB.value = runLoop.run(mode: .default, before: .after(.seconds(60)))
+    }
+    waitUntil { loopB.value != nil }
+    let target = loopB.value!
+    TestThread.run {
+      let runLoopA = RunLoop.current
+      let timer = RunLoopTimer(after: .milliseconds(2), interval: .milliseconds(2)) { timer in
+        if RunLoop.current === runLoopA {
+          firedOn.append("A")
+          runLoopA.remove(timer, forMode: .default)
+          #expect(target.add(timer, forMode: .default), "free to join another loop once in no mode")
+        } else {
+          firedOn.append("B")
+          timer.invalidate()
+          RunLoop.current.stop()
+        }
+      }
+      runLoopA.add(timer, forMode: .default)
+      #expect(runLoopA.run(mode: .default, timeout: .seconds(60)) == .finished)
+    }
+    threadB.join()
+    #expect(firedOn.snapshot == ["A", "B"])
+    #expect(resultB.value == .stopped, "fired on its schedule in B, not at B's run deadline")
+    keepAlive.invalidate()
+  }
+
   @Test("a timer removed from one mode stays scheduled in the other and fires there")
   func removalFromOneModeKeepsTheOther() {
     TestThread.run {

@@ -124,7 +124,9 @@ final class ModeItems {
 
   /// Whether `entry` still describes its timer's schedule in this mode.
   private func isCurrent(_ entry: TimerHeap.Entry) -> Bool {
-    entry.generation == entry.timer.scheduleGeneration && contains(entry.timer)
+    // Membership first: a timer that left this loop's modes may belong to another loop now,
+    // whose lock guards its generation.
+    contains(entry.timer) && entry.generation == entry.timer.scheduleGeneration
   }
 
   /// The earliest instant the loop must wake at for this mode's timers (the minimum of fire
@@ -157,7 +159,9 @@ final class ModeItems {
     wakeHeap = TimerHeap()
     dueHeap = TimerHeap()
     for timer in timers {
-      guard let (fireDate, tolerance) = timer.scheduleSnapshot() else { continue }
+      guard let owner = timer.owningRunLoop,
+        let (fireDate, tolerance) = timer.scheduleSnapshot(in: owner)
+      else { continue }
       push(timer, fireDate: fireDate, tolerance: tolerance)
     }
   }
