@@ -208,7 +208,7 @@ final class Activation {
   /// Set by `stop`; checked at the start and at the end of each pass.
   var stopped = false
   /// Core Foundation's "ignore wake-ups" window: from waking up until the top of the next
-  /// pass the loop is about to re-check everything, so a wake-up needs no eventfd write.
+  /// pass the loop is about to re-check everything, so a wake-up needs no system call.
   /// The innermost activation's value is mirrored in `RunLoop.wakeState` for `wakeUp`.
   var ignoresWakeUps = true
 

@@ -4,11 +4,11 @@ import Sync
 /// ``RunLoopSource`` in the port's modes, the run loops to wake when a message arrives, the
 /// message handler and the invalidation handler.
 ///
-/// A send signals the source and wakes each run loop (one coalesced eventfd write, or none
-/// when the loop is awake); the loop's next pass in one of the port's modes fires the source,
-/// whose perform callback delivers every queued message to the handler on the run-loop
-/// thread. No descriptor of its own: the run loop's wake-up eventfd is the only kernel object
-/// on the path.
+/// A send signals the source and wakes each run loop (one `futex_wake`, or an eventfd write
+/// when the loop sleeps in epoll, or nothing when it is awake); the loop's next pass in one of
+/// the port's modes fires the source, whose perform callback delivers every queued message to
+/// the handler on the run-loop thread. No descriptor of its own: the run loop's wake-up is
+/// the only kernel object on the path.
 final class PortRunLoopLink: @unchecked Sendable {
   // Protected by `lock` (taken before a run loop's lock and a source's lock, never after).
   private let lock = Sync.Mutex()
