@@ -415,7 +415,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: self) else { return }
     timer.scheduleGeneration &+= 1
     for mode in modes.values where mode.contains(timer) {
-      mode.schedule(timer, fireDate: fireDate, tolerance: tolerance)
+      mode.schedule(timer, fireDate: fireDate, tolerance: tolerance, in: self)
     }
   }
 

@@ -111,9 +111,10 @@ final class ModeItems {
 
   /// Records that `timer` (in this mode) is next due at `fireDate` and must have fired by
   /// `fireDate + tolerance`, under its current generation.
-  func schedule(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
+  /// `loop` is the run loop the mode belongs to (whose lock the caller holds).
+  func schedule(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration, in loop: RunLoop) {
     push(timer, fireDate: fireDate, tolerance: tolerance)
-    if wakeHeap.count > 2 * timers.count + 64 { compact() }
+    if wakeHeap.count > 2 * timers.count + 64 { compact(in: loop) }
   }
 
   private func push(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
@@ -155,13 +156,11 @@ final class ModeItems {
   }
 
   /// Rebuilds both heaps from the timers, dropping stale entries (amortized O(1) per push).
-  private func compact() {
+  private func compact(in loop: RunLoop) {
     wakeHeap = TimerHeap()
     dueHeap = TimerHeap()
     for timer in timers {
-      guard let owner = timer.owningRunLoop,
-        let (fireDate, tolerance) = timer.scheduleSnapshot(in: owner)
-      else { continue }
+      guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: loop) else { continue }
       push(timer, fireDate: fireDate, tolerance: tolerance)
     }
   }
