@@ -31,15 +31,15 @@ public final class LockedValue<Value>: @unchecked Sendable {
   // threads only as `sending` values.
   @usableFromInline
   let core: FutexLock
+  /// Inside the heap block that starts with `core`'s words.
   @usableFromInline
   let value: UnsafeMutablePointer<Value>
-  private let block: UnsafeMutableRawPointer
 
   /// Creates the lock, unlocked, protecting `initialValue`.
   public init(_ initialValue: consuming sending Value) {
     let alignment = max(8, MemoryLayout<Value>.alignment)
     let offset = (FutexLock.wordsSize + alignment - 1) / alignment * alignment
-    block = UnsafeMutableRawPointer.allocate(
+    let block = UnsafeMutableRawPointer.allocate(
       byteCount: max(64, offset + MemoryLayout<Value>.size), alignment: max(64, alignment))
     core = FutexLock(wordsAt: block)
     value = (block + offset).bindMemory(to: Value.self, capacity: 1)
@@ -49,7 +49,7 @@ public final class LockedValue<Value>: @unchecked Sendable {
   deinit {
     core.checkNotHeld(typeName: "LockedValue")
     value.deinitialize(count: 1)
-    block.deallocate()
+    UnsafeMutableRawPointer(core.state).deallocate()  // the block starts with the lock words
   }
 
   /// Runs `body` with exclusive access to the value and returns its result; the lock is
