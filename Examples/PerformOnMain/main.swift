@@ -15,14 +15,7 @@ import Threads
 #endif
 
 /// What the main thread did, in order (written on the main thread, read after it stopped).
-final class MainThreadLog: Sendable {
-  private let lines = Sync.Mutex()
-  nonisolated(unsafe) private var stored: [String] = []  // protected by `lines`
-  func append(_ line: String) { lines.withLock { stored.append(line) } }
-  var all: [String] { lines.withLock { stored } }
-}
-
-let log = MainThreadLog()
+let log = LockedValue([String]())
 let mainLoop = RunLoop.current
 guard Thread.current.isMainThread, mainLoop === RunLoop.main else {
   print("error: not started on the main thread")
@@ -39,11 +32,11 @@ do {
       // Blocks until the main thread ran the block (Cocoa's waitUntilDone:YES); the
       // deadline turns a main thread that never runs its loop into an error, not a hang.
       try RunLoop.performOnMain(waitUntilDoneBefore: .after(.seconds(60))) {
-        log.append("result \(index) handled on the main thread: \(Thread.current.isMainThread)")
+        log.withLock { $0.append("result \(index) handled on the main thread: \(Thread.current.isMainThread)") }
       }
     }
     RunLoop.performOnMain(waitUntilDone: false) {
-      log.append("stop requested")
+      log.withLock { $0.append("stop requested") }
       RunLoop.current.stop()
     }
   }
@@ -62,10 +55,11 @@ do {
 }
 keepAlive.invalidate()
 
-for line in log.all { print(line) }
+let lines = log.withLock { $0 }
+for line in lines { print(line) }
 let expected = (1...3).map { "result \($0) handled on the main thread: true" } + ["stop requested"]
 if let failure {
   print("error: \(failure)")
   exit(1)
 }
-exit(log.all == expected ? 0 : 1)
+exit(lines == expected ? 0 : 1)
