@@ -9,6 +9,19 @@
 // Operations libatomic_ops 7.6 lacks with a returned old value (exchange, fetch-and/or/xor)
 // are built from its fetch-compare-and-swap of the same ordering, the way x86 itself
 // implements them (a `lock cmpxchg` loop).
+//
+// `_full` read-modify-writes. libatomic_ops' generic (GCC built-in) `_full` compare-and-swap
+// is acquire-release, and its `_full` fetch-and-add is the built-in's `seq_cst`; on ARMv8.0
+// both are an `ldaxr`/`stlxr` loop (inline or in libgcc's outline-atomics helpers). That is
+// not a full barrier: a later plain load may be satisfied before the `stlxr` is visible
+// (store buffering), and an earlier access and a later one may be observed in either order.
+// So every `_full` read-modify-write here ends with `AO_nop_full` (`dmb ish`) on anything but
+// x86. With it, the `stlxr`'s release keeps earlier accesses before the store, the fence
+// keeps later accesses after it, and the load half cannot be observed apart from the store
+// (exclusive pair): no access crosses the operation (the recipe of Linux's fully ordered
+// arm64 atomics). On x86 a locked instruction is already a full barrier: no fence, no cost.
+// A compare-and-swap that fails writes nothing, so nothing keeps an earlier access before
+// its read: it is an acquiring load followed by the fence.
 #ifndef TK_CATOMICOPS_H
 #define TK_CATOMICOPS_H
 
@@ -24,6 +37,17 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
 #define TK_AO_RELEASE _release
 #define TK_AO_FULL _full
 
+#if defined(__x86_64__) || defined(__i386__)
+#define TK_AO_FULL_RMW_FENCE() ((void)0)
+#else
+#define TK_AO_FULL_RMW_FENCE() AO_nop_full()
+#endif
+// What follows a read-modify-write of each ordering (see `_full` above).
+#define TK_AO_AFTER_relaxed() ((void)0)
+#define TK_AO_AFTER_acquire() ((void)0)
+#define TK_AO_AFTER_release() ((void)0)
+#define TK_AO_AFTER_full() TK_AO_FULL_RMW_FENCE()
+
 #define TK_CAT3_(a, b, c) a##b##c
 #define TK_CAT3(a, b, c) TK_CAT3_(a, b, c)
 
@@ -33,28 +57,41 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
 #define TK_AO_T_u32 unsigned int
 #define TK_AO_T_u64 AO_t
 
-// Read-modify-write operations of one width and one ordering.
+// Read-modify-write operations of one width and one ordering. `tk_ao_*_fcas_*` is
+// libatomic_ops' operation alone (no trailing fence), for the loops that build the others.
 #define TK_DEFINE_RMW(W, T, ORDNAME, ORD)                                                     \
-  static inline T tk_atomic_##W##_fetch_add_##ORDNAME(volatile T *p, T v) {                   \
-    return (T)TK_AO_OP_##W(fetch_and_add, ORD)((volatile TK_AO_T_##W *)p, (TK_AO_T_##W)v);     \
-  }                                                                                           \
-  static inline T tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(volatile T *p, T expected, \
-                                                                    T desired) {              \
+  static inline T tk_ao_##W##_fcas_##ORDNAME(volatile T *p, T expected, T desired) {          \
     return (T)TK_AO_OP_##W(fetch_compare_and_swap, ORD)(                                      \
         (volatile TK_AO_T_##W *)p, (TK_AO_T_##W)expected, (TK_AO_T_##W)desired);              \
   }                                                                                           \
+  static inline T tk_atomic_##W##_fetch_add_##ORDNAME(volatile T *p, T v) {                   \
+    T old = (T)TK_AO_OP_##W(fetch_and_add, ORD)((volatile TK_AO_T_##W *)p, (TK_AO_T_##W)v);    \
+    TK_AO_AFTER_##ORDNAME();                                                                  \
+    return old;                                                                               \
+  }                                                                                           \
+  static inline T tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(volatile T *p, T expected, \
+                                                                    T desired) {              \
+    T seen = tk_ao_##W##_fcas_##ORDNAME(p, expected, desired);                                \
+    TK_AO_AFTER_##ORDNAME();                                                                  \
+    return seen;                                                                              \
+  }                                                                                           \
   static inline bool tk_atomic_##W##_compare_and_swap_##ORDNAME(volatile T *p, T expected,    \
                                                                  T desired) {                 \
-    return TK_AO_OP_##W(compare_and_swap, ORD)((volatile TK_AO_T_##W *)p,                     \
-                                               (TK_AO_T_##W)expected, (TK_AO_T_##W)desired);  \
+    bool swapped = TK_AO_OP_##W(compare_and_swap, ORD)((volatile TK_AO_T_##W *)p,             \
+                                                       (TK_AO_T_##W)expected,                 \
+                                                       (TK_AO_T_##W)desired);                 \
+    TK_AO_AFTER_##ORDNAME();                                                                  \
+    return swapped;                                                                           \
   }                                                                                           \
   static inline T tk_atomic_##W##_exchange_##ORDNAME(volatile T *p, T v) {                    \
-    T old = tk_atomic_##W##_load_relaxed(p);                                                                            \
+    T old = tk_atomic_##W##_load_relaxed(p);                                                  \
     for (;;) {                                                                                \
-      T seen = tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(p, old, v);                   \
-      if (seen == old) return old;                                                            \
+      T seen = tk_ao_##W##_fcas_##ORDNAME(p, old, v);                                         \
+      if (seen == old) break;                                                                 \
       old = seen;                                                                             \
     }                                                                                         \
+    TK_AO_AFTER_##ORDNAME();                                                                  \
+    return old;                                                                               \
   }                                                                                           \
   TK_DEFINE_BITWISE(W, T, ORDNAME, and, &)                                                    \
   TK_DEFINE_BITWISE(W, T, ORDNAME, or, |)                                                     \
@@ -62,12 +99,14 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
 
 #define TK_DEFINE_BITWISE(W, T, ORDNAME, NAME, OPERATOR)                                      \
   static inline T tk_atomic_##W##_fetch_##NAME##_##ORDNAME(volatile T *p, T v) {              \
-    T old = tk_atomic_##W##_load_relaxed(p);                                                                            \
+    T old = tk_atomic_##W##_load_relaxed(p);                                                  \
     for (;;) {                                                                                \
-      T seen = tk_atomic_##W##_fetch_compare_and_swap_##ORDNAME(p, old, old OPERATOR v);      \
-      if (seen == old) return old;                                                            \
+      T seen = tk_ao_##W##_fcas_##ORDNAME(p, old, old OPERATOR v);                            \
+      if (seen == old) break;                                                                 \
       old = seen;                                                                             \
     }                                                                                         \
+    TK_AO_AFTER_##ORDNAME();                                                                  \
+    return old;                                                                               \
   }
 
 #define TK_DEFINE_WIDTH(W, T)                                                                 \
@@ -98,11 +137,17 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
 TK_DEFINE_WIDTH(u32, uint32_t)
 TK_DEFINE_WIDTH(u64, uint64_t)
 
-/// Full barrier: no load or store moves across it (`AO_nop_full`, `mfence` on x86).
+/// Full barrier: no load or store moves across it (`AO_nop_full`: `mfence` on x86, `dmb ish`
+/// on arm64).
 static inline void tk_barrier_full(void) { AO_nop_full(); }
-/// Acquire (read) barrier: later loads and stores stay after earlier loads (`AO_nop_read`).
-static inline void tk_barrier_acquire(void) { AO_nop_read(); }
-/// Release (write) barrier: earlier loads and stores stay before later stores (`AO_nop_write`).
-static inline void tk_barrier_release(void) { AO_nop_write(); }
+/// Acquire barrier: earlier loads stay before later loads and stores. The C11 acquire fence:
+/// a compiler barrier on x86 (loads are not reordered with later accesses there), `dmb ishld`
+/// on arm64, which orders earlier loads against later loads and stores, exactly this.
+static inline void tk_barrier_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+/// Release barrier: earlier loads and stores stay before later stores. The C11 release
+/// fence: a compiler barrier on x86, `dmb ish` on arm64. Not `AO_nop_write`, which on arm64
+/// is `dmb ishst` and orders earlier stores only: an earlier load could then read a value
+/// written after another thread saw the later store.
+static inline void tk_barrier_release(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
 
 #endif

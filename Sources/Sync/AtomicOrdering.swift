@@ -21,7 +21,7 @@ public enum AtomicLoadOrdering: Sendable, Hashable {
 /// |---|---|---|---|
 /// | `relaxed` | atomicity only | `AO_store` | `memory_order_relaxed` |
 /// | `releasing` | earlier loads and stores stay before this store | `AO_store_release` | `memory_order_release` |
-/// | `full` | a full barrier (an atomic exchange) | `AO_fetch_compare_and_swap_full` | `memory_order_seq_cst` |
+/// | `full` | a full barrier (an atomic exchange) | `AO_fetch_compare_and_swap_full` (+ a full fence except on x86) | `memory_order_seq_cst` |
 @frozen
 public enum AtomicStoreOrdering: Sendable, Hashable {
   /// Atomicity only; orders nothing around it.
@@ -38,13 +38,16 @@ public enum AtomicStoreOrdering: Sendable, Hashable {
 ///
 /// libatomic_ops has no separate acquire-release variant; the guide's "barrier" variants
 /// (`OSAtomicAdd32Barrier`...) are `full`, which also gives acquire-release semantics.
+/// `full` is libatomic_ops' `_full` operation followed, on processors other than x86, by a
+/// full fence (`dmb ish` on arm64), because there `_full` alone is only acquire-release; on
+/// x86 the locked instruction is already a full barrier and nothing is added.
 ///
 /// | case | libatomic_ops suffix | C++ |
 /// |---|---|---|
 /// | `relaxed` | none | `memory_order_relaxed` |
 /// | `acquiring` | `_acquire` | `memory_order_acquire` |
 /// | `releasing` | `_release` | `memory_order_release` |
-/// | `full` | `_full` | `memory_order_seq_cst` (and `acq_rel`) |
+/// | `full` | `_full` (+ a full fence except on x86) | `memory_order_seq_cst` + `atomic_thread_fence(seq_cst)` |
 @frozen
 public enum AtomicUpdateOrdering: Sendable, Hashable {
   /// Atomicity only. Right for statistics counters nobody synchronizes on.
@@ -53,7 +56,12 @@ public enum AtomicUpdateOrdering: Sendable, Hashable {
   case acquiring
   /// The operation writes like a releasing store (for handing ownership over).
   case releasing
-  /// A full barrier on both sides: the guide's "barrier" variants. Use it in threaded code
-  /// when in doubt.
+  /// A full barrier on both sides: no load or store before the operation moves after it, and
+  /// none after it moves before it, relaxed and plain accesses included (so a relaxed load
+  /// after a `full` increment of another variable is not satisfied early). The guide's
+  /// "barrier" variants. Use it in threaded code when in doubt. A compare-and-swap that
+  /// fails writes nothing: it is an acquiring load followed by a full barrier, so an earlier
+  /// store may still become visible after its read (as with Linux's `cmpxchg`); retry from a
+  /// `full` load when the failure path needs that order.
   case full
 }

@@ -19,14 +19,14 @@ public enum MemoryBarrier {
   @inline(__always)
   public static func full() { tk_barrier_full() }
 
-  /// Acquire (read) barrier: loads before it complete before any load or store after it
-  /// (`AO_nop_read`).
+  /// Acquire barrier: loads before it complete before any load or store after it (C11's
+  /// acquire fence: no instruction on x86, `dmb ishld` on arm64).
   @inlinable
   @inline(__always)
   public static func acquire() { tk_barrier_acquire() }
 
-  /// Release (write) barrier: loads and stores before it complete before any store after it
-  /// (`AO_nop_write`).
+  /// Release barrier: loads and stores before it complete before any store after it (C11's
+  /// release fence: no instruction on x86, `dmb ish` on arm64).
   @inlinable
   @inline(__always)
   public static func release() { tk_barrier_release() }
