@@ -552,6 +552,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// eventfd write when it sleeps. Lock-free: never blocks.
   /// (`CFRunLoopWakeUp`)
   public func wakeUp() {
+    // Full load: its leading fence keeps the caller's signal or queued block (stored just
+    // before) ahead of this read, so returning early on a pending wake-up is safe: the loop
+    // clears `wakeUpPending` with a `.full` update (trailing fence) before it checks sources.
     var state = wakeState.load(ordering: .full)
     if state & RunLoop.ignoringWakeUps != 0 && state & RunLoop.wakeUpDropped == 0 {
       _ = wakeState.or(RunLoop.wakeUpDropped, ordering: .full)
@@ -712,6 +715,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         activation.ignoresWakeUps = false
         // The outermost pass re-checks everything, so dropped wake-ups are accounted for.
         let cleared = activations.count == 1 ? RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped : RunLoop.ignoringWakeUps
+        // Full: its trailing fence keeps the checks of sources and blocks below after the
+        // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
         _ = wakeState.and(~cleared, ordering: .full)
         if firstPass && activation.stopped {  // stopped by an entry observer
           activation.stopped = false

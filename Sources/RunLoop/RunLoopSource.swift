@@ -88,6 +88,9 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   /// ``RunLoop/wakeUp()`` on the loop that should notice. Harmless on an invalidated source.
   /// Lock-free: one atomic or. (`CFRunLoopSourceSignal`)
   public func signal() {
+    // Full: releases the caller's writes to the claiming loop, and its trailing fence keeps
+    // the following `wakeUp()`'s read of the wake state after the signal (store buffering
+    // against the loop clearing `wakeUpPending`, then checking sources; arm64 included).
     _ = state.fetchOr(RunLoopSource.signalledBit, ordering: .full)
   }
 
@@ -140,6 +143,8 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
     // Only the exact state "signalled, valid" is claimed; a cheap load first keeps an
     // unsignalled source's check free of a locked instruction.
     if state.load(ordering: .acquiring) != RunLoopSource.signalledBit { return false }
+    // Full: reads the signal's releasing write (acquire), so the handler sees what the
+    // signalling thread wrote; a failed swap claims nothing and needs no order.
     return state.compareAndSwap(expected: RunLoopSource.signalledBit, desired: 0, ordering: .full)
   }
 

@@ -42,6 +42,9 @@ extension AtomicInteger where Value.AtomicStorage == UInt32 {
   @discardableResult
   public func wake(count: Int = 1) -> Int {
     if count < 1 { reportMisuse("AtomicInteger", "wake(count: \(count)): count must be at least 1") }
+    // The kernel's futex_wake issues a full barrier before it looks for sleepers, paired
+    // with one in futex_wait before it reads the word: the caller's earlier store needs no
+    // fence of its own (on arm64 either) to be seen by a waiter that is not yet asleep.
     return Int(Futex.wake(storage, count: Int32(clamping: count)))
   }
 

@@ -78,7 +78,8 @@ public final class Semaphore: @unchecked Sendable {
         reportMisuse("Semaphore", "signal() overflowed the permit count")
       }
       // Full: releases what the signalling thread wrote to the thread that takes the
-      // permit, and orders the read of the sleeper count (in the same word) with it.
+      // permit. The sleeper count is in the same word, read by this very operation, so the
+      // wake decision needs no fence between two words, on arm64 either.
       let seen = UInt64.atomicCompareExchange(expected: current, desired: current + 1, at: word, ordering: .full)
       if seen == current { break }
       current = seen

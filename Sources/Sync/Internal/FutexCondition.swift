@@ -60,6 +60,10 @@ struct FutexCondition {
     if deadline != .distantFuture, deadline.hasPassed { return false }
     // Read under the lock: any notify that follows our release bumps it past `seen`.
     let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
+    // Full: the kernel's read of `sequence` inside `futex_wait` must come after this
+    // increment is visible (the waiter's half of the store-buffering pair with `signal`). A
+    // `.full` read-modify-write ends with a full fence (x86: the locked instruction; arm64:
+    // `dmb ish`), which an acquire-release one alone (`ldaxr`/`stlxr`) would not give.
     _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)
     lock.release(checkOwner: false, typeName: typeName)
     let notified = Futex.wait(sequence, expected: seen, deadline: deadline)
@@ -75,9 +79,9 @@ struct FutexCondition {
   @inline(__always)
   func signal() {
     _ = UInt32.atomicFetchAdd(1, at: sequence, ordering: .full)
-    // Relaxed suffices: a `.full` read-modify-write is fenced on both sides (libatomic_ops'
-    // `_full`), so this load cannot move above the increment; a `.full` load would add a
-    // second fence (`mfence`) for nothing.
+    // Relaxed suffices: a `.full` read-modify-write ends with a full fence (x86: the locked
+    // instruction; arm64: `dmb ish` after the `stlxr`), so this load cannot be satisfied
+    // before the increment is visible; a `.full` load would add a second fence for nothing.
     if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       Futex.wake(sequence, count: 1)
     }
@@ -88,9 +92,9 @@ struct FutexCondition {
   @inline(__always)
   func broadcast() {
     _ = UInt32.atomicFetchAdd(1, at: sequence, ordering: .full)
-    // Relaxed suffices: a `.full` read-modify-write is fenced on both sides (libatomic_ops'
-    // `_full`), so this load cannot move above the increment; a `.full` load would add a
-    // second fence (`mfence`) for nothing.
+    // Relaxed suffices: a `.full` read-modify-write ends with a full fence (x86: the locked
+    // instruction; arm64: `dmb ish` after the `stlxr`), so this load cannot be satisfied
+    // before the increment is visible; a `.full` load would add a second fence for nothing.
     if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       Futex.wake(sequence, count: Int32.max)
     }
