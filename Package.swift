@@ -13,7 +13,6 @@ let package = Package(
     .library(name: "Sync", targets: ["Sync"]),
     .library(name: "Threads", targets: ["Threads"]),
     .library(name: "RunLoop", targets: ["RunLoop"]),
-    .executable(name: "cost-tables", targets: ["CostTables"]),
   ],
   targets: [
     // The only places C is imported.
@@ -48,14 +47,6 @@ let package = Package(
       name: "PerformOnMainExample",
       dependencies: ["RunLoop", "Threads", "Sync"],
       path: "Examples/PerformOnMain",
-      swiftSettings: strict
-    ),
-
-    // Benchmarks: the guide's cost tables beside the peers, measured in one run.
-    .executableTarget(
-      name: "CostTables",
-      dependencies: ["RunLoop", "Threads", "Sync", "CThreadingShims"],
-      path: "Benchmarks/CostTables",
       swiftSettings: strict
     ),
   ]

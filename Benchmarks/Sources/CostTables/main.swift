@@ -48,7 +48,7 @@ let costTablesUsage = """
                          them to the scheduler (which moves them: noisy)
     --help               this text
 
-  Build and run in release mode:  swift run -c release cost-tables
+  Build and run in release mode:  scripts/cost-tables (swift run -c release --package-path Benchmarks cost-tables)
   """
 
 /// The command line, parsed. (Kept out of top-level globals so row files can name their

@@ -2,7 +2,7 @@
 // lateness and idle CPU, each beside its peer (Foundation's RunLoop, or raw eventfd syscalls)
 // measured in the same run.
 
-import CThreadingShims
+import CBenchmarkShims
 import Foundation
 import RunLoop
 import Sync

@@ -6,8 +6,8 @@
 // the peers would not pay) and releases. Loops are generic over the class so each is
 // specialised; counters are checked afterwards, so no loop can be optimised away.
 
-import CAtomicOps
-import CThreadingShims
+import CBenchmarkAtomicOps
+import CBenchmarkShims
 import Foundation
 import Sync
 import Synchronization
@@ -142,7 +142,7 @@ private final class PthreadRWLockSubject: CountingLock, @unchecked Sendable {
   let counter = makeCounter()
   init(preferWriter: Bool = false) {
     if preferWriter {
-      checkPthread(tk_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init")
+      checkPthread(bench_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init")
     } else {
       checkPthread(pthread_rwlock_init(rwlock, nil), "pthread_rwlock_init")
     }
@@ -343,7 +343,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
           var value = raw.pointee
           var swapped = 0
           for _ in 0..<iterations {
-            if tk_atomic_u64_compare_and_swap_full(raw, value, value &+ 1) { swapped &+= 1 }
+            if bench_ao_compare_and_swap_full(raw, value, value &+ 1) { swapped &+= 1 }
             value &+= 1
           }
           if swapped != iterations { fatalError("cost-tables: AO_compare_and_swap_full failed") }
@@ -374,7 +374,7 @@ func registerSyncBenchmarks(_ harness: Harness) {
         "libatomic_ops",
         { iterations in
           var sum: UInt64 = 0
-          for _ in 0..<iterations { sum &+= tk_atomic_u64_fetch_add_full(raw, 1) }
+          for _ in 0..<iterations { sum &+= bench_ao_fetch_add_full(raw, 1) }
           opaqueSink(sum)
         }
       ),

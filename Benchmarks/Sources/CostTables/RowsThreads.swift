@@ -23,7 +23,7 @@
 // All subjects use a 512 KiB stack except where a row says otherwise. glibc caches freed
 // stacks, so create loops reuse mappings (as real programs do).
 
-import CThreadingShims
+import CBenchmarkShims
 import Dispatch
 import Foundation
 import Sync
@@ -269,8 +269,8 @@ private func foundationCreateToStart(stackSize: Int) -> Double {
 private func currentStackMapping() -> (size: Int, rss: Int) {
   var low: UnsafeMutableRawPointer?
   var size = 0
-  guard tk_thread_get_stack_range(&low, &size) == 0, let low else { return (0, 0) }
-  let pages = tk_resident_pages(low, size)
+  guard bench_thread_get_stack_range(&low, &size) == 0, let low else { return (0, 0) }
+  let pages = bench_resident_pages(low, size)
   return (size, pages < 0 ? 0 : pages * Int(sysconf(Int32(_SC_PAGESIZE))))
 }
 

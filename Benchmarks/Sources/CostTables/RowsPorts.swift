@@ -12,7 +12,7 @@
 // joins its threads first), so the child inherits a quiescent runtime; it serves, then
 // _exits.
 
-import CThreadingShims
+import CBenchmarkShims
 import RunLoop
 import Sync
 import Threads
@@ -91,8 +91,8 @@ private func portsInProcessRows(_ harness: Harness) {
   guard harness.wants("ports.roundtrip.inprocess") || harness.wants("ports.perform.roundtrip") else { return }
 
   // Raw: two blocking eventfds, one per direction; the peer reads one and writes the other.
-  let rawToPeer = tk_port_eventfd()
-  let rawFromPeer = tk_port_eventfd()
+  let rawToPeer = bench_eventfd()
+  let rawFromPeer = bench_eventfd()
   portsCheck(rawToPeer >= 0 && rawFromPeer >= 0, "eventfd")
   for descriptor in [rawToPeer, rawFromPeer] { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
   let stopValue = UInt64.max - 1
@@ -270,7 +270,7 @@ private func portsCrossProcessRows(_ harness: Harness) {
 
   // Raw: a connected Unix stream socket pair; a child echoes 32-byte messages.
   var pair: [Int32] = [-1, -1]
-  portsCheck(tk_unix_stream_socketpair(&pair) == 0, "socketpair")
+  portsCheck(bench_unix_stream_socketpair(&pair) == 0, "socketpair")
   // Blocking mode, as a hand-written ping-pong would use.
   for descriptor in pair { portsCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
   let rawChild = portsFork {

@@ -7,7 +7,7 @@
 //
 // The report prints each as a scaling table with its growth (constant / log / linear).
 
-import CThreadingShims
+import CBenchmarkShims
 import RunLoop
 import Sync
 import Threads
@@ -47,7 +47,7 @@ func registerScalingBenchmarks(_ harness: Harness) {
       var descriptors: [Int32] = []
       var sources: [FileDescriptorSource] = []
       for _ in 0..<count {
-        let descriptor = tk_port_eventfd()
+        let descriptor = bench_eventfd()
         guard descriptor >= 0 else { break }
         descriptors.append(descriptor)
         let source = FileDescriptorSource(descriptor: descriptor, events: .readable) { _, _ in }
