@@ -6,11 +6,15 @@
 
 /// Every area's rows, in report order. Merging an area adds one line here.
 let registrations: [(Harness) -> Void] = [
-  registerSyncBenchmarks,
-  registerSync2Benchmarks,
-  registerThreadsBenchmarks,
+  registerMutexBenchmarks,
+  registerAtomicBenchmarks,
+  registerLockBenchmarks,
+  registerHandOffBenchmarks,
+  registerOnceBenchmarks,
+  registerSynchronizedBenchmarks,
+  registerThreadBenchmarks,
   registerRunLoopBenchmarks,
-  registerPortsBenchmarks,
+  registerPortBenchmarks,
   registerScalingBenchmarks,
 ]
 

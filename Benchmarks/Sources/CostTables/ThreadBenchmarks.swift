@@ -33,7 +33,7 @@ import Threads
   import Glibc
 #endif
 
-func registerThreadsBenchmarks(_ harness: Harness) {
+func registerThreadBenchmarks(_ harness: Harness) {
   let group = "Table 2-1"
   let stackSize = ThreadConfiguration.defaultStackSize
 

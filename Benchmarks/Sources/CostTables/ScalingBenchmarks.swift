@@ -1,4 +1,4 @@
-// Scaling series (issue 7): how the run loop's cost per pass grows with the number of timers
+// Scaling series: how the run loop's cost per pass grows with the number of timers
 // and of file-descriptor sources, and how thread creation behaves when many threads exist.
 //
 //   runloop.pass-with-timers-N      one zero-timeout pass of a mode holding N far-future timers

@@ -1,4 +1,4 @@
-// Ports rows (issue 6's speed goals): message round trips through this toolkit's ports and
+// Port rows: message round trips through this toolkit's ports and
 // perform requests, beside the raw kernel mechanism they are built on, sampled interleaved
 // (one sample of each subject in turn) so the ratios survive a loaded machine.
 //
@@ -21,7 +21,7 @@ import Threads
   import Glibc
 #endif
 
-func registerPortsBenchmarks(_ harness: Harness) {
+func registerPortBenchmarks(_ harness: Harness) {
   PingPongPlacement.withMainPinned {
     portsInProcessRows(harness)
     portsCrossProcessRows(harness)

@@ -1,12 +1,12 @@
-// Sync part 1 rows: the mutex family and atomics against raw pthread, Synchronization and
-// Foundation (issue 2's speed goals, the guide's Table 4-2).
+// Lock rows: the mutex family (mutex, LockedValue, recursive mutex, read-write lock, spin
+// lock), uncontended and contended over 1-16 threads, against raw pthread, Synchronization
+// and Foundation; the guide's Table 4-2 mutex acquisition is the first row.
 //
 // Every subject is a final class with one `increment()` that takes the lock, bumps a
 // counter in allocated storage (no exclusivity check, no Swift property access cost that
 // the peers would not pay) and releases. Loops are generic over the class so each is
 // specialised; counters are checked afterwards, so no loop can be optimised away.
 
-import CBenchmarkAtomicOps
 import CBenchmarkShims
 import Foundation
 import Sync
@@ -263,17 +263,13 @@ private func localWork(_ seed: UInt64, rounds: Int) -> UInt64 {
   return value
 }
 
-/// Atomic subjects' storage.
-private final class SynchronizationAtomicBox: Sendable {
-  let atomic = Synchronization.Atomic<Int>(0)
-}
-
 // MARK: - Registration
 
 /// Thread counts for the contention series.
 let contentionThreadCounts = [1, 2, 4, 8, 16]
 
-func registerSyncBenchmarks(_ harness: Harness) {
+/// Registers Table 4-2's mutex acquisition and its variant through `withLock`.
+func registerMutexBenchmarks(_ harness: Harness) {
   BenchThreads.makeProcessMultithreaded()
 
   // Table 4-2: mutex acquisition (lock + unlock, uncontended).
@@ -301,84 +297,15 @@ func registerSyncBenchmarks(_ harness: Harness) {
       ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
     ])
 
-  // Table 4-2: atomic compare-and-swap (always succeeding, full ordering).
-  let ours = AtomicInteger<Int>(0)
-  let theirs = SynchronizationAtomicBox()
-  let raw = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
-  raw.initialize(to: 0)
-  harness.measureInterleaved(
-    id: "cas.uncontended", group: "Table 4-2", operations: 500_000,
-    [
-      (
-        "Sync.AtomicInteger",
-        { iterations in
-          var value = ours.load(ordering: .relaxed)
-          var swapped = 0
-          for _ in 0..<iterations {
-            if ours.compareAndSwap(expected: value, desired: value &+ 1, ordering: .full) { swapped &+= 1 }
-            value &+= 1
-          }
-          if swapped != iterations { fatalError("cost-tables: Sync.AtomicInteger CAS failed") }
-        }
-      ),
-      (
-        "Synchronization.Atomic",
-        { iterations in
-          var value = theirs.atomic.load(ordering: .relaxed)
-          var swapped = 0
-          for _ in 0..<iterations {
-            if theirs.atomic.compareExchange(expected: value, desired: value &+ 1, ordering: .sequentiallyConsistent)
-              .exchanged
-            {
-              swapped &+= 1
-            }
-            value &+= 1
-          }
-          if swapped != iterations { fatalError("cost-tables: Synchronization.Atomic CAS failed") }
-        }
-      ),
-      (
-        "libatomic_ops",
-        { iterations in
-          var value = raw.pointee
-          var swapped = 0
-          for _ in 0..<iterations {
-            if bench_ao_compare_and_swap_full(raw, value, value &+ 1) { swapped &+= 1 }
-            value &+= 1
-          }
-          if swapped != iterations { fatalError("cost-tables: AO_compare_and_swap_full failed") }
-        }
-      ),
-    ])
+}
 
-  harness.measureInterleaved(
-    id: "fetch-add.uncontended", group: "Atomics, uncontended", operations: 500_000,
-    [
-      (
-        "Sync.AtomicInteger",
-        { iterations in
-          var sum = 0
-          for _ in 0..<iterations { sum &+= ours.fetchAdd(1, ordering: .full) }
-          opaqueSink(sum)
-        }
-      ),
-      (
-        "Synchronization.Atomic",
-        { iterations in
-          var sum = 0
-          for _ in 0..<iterations { sum &+= theirs.atomic.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue }
-          opaqueSink(sum)
-        }
-      ),
-      (
-        "libatomic_ops",
-        { iterations in
-          var sum: UInt64 = 0
-          for _ in 0..<iterations { sum &+= bench_ao_fetch_add_full(raw, 1) }
-          opaqueSink(sum)
-        }
-      ),
-    ])
+/// Registers the rest of the lock family, uncontended, and every lock under contention.
+func registerLockBenchmarks(_ harness: Harness) {
+  let syncMutex = SyncMutexSubject()
+  let pthreadMutex = PthreadMutexSubject()
+  let nsLock = NSLockSubject()
+  let synchronizationMutex = SynchronizationMutexSubject()
+  let syncLockedValue = SyncLockedValueSubject()
 
   // The rest of the lock family, uncontended.
   let syncRecursive = SyncRecursiveMutexSubject()
