@@ -23,7 +23,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
     id: "cas.uncontended", group: "Table 4-2", operations: 500_000,
     [
       (
-        "Sync.AtomicInteger",
+        .toolkit("Sync.AtomicInteger"),
         { iterations in
           var value = ours.load(ordering: .relaxed)
           var swapped = 0
@@ -35,7 +35,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "Synchronization.Atomic",
+        .peer("Synchronization.Atomic"),
         { iterations in
           var value = theirs.atomic.load(ordering: .relaxed)
           var swapped = 0
@@ -51,7 +51,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "libatomic_ops",
+        .peer("libatomic_ops"),
         { iterations in
           var value = raw.pointee
           var swapped = 0
@@ -68,7 +68,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
     id: "fetch-add.uncontended", group: "Atomics, uncontended", operations: 500_000,
     [
       (
-        "Sync.AtomicInteger",
+        .toolkit("Sync.AtomicInteger"),
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= ours.fetchAdd(1, ordering: .full) }
@@ -76,7 +76,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "Synchronization.Atomic",
+        .peer("Synchronization.Atomic"),
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= theirs.atomic.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue }
@@ -84,7 +84,7 @@ func registerAtomicBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "libatomic_ops",
+        .peer("libatomic_ops"),
         { iterations in
           var sum: UInt64 = 0
           for _ in 0..<iterations { sum &+= bench_ao_fetch_add_full(raw, 1) }

@@ -93,16 +93,17 @@ struct Charts {
   static let peerColors = ["#d9541e", "#c9a100", "#b8336a", "#7f7f7f", "#8c564b", "#e377c2"]
 
   /// Colour per subject: ours in cool colours, peers in warm ones, stable within a chart.
-  static func colors(for subjects: [String]) -> [String: String] {
+  /// Keyed by label.
+  static func colors(for subjects: [(label: String, isToolkit: Bool)]) -> [String: String] {
     var result: [String: String] = [:]
     var ours = 0
     var peers = 0
     for subject in subjects {
-      if Harness.isOurs(subject) {
-        result[subject] = oursColors[ours % oursColors.count]
+      if subject.isToolkit {
+        result[subject.label] = oursColors[ours % oursColors.count]
         ours += 1
       } else {
-        result[subject] = peerColors[peers % peerColors.count]
+        result[subject.label] = peerColors[peers % peerColors.count]
         peers += 1
       }
     }
@@ -133,7 +134,7 @@ struct Charts {
     for entry in series {
       let subjects = entry.subjects(in: results)
       let lines = subjects.map { subject in
-        (label: subject, ours: Harness.isOurs(subject), points: entry.medians(subject: subject, in: results))
+        (label: subject.name, ours: subject.isToolkit, points: entry.medians(subject: subject, in: results))
       }
       try save(
         "scaling-" + Charts.slug(entry.base) + ".svg",
@@ -147,12 +148,12 @@ struct Charts {
     // own scale and chart.
     let contended = series.filter { $0.base.contains("contended") && !$0.base.contains("with-work") }
     let combined = contended.flatMap { entry in
-      entry.subjects(in: results).filter(Harness.isOurs).map { subject in
-        (label: subject + " (" + entry.base + ")", ours: true, points: entry.medians(subject: subject, in: results))
+      entry.subjects(in: results).filter(\.isToolkit).map { subject in
+        (label: subject.name + " (" + entry.base + ")", ours: true, points: entry.medians(subject: subject, in: results))
       }
     }
     let pthreadMutex = contended.first { $0.base == "mutex.contended" }.map { entry in
-      [(label: "pthread (mutex.contended)", ours: false, points: entry.medians(subject: "pthread", in: results))]
+      [(label: "pthread (mutex.contended)", ours: false, points: entry.medians(subject: .peer("pthread"), in: results))]
     } ?? []
     if combined.count >= 2 {
       try save(
@@ -229,7 +230,7 @@ struct Charts {
     svg.line(left, top, left, top + plotHeight, stroke: "#444444")
     svg.text(left + plotWidth / 2, top + plotHeight + 40, xLabel + " (log scale)", size: 12, anchor: "middle")
 
-    let colors = Charts.colors(for: lines.map(\.label))
+    let colors = Charts.colors(for: lines.map { (label: $0.label, isToolkit: $0.ours) })
     var legendY = top + 6
     let legendX = left + plotWidth + 24
     for line in lines {
@@ -255,7 +256,7 @@ struct Charts {
     let gap = 22.0
     // Subject labels right-aligned before the bars, sized for the longest (about 7 px per
     // character at 12 px).
-    let longest = Double(clusters.flatMap { $0.1.map(\.subject.count) }.max() ?? 20)
+    let longest = Double(clusters.flatMap { $0.1.map(\.subject.name.count) }.max() ?? 20)
     let labelWidth = Swift.max(180, 28 + longest * 7)
     let plotWidth = 420.0
     let height = 80 + clusters.reduce(0.0) { $0 + Double($1.1.count) * (barHeight + 3) + gap + 14 }
@@ -269,12 +270,12 @@ struct Charts {
       svg.text(20, yPosition + 10, id, size: 13, weight: "bold")
       yPosition += 16
       let maximum = rows.map(\.median).filter { !$0.isNaN }.max() ?? 1
-      let colors = Charts.colors(for: rows.map(\.subject))
+      let colors = Charts.colors(for: rows.map { (label: $0.subject.name, isToolkit: $0.subject.isToolkit) })
       let best = results.bestPeer(id: id)
       for row in rows {
-        svg.text(labelWidth - 8, yPosition + barHeight - 4, row.subject, size: 12, anchor: "end")
+        svg.text(labelWidth - 8, yPosition + barHeight - 4, row.subject.name, size: 12, anchor: "end")
         let length = row.median.isNaN || maximum <= 0 ? 0 : row.median / maximum * plotWidth
-        svg.rect(labelWidth, yPosition, length, barHeight, fill: colors[row.subject] ?? "#888888")
+        svg.rect(labelWidth, yPosition, length, barHeight, fill: colors[row.subject.name] ?? "#888888")
         var label = Format.value(row.median, unit: row.unit)
         if row.isOurs, let best { label += "  " + Format.ratio(row.median / best.median) + " of best peer" }
         svg.text(labelWidth + length + 6, yPosition + barHeight - 4, label, size: 11)
@@ -288,11 +289,11 @@ struct Charts {
   /// Distribution of timer lateness: step histograms over log-spaced bins, one per subject
   /// (every recorded sample of every "runloop.timer-lateness*" row).
   func histogram(rows: [BenchmarkRow]) -> SVG {
-    var bySubject: [(label: String, values: [Double])] = []
+    var bySubject: [(label: String, isToolkit: Bool, values: [Double])] = []
     for row in rows {
       let label = rows.contains { $0.subject == row.subject && $0.benchmark != row.benchmark }
-        ? row.subject + " (" + row.benchmark + ")" : row.subject
-      bySubject.append((label, row.samples.filter { $0.isFinite }))
+        ? row.subject.name + " (" + row.benchmark + ")" : row.subject.name
+      bySubject.append((label, row.subject.isToolkit, row.samples.filter { $0.isFinite }))
     }
     let all = bySubject.flatMap(\.values)
     let positive = all.filter { $0 > 0 }
@@ -338,7 +339,7 @@ struct Charts {
     svg.line(left, top + plotHeight, left + plotWidth, top + plotHeight, stroke: "#444444")
     svg.line(left, top, left, top + plotHeight, stroke: "#444444")
     svg.text(left + plotWidth / 2, top + plotHeight + 40, "lateness (log scale)", size: 12, anchor: "middle")
-    let colors = Charts.colors(for: bySubject.map(\.label))
+    let colors = Charts.colors(for: bySubject.map { (label: $0.label, isToolkit: $0.isToolkit) })
     var legendY = top + 6
     for (index, entry) in bySubject.enumerated() {
       let color = colors[entry.label] ?? "#000000"
@@ -348,7 +349,7 @@ struct Charts {
         points.append((x(Double(binIndex + 1)), y(fraction)))
       }
       points.append((x(Double(binCount)), y(0)))
-      let ours = Harness.isOurs(entry.label)
+      let ours = entry.isToolkit
       svg.polyline(points, stroke: color, width: ours ? 2.5 : 2, dashed: !ours)
       let sorted = entry.values.sorted()
       func percentile(_ p: Double) -> String {

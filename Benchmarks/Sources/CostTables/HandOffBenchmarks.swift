@@ -64,7 +64,7 @@ private func registerConditionHandoff(_ harness: Harness) {
   let rounds = 20_000
 
   harness.measureInterleaved(id: id, group: group, operations: rounds, [
-    ("Sync.Condition", { iterations in
+    (.toolkit("Sync.Condition"), { iterations in
       let condition = Sync.Condition()
       let turn = Turn()
       let partner = handOffSpawn {
@@ -85,7 +85,7 @@ private func registerConditionHandoff(_ harness: Harness) {
       }
       handOffJoin(partner)
     }),
-    ("Sync.ConditionVariable+Mutex", { iterations in
+    (.toolkit("Sync.ConditionVariable+Mutex"), { iterations in
       let mutex = Sync.Mutex()
       let condition = ConditionVariable()
       let turn = Turn()
@@ -107,7 +107,7 @@ private func registerConditionHandoff(_ harness: Harness) {
       }
       handOffJoin(partner)
     }),
-    ("pthread_cond", { iterations in
+    (.peer("pthread_cond"), { iterations in
       let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
       let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
       precondition(pthread_mutex_init(mutex, nil) == 0)
@@ -137,7 +137,7 @@ private func registerConditionHandoff(_ harness: Harness) {
       condition.deallocate()
       mutex.deallocate()
     }),
-    ("Foundation.NSCondition", { iterations in
+    (.peer("Foundation.NSCondition"), { iterations in
       let condition = NSCondition()
       let c = condition
       let turn = Turn()
@@ -172,7 +172,7 @@ private func registerSemaphorePingPong(_ harness: Harness) {
   let rounds = 20_000
 
   harness.measureInterleaved(id: id, group: group, operations: rounds, [
-    ("Sync.Semaphore", { iterations in
+    (.toolkit("Sync.Semaphore"), { iterations in
       let ping = Sync.Semaphore(), pong = Sync.Semaphore()
       let partner = handOffSpawn {
         for _ in 0..<iterations {
@@ -186,7 +186,7 @@ private func registerSemaphorePingPong(_ harness: Harness) {
       }
       handOffJoin(partner)
     }),
-    ("POSIX sem_t", { iterations in
+    (.peer("POSIX sem_t"), { iterations in
       let semaphores = UnsafeMutablePointer<sem_t>.allocate(capacity: 2)
       precondition(sem_init(semaphores, 0, 0) == 0)
       precondition(sem_init(semaphores + 1, 0, 0) == 0)
@@ -206,7 +206,7 @@ private func registerSemaphorePingPong(_ harness: Harness) {
       precondition(sem_destroy(ping) == 0 && sem_destroy(pong) == 0)
       semaphores.deallocate()
     }),
-    ("Dispatch.DispatchSemaphore", { iterations in
+    (.peer("Dispatch.DispatchSemaphore"), { iterations in
       let ping = DispatchSemaphore(value: 0), pong = DispatchSemaphore(value: 0)
       let partner = handOffSpawn {
         for _ in 0..<iterations {

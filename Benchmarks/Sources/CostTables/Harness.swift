@@ -1,25 +1,26 @@
 // The measurement harness every benchmark file registers its rows with.
 //
-// Contract for benchmark files (one file per area: RowsSync.swift, RowsThreads.swift, ...):
-//   func registerSyncBenchmarks(_ harness: Harness)   // called from main.swift
+// Contract for benchmark files (one file per measured area: LockBenchmarks.swift,
+// ThreadBenchmarks.swift, ...):
+//   func registerLockBenchmarks(_ harness: Harness)   // listed in main.swift
 // and inside, for each row:
-//   harness.measure(id: "mutex.uncontended", subject: "Sync.Mutex", group: "Table 4-2",
+//   harness.measure(id: "mutex.uncontended", subject: .toolkit("Sync.Mutex"), group: "Table 4-2",
 //                   operations: 1_000) { iterations in for _ in 0..<iterations { ... } }
 // `body` runs `iterations` operations; the harness chooses the count, warms up, takes
 // samples and records ns per operation. For measurements the harness cannot drive (thread
 // creation latency, wake-up round trips), time them yourself and call
 //   harness.record(id:subject:group:nanoseconds:)  with one value per sample.
-// Peers (raw pthread, Synchronization, Foundation) are rows with the same id and another
-// subject, measured in the same run, interleaved with ours where possible.
+// Peers (raw pthread, Synchronization, Foundation) are rows with the same id and a
+// `.peer(...)` subject, measured in the same run, interleaved with ours where possible.
+// Whether a row is this toolkit's or a peer's is its subject's role (`Subject`), stated
+// where the row is registered.
 //
-// Additions (optional for row files):
+// Additions (optional for benchmark files):
 //   harness.measureInterleaved(id:group:operations:[(subject, body)])  - ours and peers
 //     alternate sample by sample, so drift on a shared machine hits all of them alike.
 //   harness.record(id:subject:group:values:unit:)  - rows that are not times (bytes).
 // Ids that end in "-<integer>" (for example "mutex.contended-4") form a scaling series:
 // the report prints them as a curve over the integer and charts them with --svg.
-// Rows whose subject starts with "Sync.", "Threads" or "RunLoop" (or says "(Sync raw)") are
-// this toolkit ("ours"); every other subject is a peer.
 
 #if canImport(Glibc)
   import Glibc
@@ -29,7 +30,7 @@
 /// (ns per operation unless `unit` says otherwise).
 struct BenchmarkRow {
   var benchmark: String
-  var subject: String
+  var subject: Subject
   var group: String
   var samples: [Double]
   /// "ns" for times, "bytes" for memory rows.
@@ -47,7 +48,7 @@ struct BenchmarkRow {
   var max: Double { samples.max() ?? .nan }
 
   /// This toolkit's own rows, as opposed to peers.
-  var isOurs: Bool { Harness.isOurs(subject) }
+  var isOurs: Bool { subject.isToolkit }
 }
 
 /// Drives measurements and collects rows.
@@ -64,14 +65,6 @@ final class Harness {
   init(quick: Bool, filter: String?) {
     self.quick = quick
     self.filter = filter
-  }
-
-  /// Whether a subject is this toolkit rather than a peer.
-  /// "Sync.", "Threads" or "RunLoop" (with any separator: "RunLoopTimer ...", "RunLoop (...)")
-  /// or a "(Sync raw)" label; "Synchronization.", "Foundation.RunLoop" and the rest are peers.
-  static func isOurs(_ subject: String) -> Bool {
-    subject.hasPrefix("Sync.") || subject.hasPrefix("Threads") || subject.hasPrefix("RunLoop")
-      || subject.contains("(Sync raw)")
   }
 
   /// Whether a row with this id should run under the current filter.
@@ -94,7 +87,7 @@ final class Harness {
 
   /// Measures `body(iterations)` and records ns per operation, one value per sample.
   func measure(
-    id: String, subject: String, group: String, operations: Int = 100_000,
+    id: String, subject: Subject, group: String, operations: Int = 100_000,
     _ body: (Int) -> Void
   ) {
     guard wants(id) else { return }
@@ -104,7 +97,7 @@ final class Harness {
   }
 
   /// Records samples measured by the caller (ns per operation, one value per sample).
-  func record(id: String, subject: String, group: String, nanoseconds: [Double]) {
+  func record(id: String, subject: Subject, group: String, nanoseconds: [Double]) {
     guard wants(id) else { return }
     rows.append(
       BenchmarkRow(
@@ -116,7 +109,7 @@ final class Harness {
   }
 
   /// Records values that are not times, such as bytes of memory per thread.
-  func record(id: String, subject: String, group: String, values: [Double], unit: String) {
+  func record(id: String, subject: Subject, group: String, values: [Double], unit: String) {
     guard wants(id) else { return }
     rows.append(
       BenchmarkRow(
@@ -135,7 +128,7 @@ final class Harness {
   /// runs `iterations` operations; ns per operation is recorded.
   func measureInterleaved(
     id: String, group: String, operations: Int = 100_000,
-    _ subjects: [(subject: String, body: (Int) -> Void)]
+    _ subjects: [(subject: Subject, body: (Int) -> Void)]
   ) {
     sampleInterleaved(
       id: id, group: group, operations: operations,
@@ -164,7 +157,7 @@ final class Harness {
   /// `sampleCount` rounds in which every subject takes one sample, starting subject rotating.
   func sampleInterleaved(
     id: String, group: String, operations: Int = 100_000, samples requestedSamples: Int? = nil,
-    _ subjects: [(subject: String, body: (Int) -> UInt64)]
+    _ subjects: [(subject: Subject, body: (Int) -> UInt64)]
   ) {
     guard wants(id), !subjects.isEmpty else { return }
     let began = Harness.now()

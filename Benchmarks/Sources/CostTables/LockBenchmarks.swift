@@ -283,18 +283,18 @@ func registerMutexBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "mutex.uncontended", group: "Table 4-2", operations: 200_000,
     [
-      ("Sync.Mutex", { uncontendedLoop(syncMutex, $0) }),
-      ("Sync.LockedValue", { uncontendedLoop(syncLockedValue, $0) }),
-      ("pthread", { uncontendedLoop(pthreadMutex, $0) }),
-      ("Foundation.NSLock", { uncontendedLoop(nsLock, $0) }),
-      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursiveLockAsMutex, $0) }),
-      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+      (.toolkit("Sync.Mutex"), { uncontendedLoop(syncMutex, $0) }),
+      (.toolkit("Sync.LockedValue"), { uncontendedLoop(syncLockedValue, $0) }),
+      (.peer("pthread"), { uncontendedLoop(pthreadMutex, $0) }),
+      (.peer("Foundation.NSLock"), { uncontendedLoop(nsLock, $0) }),
+      (.peer("Foundation.NSRecursiveLock"), { uncontendedLoop(nsRecursiveLockAsMutex, $0) }),
+      (.peer("Synchronization.Mutex"), { uncontendedLoop(synchronizationMutex, $0) }),
     ])
   harness.measureInterleaved(
     id: "mutex.uncontended-withlock", group: "Locks, uncontended", operations: 200_000,
     [
-      ("Sync.Mutex", { uncontendedLoop(syncMutexWithLock, $0) }),
-      ("Synchronization.Mutex", { uncontendedLoop(synchronizationMutex, $0) }),
+      (.toolkit("Sync.Mutex"), { uncontendedLoop(syncMutexWithLock, $0) }),
+      (.peer("Synchronization.Mutex"), { uncontendedLoop(synchronizationMutex, $0) }),
     ])
 
 }
@@ -314,9 +314,9 @@ func registerLockBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "recursive-mutex.uncontended", group: "Locks, uncontended", operations: 200_000,
     [
-      ("Sync.RecursiveMutex", { uncontendedLoop(syncRecursive, $0) }),
-      ("pthread", { uncontendedLoop(pthreadRecursive, $0) }),
-      ("Foundation.NSRecursiveLock", { uncontendedLoop(nsRecursive, $0) }),
+      (.toolkit("Sync.RecursiveMutex"), { uncontendedLoop(syncRecursive, $0) }),
+      (.peer("pthread"), { uncontendedLoop(pthreadRecursive, $0) }),
+      (.peer("Foundation.NSRecursiveLock"), { uncontendedLoop(nsRecursive, $0) }),
     ])
 
   let syncRW = SyncReadWriteLockSubject()
@@ -326,7 +326,7 @@ func registerLockBenchmarks(_ harness: Harness) {
     id: "rwlock.read-uncontended", group: "Locks, uncontended", operations: 200_000,
     [
       (
-        "Sync.ReadWriteLock",
+        .toolkit("Sync.ReadWriteLock"),
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= syncRW.read() }
@@ -334,7 +334,7 @@ func registerLockBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "pthread",
+        .peer("pthread"),
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= pthreadRW.read() }
@@ -342,7 +342,7 @@ func registerLockBenchmarks(_ harness: Harness) {
         }
       ),
       (
-        "pthread (writer-preferring)",
+        .peer("pthread (writer-preferring)"),
         { iterations in
           var sum = 0
           for _ in 0..<iterations { sum &+= pthreadRWWriter.read() }
@@ -353,9 +353,9 @@ func registerLockBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "rwlock.write-uncontended", group: "Locks, uncontended", operations: 200_000,
     [
-      ("Sync.ReadWriteLock", { uncontendedLoop(syncRW, $0) }),
-      ("pthread", { uncontendedLoop(pthreadRW, $0) }),
-      ("pthread (writer-preferring)", { uncontendedLoop(pthreadRWWriter, $0) }),
+      (.toolkit("Sync.ReadWriteLock"), { uncontendedLoop(syncRW, $0) }),
+      (.peer("pthread"), { uncontendedLoop(pthreadRW, $0) }),
+      (.peer("pthread (writer-preferring)"), { uncontendedLoop(pthreadRWWriter, $0) }),
     ])
 
   let syncSpin = SyncSpinLockSubject()
@@ -363,8 +363,8 @@ func registerLockBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "spinlock.uncontended", group: "Locks, uncontended", operations: 200_000,
     [
-      ("Sync.SpinLock", { uncontendedLoop(syncSpin, $0) }),
-      ("pthread", { uncontendedLoop(pthreadSpin, $0) }),
+      (.toolkit("Sync.SpinLock"), { uncontendedLoop(syncSpin, $0) }),
+      (.peer("pthread"), { uncontendedLoop(pthreadSpin, $0) }),
     ])
 
   // Contention: N threads share one lock and one counter; ns per increment (wall time over
@@ -379,11 +379,11 @@ func registerLockBenchmarks(_ harness: Harness) {
     harness.sampleInterleaved(
       id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("Sync.LockedValue", { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("Foundation.NSLock", { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("Synchronization.Mutex", { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.Mutex"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.LockedValue"), { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("pthread"), { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("Foundation.NSLock"), { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("Synchronization.Mutex"), { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
     // between threads far more often, as in real code.
@@ -391,40 +391,40 @@ func registerLockBenchmarks(_ harness: Harness) {
       id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
       samples: 11,
       [
-        ("Sync.Mutex", { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (.toolkit("Sync.Mutex"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
         (
-          "Sync.LockedValue",
+          .toolkit("Sync.LockedValue"),
           { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
         ),
-        ("pthread", { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (.peer("pthread"), { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
         (
-          "Foundation.NSLock",
+          .peer("Foundation.NSLock"),
           { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
         ),
         (
-          "Synchronization.Mutex",
+          .peer("Synchronization.Mutex"),
           { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
         ),
       ])
     harness.sampleInterleaved(
       id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.RecursiveMutex", { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("pthread", { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("Foundation.NSRecursiveLock", { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.RecursiveMutex"), { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("pthread"), { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("Foundation.NSRecursiveLock"), { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     harness.sampleInterleaved(
       id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.ReadWriteLock", { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("pthread", { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("pthread (writer-preferring)", { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.ReadWriteLock"), { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("pthread"), { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("pthread (writer-preferring)"), { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
     harness.sampleInterleaved(
       id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        ("Sync.SpinLock", { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        ("pthread", { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.SpinLock"), { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.peer("pthread"), { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])
   }
 }

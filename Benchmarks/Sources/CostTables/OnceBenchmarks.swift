@@ -39,25 +39,25 @@ func registerOnceBenchmarks(_ harness: Harness) {
   precondition(pthread_once(control, {}) == 0)
 
   harness.measureInterleaved(id: id, group: group, operations: calls, [
-    ("acquiring atomic load (Sync raw)", { iterations in
+    (.toolkit("acquiring atomic load (Sync raw)"), { iterations in
       var hits = 0
       for _ in 0..<iterations where UInt32.atomicLoad(at: word, ordering: .acquiring) == 3 { hits &+= 1 }
       precondition(hits == iterations)
     }),
-    ("Synchronization.Atomic.load(acquiring)", { iterations in
+    (.peer("Synchronization.Atomic.load(acquiring)"), { iterations in
       var hits = 0
       for _ in 0..<iterations where holder.word.load(ordering: .acquiring) == 3 { hits &+= 1 }
       precondition(hits == iterations)
     }),
-    ("Sync.Once", { iterations in
+    (.toolkit("Sync.Once"), { iterations in
       for _ in 0..<iterations { once.run { counter += 1 } }
     }),
-    ("Sync.Lazy.value", { iterations in
+    (.toolkit("Sync.Lazy.value"), { iterations in
       var sum = 0
       for _ in 0..<iterations { sum &+= lazy.value }
       precondition(sum == 42 &* iterations)
     }),
-    ("pthread_once", { iterations in
+    (.peer("pthread_once"), { iterations in
       for _ in 0..<iterations { precondition(pthread_once(control, {}) == 0) }
     }),
   ])

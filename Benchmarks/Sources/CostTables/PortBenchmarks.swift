@@ -65,7 +65,7 @@ private func portsWait(until condition: () -> Bool) {
 @discardableResult
 private func portsInterleaved(
   _ harness: Harness, id: String, group: String, operations: Int,
-  _ subjects: [(name: String, body: (Int) -> Void)]
+  _ subjects: [(subject: Subject, body: (Int) -> Void)]
 ) -> [[Double]] {
   let iterations = harness.quick ? max(1, operations / 100) : operations
   let sampleCount = harness.quick ? 3 : 15
@@ -79,7 +79,7 @@ private func portsInterleaved(
     }
   }
   for (index, subject) in subjects.enumerated() {
-    harness.record(id: id, subject: subject.name, group: group, nanoseconds: samples[index])
+    harness.record(id: id, subject: subject.subject, group: group, nanoseconds: samples[index])
   }
   return samples
 }
@@ -182,7 +182,7 @@ private func portsInProcessRows(_ harness: Harness) {
 
   let ping = PortMessage(msgid: 1, payload: [1, 2, 3, 4])
   let samples = portsInterleaved(harness, id: "ports.roundtrip.inprocess", group: group, operations: 5_000, [
-    ("raw eventfd", { iterations in
+    (.peer("raw eventfd"), { iterations in
       var value: UInt64 = 1
       for _ in 0..<iterations {
         value = 1
@@ -190,7 +190,7 @@ private func portsInProcessRows(_ harness: Harness) {
         portsCheck(read(rawFromPeer, &value, 8) == 8, "read(eventfd)")
       }
     }),
-    ("RunLoop.Port (run loops)", { iterations in
+    (.toolkit("RunLoop.Port (run loops)"), { iterations in
       do {
         try loopTarget.send(PortMessage(msgid: Int32(2 * iterations), payload: [1, 2, 3, 4]), before: .distantFuture)
         _ = try finished.receive(before: .distantFuture)
@@ -198,14 +198,14 @@ private func portsInProcessRows(_ harness: Harness) {
         fatalError("port round trips: \(error)")
       }
     }),
-    ("RunLoopSource signal + wakeUp (core path, reference)", { iterations in
+    (.toolkit("RunLoopSource signal + wakeUp (core path, reference)"), { iterations in
       bouncesLeft.store(2 * iterations, ordering: .full)
       let (loop, source) = sourceSides.value[0]
       source.signal()
       loop.wakeUp()
       do { _ = try finished.receive(before: .distantFuture) } catch { fatalError("\(error)") }
     }),
-    ("RunLoop.Port (blocking receive)", { iterations in
+    (.toolkit("RunLoop.Port (blocking receive)"), { iterations in
       for _ in 0..<iterations {
         do {
           try blockingToPeer.send(ping, before: .distantFuture)
@@ -215,15 +215,15 @@ private func portsInProcessRows(_ harness: Harness) {
         }
       }
     }),
-    ("RunLoop.perform(on:waitUntilDone:)", { iterations in
+    (.toolkit("RunLoop.perform(on:waitUntilDone:)"), { iterations in
       for _ in 0..<iterations {
         do { try RunLoop.perform(on: performTarget, waitUntilDone: true) {} } catch { fatalError("perform: \(error)") }
       }
     }),
   ])
   // The perform goal is stated against the port round trip: show both under one id.
-  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.Port (run loops)", group: group, nanoseconds: samples[1])
-  harness.record(id: "ports.perform.roundtrip", subject: "RunLoop.perform(on:waitUntilDone:)", group: group, nanoseconds: samples[4])
+  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.Port (run loops)"), group: group, nanoseconds: samples[1])
+  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.perform(on:waitUntilDone:)"), group: group, nanoseconds: samples[4])
 
   var value = stopValue
   portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
@@ -316,7 +316,7 @@ private func portsCrossProcessRows(_ harness: Harness) {
 
   var buffer = payload
   portsInterleaved(harness, id: id, group: group, operations: 3_000, [
-    ("raw Unix socket", { iterations in
+    (.peer("raw Unix socket"), { iterations in
       for _ in 0..<iterations {
         portsCheck(buffer.withUnsafeBytes { write(pair[0], $0.baseAddress!, 32) } == 32, "write")
         var got = 0
@@ -327,7 +327,7 @@ private func portsCrossProcessRows(_ harness: Harness) {
         }
       }
     }),
-    ("RunLoop.MessagePort request/reply", { iterations in
+    (.toolkit("RunLoop.MessagePort request/reply"), { iterations in
       for _ in 0..<iterations {
         do {
           _ = try remote.send(msgid: 1, data: payload, sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply)

@@ -147,7 +147,7 @@ struct RunResults {
   func ratioText(_ row: BenchmarkRow) -> String {
     guard let best = bestPeer(id: row.benchmark) else { return "no peer" }
     if !row.isOurs && best.subject == row.subject { return "best peer" }
-    return Format.ratio(row.median / best.median) + (row.isOurs ? " (" + best.subject + ")" : "")
+    return Format.ratio(row.median / best.median) + (row.isOurs ? " (" + best.subject.name + ")" : "")
   }
 }
 
@@ -183,19 +183,19 @@ struct Series {
   var ids: Set<String> { Set(points.map(\.id)) }
 
   /// Subjects seen in any point, ours first.
-  func subjects(in results: RunResults) -> [String] {
-    var seen = Set<String>()
-    var ordered: [String] = []
+  func subjects(in results: RunResults) -> [Subject] {
+    var seen = Set<Subject>()
+    var ordered: [Subject] = []
     for point in points {
       for row in results.rows(id: point.id) where seen.insert(row.subject).inserted {
         ordered.append(row.subject)
       }
     }
-    return ordered.filter(Harness.isOurs) + ordered.filter { !Harness.isOurs($0) }
+    return ordered.filter(\.isToolkit) + ordered.filter { !$0.isToolkit }
   }
 
   /// Median per n for one subject (nil where not measured).
-  func medians(subject: String, in results: RunResults) -> [(n: Int, value: Double?)] {
+  func medians(subject: Subject, in results: RunResults) -> [(n: Int, value: Double?)] {
     points.map { point in
       (point.n, results.rows(id: point.id).first { $0.subject == subject }?.median)
     }
@@ -327,8 +327,8 @@ struct Report {
     var peers: [String] = []
     for (_, ids) in resolved {
       for id in ids where results.rows(id: id).contains(where: \.isOurs) {
-        for row in results.rows(id: id) where !row.isOurs && !peers.contains(row.subject) {
-          peers.append(row.subject)
+        for row in results.rows(id: id) where !row.isOurs && !peers.contains(row.subject.name) {
+          peers.append(row.subject.name)
         }
       }
     }
@@ -342,7 +342,7 @@ struct Report {
         let ours = rows.filter(\.isOurs)
         let label = item.item + " [" + id + "]"
         let peerCells = peers.map { peer in
-          rows.first { $0.subject == peer }.map { Format.value($0.median, unit: $0.unit) } ?? "-"
+          rows.first { $0.subject.name == peer }.map { Format.value($0.median, unit: $0.unit) } ?? "-"
         }
         if rows.isEmpty {
           table.rows.append([label, item.guide, "not measured"] + peers.map { _ in "-" } + ["-"])
@@ -352,14 +352,14 @@ struct Report {
         if ours.isEmpty {
           for row in rows {
             table.rows.append(
-              [label, item.guide, Format.value(row.median, unit: row.unit) + " (" + row.subject + ")"]
+              [label, item.guide, Format.value(row.median, unit: row.unit) + " (" + row.subject.name + ")"]
                 + peers.map { _ in "-" } + ["same for every thread"])
           }
         }
         for row in ours {
-          let subjectLabel = ours.count > 1 ? label + " " + row.subject : label
+          let subjectLabel = ours.count > 1 ? label + " " + row.subject.name : label
           table.rows.append(
-            [subjectLabel, item.guide, Format.value(row.median, unit: row.unit) + " (" + row.subject + ")"]
+            [subjectLabel, item.guide, Format.value(row.median, unit: row.unit) + " (" + row.subject.name + ")"]
               + peerCells + [results.ratioText(row)])
         }
         table.notes.append(howMeasured(id: id))
@@ -374,7 +374,7 @@ struct Report {
     let rows = results.rows(id: id)
     guard let first = rows.first else { return id + ": not measured" }
     let spreads = rows.map { row in
-      row.subject + " " + Format.value(row.median, unit: row.unit) + " [min "
+      row.subject.name + " " + Format.value(row.median, unit: row.unit) + " [min "
         + Format.value(row.min, unit: row.unit) + ", max " + Format.value(row.max, unit: row.unit) + "]"
     }
     return id + ": " + (first.method.isEmpty ? "" : first.method + ". ") + spreads.joined(separator: "; ")
@@ -388,7 +388,7 @@ struct Report {
     for id in ids {
       for row in results.rows(id: id) {
         table.rows.append([
-          row.benchmark, row.subject, Format.value(row.median, unit: row.unit), Format.value(row.min, unit: row.unit),
+          row.benchmark, row.subject.name, Format.value(row.median, unit: row.unit), Format.value(row.min, unit: row.unit),
           Format.value(row.max, unit: row.unit), String(row.samples.count), results.ratioText(row),
         ])
         if !methods.contains(row.method) { methods.append(row.method) }
@@ -414,25 +414,25 @@ struct Report {
       }.max { $0.value < $1.value }
       let worstText = worst.map { Format.value($0.value, unit: unit) + " (N=" + String($0.n) + ")" } ?? "-"
       table.rows.append(
-        [subject] + medians.map { $0.value.map { Format.value($0, unit: unit) } ?? "-" } + [growth, worstText])
+        [subject.name] + medians.map { $0.value.map { Format.value($0, unit: unit) } ?? "-" } + [growth, worstText])
       if let worst, let median = medians.first(where: { $0.n == worst.n })?.value, worst.value > 20 * median {
         findings.append(
-          "Finding: " + subject + " has samples " + Format.fixed(worst.value / median, 0) + "x its median at N="
+          "Finding: " + subject.name + " has samples " + Format.fixed(worst.value / median, 0) + "x its median at N="
             + String(worst.n) + " (" + Format.value(worst.value, unit: unit) + " per operation): it collapses now and then.")
       }
       if growth.hasPrefix("SUPER-LINEAR") {
-        findings.append("Finding: " + subject + " grows super-linearly in " + series.base + ": " + growth + ".")
+        findings.append("Finding: " + subject.name + " grows super-linearly in " + series.base + ": " + growth + ".")
       }
     }
     // Ratio rows: each of ours against the best peer at every N.
-    for subject in subjects where Harness.isOurs(subject) {
+    for subject in subjects where subject.isToolkit {
       let ratios = series.points.map { point -> String in
         guard let ours = results.rows(id: point.id).first(where: { $0.subject == subject }),
           let best = results.bestPeer(id: point.id)
         else { return "-" }
         return Format.ratio(ours.median / best.median)
       }
-      table.rows.append([subject + " / best peer"] + ratios + ["", ""])
+      table.rows.append([subject.name + " / best peer"] + ratios + ["", ""])
     }
     if let first = results.rows(id: series.points[0].id).first { table.notes.append("Method: " + first.method) }
     if series.base.contains("contended") {
@@ -454,8 +454,8 @@ struct Report {
       guard let best = results.bestPeer(id: id) else { continue }
       for row in results.rows(id: id) where row.isOurs && row.median >= best.median {
         table.rows.append([
-          id, row.subject, Format.value(row.median, unit: row.unit),
-          Format.value(best.median, unit: best.unit) + " (" + best.subject + ")", Format.ratio(row.median / best.median),
+          id, row.subject.name, Format.value(row.median, unit: row.unit),
+          Format.value(best.median, unit: best.unit) + " (" + best.subject.name + ")", Format.ratio(row.median / best.median),
         ])
       }
     }

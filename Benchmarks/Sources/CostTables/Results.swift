@@ -7,6 +7,8 @@ import Foundation
 struct JSONRow: Codable {
   var benchmark: String
   var subject: String
+  /// "toolkit" (this toolkit's row) or "peer".
+  var role: String
   var group: String
   var unit: String
   var median_ns: Double
@@ -19,7 +21,8 @@ struct JSONRow: Codable {
 
   init(_ row: BenchmarkRow) {
     benchmark = row.benchmark
-    subject = row.subject
+    subject = row.subject.name
+    role = row.subject.role.rawValue
     group = row.group
     unit = row.unit
     median_ns = row.median
@@ -33,18 +36,19 @@ struct JSONRow: Codable {
   /// Back to a row; a file without values yields the median as its only sample.
   var row: BenchmarkRow {
     BenchmarkRow(
-      benchmark: benchmark, subject: subject, group: group,
+      benchmark: benchmark, subject: Subject(name: subject, role: Subject.Role(rawValue: role) ?? .peer), group: group,
       samples: values ?? [median_ns], unit: unit, method: method ?? "")
   }
 
   enum CodingKeys: String, CodingKey {
-    case benchmark, subject, group, unit, median_ns, min_ns, max_ns, samples, method, values
+    case benchmark, subject, role, group, unit, median_ns, min_ns, max_ns, samples, method, values
   }
 
   init(from decoder: any Decoder) throws {
     let container = try decoder.container(keyedBy: CodingKeys.self)
     benchmark = try container.decode(String.self, forKey: .benchmark)
     subject = try container.decode(String.self, forKey: .subject)
+    role = try container.decodeIfPresent(String.self, forKey: .role) ?? JSONRow.role(ofUnlabelled: subject)
     group = try container.decodeIfPresent(String.self, forKey: .group) ?? "Other"
     unit = try container.decodeIfPresent(String.self, forKey: .unit) ?? "ns"
     median_ns = try container.decode(Double.self, forKey: .median_ns)
@@ -53,6 +57,17 @@ struct JSONRow: Codable {
     samples = try container.decodeIfPresent(Int.self, forKey: .samples) ?? 1
     method = try container.decodeIfPresent(String.self, forKey: .method)
     values = try container.decodeIfPresent([Double].self, forKey: .values)
+  }
+
+  /// The role of a subject in a file whose rows carry no `role` field: such files named
+  /// this toolkit's subjects "Sync.…", "Threads…" or "RunLoop…", or marked them "(Sync raw)";
+  /// every other subject in them is a peer. Only files are read this way; rows measured in
+  /// this run state their role where they are registered.
+  static func role(ofUnlabelled subject: String) -> String {
+    let isToolkit =
+      subject.hasPrefix("Sync.") || subject.hasPrefix("Threads") || subject.hasPrefix("RunLoop")
+      || subject.contains("(Sync raw)")
+    return (isToolkit ? Subject.Role.toolkit : Subject.Role.peer).rawValue
   }
 }
 
@@ -86,14 +101,14 @@ func compareTable(old: [BenchmarkRow], new: [BenchmarkRow], oldPath: String) -> 
     title: "Change against " + oldPath,
     columns: ["benchmark", "subject", "before", "now", "change", ""], rows: [])
   var oldByKey: [String: BenchmarkRow] = [:]
-  for row in old { oldByKey[row.benchmark + "\u{1}" + row.subject] = row }
+  for row in old { oldByKey[row.benchmark + "\u{1}" + row.subject.name] = row }
   var slower = 0
   var faster = 0
   var matched = Set<String>()
   for row in new {
-    let key = row.benchmark + "\u{1}" + row.subject
+    let key = row.benchmark + "\u{1}" + row.subject.name
     guard let before = oldByKey[key] else {
-      table.rows.append([row.benchmark, row.subject, "-", Format.value(row.median, unit: row.unit), "new", ""])
+      table.rows.append([row.benchmark, row.subject.name, "-", Format.value(row.median, unit: row.unit), "new", ""])
       continue
     }
     matched.insert(key)
@@ -107,11 +122,11 @@ func compareTable(old: [BenchmarkRow], new: [BenchmarkRow], oldPath: String) -> 
       faster += 1
     }
     table.rows.append([
-      row.benchmark, row.subject, Format.value(before.median, unit: before.unit),
+      row.benchmark, row.subject.name, Format.value(before.median, unit: before.unit),
       Format.value(row.median, unit: row.unit), Format.change(change), flag,
     ])
   }
-  let missing = old.filter { !matched.contains($0.benchmark + "\u{1}" + $0.subject) }.count
+  let missing = old.filter { !matched.contains($0.benchmark + "\u{1}" + $0.subject.name) }.count
   table.notes.append(
     "\(slower) rows more than 10% slower, \(faster) more than 10% faster; \(missing) rows of the earlier run not measured now."
   )

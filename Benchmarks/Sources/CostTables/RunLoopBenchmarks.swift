@@ -44,7 +44,7 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   let counter = Counter()
 
   let ours = RunLoop::RunLoop.current
-  harness.measure(id: id, subject: "RunLoop (perform + zero-timeout run)", group: group, operations: 20_000) { n in
+  harness.measure(id: id, subject: .toolkit("RunLoop (perform + zero-timeout run)"), group: group, operations: 20_000) { n in
     for _ in 0..<n {
       ours.perform(inModes: [.default]) { counter.value &+= 1 }
       ours.run(mode: .default, timeout: .zero)
@@ -54,7 +54,7 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   // A far-future timer keeps Foundation's default mode non-empty, so run(until:) makes a pass.
   let keepAlive = Foundation.Timer(timeInterval: 1e6, repeats: false) { _ in }
   foundation.add(keepAlive, forMode: .default)
-  harness.measure(id: id, subject: "Foundation.RunLoop (perform + run(until: now))", group: group, operations: 20_000) { n in
+  harness.measure(id: id, subject: .peer("Foundation.RunLoop (perform + run(until: now))"), group: group, operations: 20_000) { n in
     for _ in 0..<n {
       foundation.perform(inModes: [.default]) { counter.value &+= 1 }
       foundation.run(until: Date())
@@ -63,7 +63,7 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   keepAlive.invalidate()
 
   let batchID = "runloop.perform-block-batch64"
-  harness.measure(id: batchID, subject: "RunLoop (64 performs, one drain)", group: group, operations: 20_000) { n in
+  harness.measure(id: batchID, subject: .toolkit("RunLoop (64 performs, one drain)"), group: group, operations: 20_000) { n in
     for _ in 0..<(n / 64) {
       for _ in 0..<64 { ours.perform(inModes: [.default]) { counter.value &+= 1 } }
       ours.run(mode: .default, timeout: .zero)
@@ -71,7 +71,7 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   }
   let keepAlive2 = Foundation.Timer(timeInterval: 1e6, repeats: false) { _ in }
   foundation.add(keepAlive2, forMode: .default)
-  harness.measure(id: batchID, subject: "Foundation.RunLoop (64 performs, one drain)", group: group, operations: 20_000) { n in
+  harness.measure(id: batchID, subject: .peer("Foundation.RunLoop (64 performs, one drain)"), group: group, operations: 20_000) { n in
     for _ in 0..<(n / 64) {
       for _ in 0..<64 { foundation.perform(inModes: [.default]) { counter.value &+= 1 } }
       foundation.run(until: Date())
@@ -204,8 +204,8 @@ private func crossThreadWakeRows(_ harness: Harness, id: String) {
     ours.append(runLoopPingPong(roundTrips: roundTrips))
     raw.append(eventfdPingPong(roundTrips: roundTrips))
   }
-  harness.record(id: id, subject: "RunLoop (source signal + wakeUp, round trip)", group: "RunLoop", nanoseconds: ours)
-  harness.record(id: id, subject: "raw eventfd ping-pong (round trip)", group: "RunLoop", nanoseconds: raw)
+  harness.record(id: id, subject: .toolkit("RunLoop (source signal + wakeUp, round trip)"), group: "RunLoop", nanoseconds: ours)
+  harness.record(id: id, subject: .peer("raw eventfd ping-pong (round trip)"), group: "RunLoop", nanoseconds: raw)
 }
 
 // MARK: Timer lateness
@@ -246,13 +246,13 @@ private func benchmarkTimerLateness(_ harness: Harness) {
   Foundation.RunLoop.current.add(foundationTimer, forMode: .default)
   while foundationTimer.isValid { Foundation.RunLoop.current.run(until: Date(timeIntervalSinceNow: 0.1)) }
 
-  harness.record(id: id, subject: "RunLoopTimer 2 ms (lateness, ns)", group: "RunLoop", nanoseconds: ours.values)
-  harness.record(id: id, subject: "Foundation.Timer 2 ms (lateness, ns)", group: "RunLoop", nanoseconds: theirs.values)
+  harness.record(id: id, subject: .toolkit("RunLoopTimer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: ours.values)
+  harness.record(id: id, subject: .peer("Foundation.Timer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: theirs.values)
   harness.record(
-    id: id + "-p99", subject: "RunLoopTimer 2 ms (p99 lateness, ns)", group: "RunLoop",
+    id: id + "-p99", subject: .toolkit("RunLoopTimer 2 ms (p99 lateness, ns)"), group: "RunLoop",
     nanoseconds: [percentile(ours.values, 0.99)])
   harness.record(
-    id: id + "-p99", subject: "Foundation.Timer 2 ms (p99 lateness, ns)", group: "RunLoop",
+    id: id + "-p99", subject: .peer("Foundation.Timer 2 ms (p99 lateness, ns)"), group: "RunLoop",
     nanoseconds: [percentile(theirs.values, 0.99)])
 }
 
@@ -299,16 +299,16 @@ private func benchmarkIdleCPU(_ harness: Harness) {
     theirs.append((after2.cpu - before2.cpu, after2.sleeps - before2.sleeps))
   }
   harness.record(
-    id: id, subject: "RunLoop, far-future timer only (CPU ns per idle run)", group: "RunLoop",
+    id: id, subject: .toolkit("RunLoop, far-future timer only (CPU ns per idle run)"), group: "RunLoop",
     nanoseconds: ours.map(\.cpu))
   harness.record(
-    id: id, subject: "Foundation.RunLoop, far-future timer only (CPU ns per idle run)", group: "RunLoop",
+    id: id, subject: .peer("Foundation.RunLoop, far-future timer only (CPU ns per idle run)"), group: "RunLoop",
     nanoseconds: theirs.map(\.cpu))
   // Not nanoseconds: how many times the thread slept (voluntary context switches) per idle run.
   harness.record(
-    id: id + "-sleeps", subject: "RunLoop (blocking waits per idle run)", group: "RunLoop",
+    id: id + "-sleeps", subject: .toolkit("RunLoop (blocking waits per idle run)"), group: "RunLoop",
     nanoseconds: ours.map(\.sleeps))
   harness.record(
-    id: id + "-sleeps", subject: "Foundation.RunLoop (blocking waits per idle run)", group: "RunLoop",
+    id: id + "-sleeps", subject: .peer("Foundation.RunLoop (blocking waits per idle run)"), group: "RunLoop",
     nanoseconds: theirs.map(\.sleeps))
 }

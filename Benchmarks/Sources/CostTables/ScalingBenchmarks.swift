@@ -30,7 +30,7 @@ func registerScalingBenchmarks(_ harness: Harness) {
       }
       for timer in timers { runLoop.add(timer, forMode: mode) }
       harness.measure(
-        id: "runloop.pass-with-timers-\(count)", subject: "RunLoop (zero-timeout pass)", group: group,
+        id: "runloop.pass-with-timers-\(count)", subject: .toolkit("RunLoop (zero-timeout pass)"), group: group,
         operations: max(100, 200_000 / count)
       ) { iterations in
         for _ in 0..<iterations { _ = runLoop.run(mode: mode, timeout: .zero) }
@@ -61,7 +61,7 @@ func registerScalingBenchmarks(_ harness: Harness) {
         continue
       }
       harness.measure(
-        id: "runloop.pass-with-fd-sources-\(count)", subject: "RunLoop (zero-timeout pass)", group: group,
+        id: "runloop.pass-with-fd-sources-\(count)", subject: .toolkit("RunLoop (zero-timeout pass)"), group: group,
         operations: max(100, 200_000 / count)
       ) { iterations in
         for _ in 0..<iterations { _ = runLoop.run(mode: mode, timeout: .zero) }
@@ -87,7 +87,7 @@ func registerScalingBenchmarks(_ harness: Harness) {
       parked.wait()
       let samples = (0..<(harness.quick ? 5 : 101)).map { _ in createToStartNanoseconds() }
       harness.record(
-        id: "thread.create-with-existing-\(count)", subject: "Threads.Thread (create to start)",
+        id: "thread.create-with-existing-\(count)", subject: .toolkit("Threads.Thread (create to start)"),
         group: group, nanoseconds: samples)
       for _ in 0..<count { release.signal() }
       for sleeper in sleepers { sleeper.join() }

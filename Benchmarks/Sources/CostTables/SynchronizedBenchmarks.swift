@@ -21,16 +21,16 @@ func registerSynchronizedBenchmarks(_ harness: Harness) {
   let lock = NSRecursiveLock()
 
   harness.measureInterleaved(id: id, group: group, operations: operations, [
-    ("Sync.synchronized(obj)", { iterations in
+    (.toolkit("Sync.synchronized(obj)"), { iterations in
       for _ in 0..<iterations { synchronized(account) { account.balance &+= 1 } }
     }),
-    ("Sync.Mutex.withLock", { iterations in
+    (.toolkit("Sync.Mutex.withLock"), { iterations in
       for _ in 0..<iterations { mutex.withLock { account.balance &+= 1 } }
     }),
-    ("Sync.RecursiveMutex.withLock", { iterations in
+    (.toolkit("Sync.RecursiveMutex.withLock"), { iterations in
       for _ in 0..<iterations { recursive.withLock { account.balance &+= 1 } }
     }),
-    ("Foundation.NSRecursiveLock", { iterations in
+    (.peer("Foundation.NSRecursiveLock"), { iterations in
       for _ in 0..<iterations {
         lock.lock()
         account.balance &+= 1

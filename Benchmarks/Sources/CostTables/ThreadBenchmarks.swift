@@ -45,15 +45,15 @@ func registerThreadBenchmarks(_ harness: Harness) {
   if harness.wants("thread.create-to-start") {
     let batches = harness.quick ? 3 : 21
     let perBatch = harness.quick ? 5 : 50
-    var samples: [String: [Double]] = [:]
-    var means: [String: [Double]] = [:]
-    let subjects: [(String, () -> Double)] = [
-      ("Threads.Thread", { toolkitCreateToStart() }),
-      ("pthread", { rawPthreadCreateToStart(stackSize: stackSize) }),
-      ("Foundation.Thread", { foundationCreateToStart(stackSize: stackSize) }),
+    var samples: [Subject: [Double]] = [:]
+    var means: [Subject: [Double]] = [:]
+    let subjects: [(Subject, () -> Double)] = [
+      (.toolkit("Threads.Thread"), { toolkitCreateToStart() }),
+      (.peer("pthread"), { rawPthreadCreateToStart(stackSize: stackSize) }),
+      (.peer("Foundation.Thread"), { foundationCreateToStart(stackSize: stackSize) }),
     ]
     for batchIndex in 0..<batches {
-      var batch: [String: [Double]] = [:]
+      var batch: [Subject: [Double]] = [:]
       for index in 0..<perBatch {
         // Rotate the order so no subject always follows the same one.
         for offset in 0..<subjects.count {
@@ -66,7 +66,7 @@ func registerThreadBenchmarks(_ harness: Harness) {
         means[subject, default: []].append(values.reduce(0, +) / Double(values.count))
       }
     }
-    for subject in ["Threads.Thread", "pthread", "Foundation.Thread"] {
+    for (subject, _) in subjects {
       harness.record(id: "thread.create-to-start", subject: subject, group: group, nanoseconds: samples[subject]!)
       harness.record(id: "thread.create-to-start.mean", subject: subject, group: group, nanoseconds: means[subject]!)
     }
@@ -77,12 +77,12 @@ func registerThreadBenchmarks(_ harness: Harness) {
   if harness.wants("thread.create-join") {
     let perSample = harness.quick ? 5 : 50
     let sampleCount = harness.quick ? 3 : 21
-    let subjects: [(String, () -> Void)] = [
-      ("Threads.Thread", { try! Threads.Thread.spawn {}.join() }),
-      ("pthread", { rawPthreadCreateJoin(stackSize: stackSize) }),
-      ("Foundation.Thread", { foundationStartAndWait(stackSize: stackSize) }),
+    let subjects: [(Subject, () -> Void)] = [
+      (.toolkit("Threads.Thread"), { try! Threads.Thread.spawn {}.join() }),
+      (.peer("pthread"), { rawPthreadCreateJoin(stackSize: stackSize) }),
+      (.peer("Foundation.Thread"), { foundationStartAndWait(stackSize: stackSize) }),
     ]
-    var samples: [String: [Double]] = [:]
+    var samples: [Subject: [Double]] = [:]
     for round in 0..<(sampleCount + 1) {  // round 0 warms up
       for offset in 0..<subjects.count {
         let (subject, operation) = subjects[(round + offset) % subjects.count]
@@ -100,26 +100,26 @@ func registerThreadBenchmarks(_ harness: Harness) {
   // MARK: per-thread state (beyond the guide)
 
   let lookups = 1_000_000
-  harness.measure(id: "thread.current", subject: "Threads.Thread", group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.current", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups) { count in
     for _ in 0..<count { blackHole(Threads.Thread.current) }
   }
-  harness.measure(id: "thread.current", subject: "Foundation.Thread", group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.current", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups) { count in
     for _ in 0..<count { blackHole(Foundation.Thread.current) }
   }
-  harness.measure(id: "thread.current", subject: "pthread (pthread_getspecific)", group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.current", subject: .peer("pthread (pthread_getspecific)"), group: "Threads", operations: lookups) { count in
     let key = rawKey
     for _ in 0..<count { blackHole(pthread_getspecific(key)) }
   }
-  harness.measure(id: "thread.exit-request-check", subject: "Threads.Thread", group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.exit-request-check", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups) { count in
     let thread = Threads.Thread.current
     for _ in 0..<count { blackHole(thread.isExitRequested) }
   }
   Threads.Thread.current.threadDictionary["bench"] = 1
-  harness.measure(id: "thread.dictionary-read", subject: "Threads.Thread", group: "Threads", operations: lookups / 10) { count in
+  harness.measure(id: "thread.dictionary-read", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups / 10) { count in
     for _ in 0..<count { blackHole(Threads.Thread.current.threadDictionary["bench"]) }
   }
   Foundation.Thread.current.threadDictionary["bench"] = 1
-  harness.measure(id: "thread.dictionary-read", subject: "Foundation.Thread", group: "Threads", operations: lookups / 10) { count in
+  harness.measure(id: "thread.dictionary-read", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups / 10) { count in
     for _ in 0..<count { blackHole(Foundation.Thread.current.threadDictionary["bench"]) }
   }
 
@@ -135,7 +135,7 @@ func registerThreadBenchmarks(_ harness: Harness) {
       let sizes = (0..<(harness.quick ? 1 : 5)).map { _ in
         try! Threads.Thread.spawn(configuration: configuration) { currentStackMapping() }.join()
       }
-      let subject = "Threads.Thread (\(label))"
+      let subject = Subject.toolkit("Threads.Thread (\(label))")
       harness.record(id: "thread.stack-reserved-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.size) })
       harness.record(id: "thread.stack-resident-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.rss) })
     }
@@ -164,18 +164,18 @@ func registerThreadBenchmarks(_ harness: Harness) {
       slabPerThread.append(Double(after.unreclaimableSlab - before.unreclaimableSlab) / Double(count))
       rssPerThread.append(Double(after.residentSet - before.residentSet) / Double(count))
     }
-    harness.record(id: "thread.kernel-stack-bytes", subject: "Linux (KernelStack / thread)", group: group, nanoseconds: stackPerThread)
+    harness.record(id: "thread.kernel-stack-bytes", subject: .peer("Linux (KernelStack / thread)"), group: group, nanoseconds: stackPerThread)
     // The per-thread kernel objects by their slab sizes (root only): the task_struct, its pid,
     // and the two VMAs of the stack (stack and guard). Signal, file and mm structures are
     // shared by the threads of a process.
     if let slab = slabObjectSizes(["task_struct", "pid", "vm_area_struct"]), slab.count == 3 {
       let bytes = Double(slab["task_struct"]! + slab["pid"]! + 2 * slab["vm_area_struct"]!)
       harness.record(
-        id: "thread.kernel-objects-bytes", subject: "Linux (task_struct + pid + 2 VMAs, /proc/slabinfo)",
+        id: "thread.kernel-objects-bytes", subject: .peer("Linux (task_struct + pid + 2 VMAs, /proc/slabinfo)"),
         group: group, nanoseconds: [bytes])
     }
-    harness.record(id: "thread.kernel-slab-bytes", subject: "Linux (SUnreclaim / thread)", group: group, nanoseconds: slabPerThread)
-    harness.record(id: "thread.process-resident-bytes", subject: "Threads.Thread (VmRSS / parked thread)", group: group, nanoseconds: rssPerThread)
+    harness.record(id: "thread.kernel-slab-bytes", subject: .peer("Linux (SUnreclaim / thread)"), group: group, nanoseconds: slabPerThread)
+    harness.record(id: "thread.process-resident-bytes", subject: .toolkit("Threads.Thread (VmRSS / parked thread)"), group: group, nanoseconds: rssPerThread)
   }
 }
 
