@@ -727,8 +727,14 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       }
       if top.stopped { return (.stopped, top.mask) }
       firstPass = false
-      if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 { notify(.beforeTimers, mode) }
-      if top.mask & RunLoopActivity.beforeSources.rawValue != 0 { notify(.beforeSources, mode) }
+      if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 {
+        notify(.beforeTimers, mode)
+        // Those observers may have added before-sources observers, which this pass calls
+        // (`notify` reads the current mask).
+        notify(.beforeSources, mode)
+      } else if top.mask & RunLoopActivity.beforeSources.rawValue != 0 {
+        notify(.beforeSources, mode)
+      }
       if let (queued, common) = top.blocks {
         runBlocks(queued, common, mode)
       } else if top.mask & beforeMask != 0 {
@@ -849,7 +855,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Fires the signalled sources of `mode`, lower order first, equal orders in the order
-  /// added (only the first when `onlyOne`). Returns whether one fired. Looks at the mode's
+  /// added (only the first whose handler ran when `onlyOne`). Returns whether a handler ran. Looks at the mode's
   /// custom sources and at the descriptor members this loop found ready, never at idle
   /// members.
   func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
@@ -876,15 +882,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       }
       return (nil, ready, listed)
     }
-    if let claimed {
-      claimed.performCallback()
-      return true
-    }
+    if let claimed { return claimed.fire() }
     if candidates.isEmpty { return false }
     var handled = false
     for source in candidates {
-      if source.claimSignal() {
-        source.performCallback()
+      // A descriptor drained since it was reported runs no handler and does not count.
+      if source.claimSignal() && source.fire() {
         handled = true
         if onlyOne { break }
       }

@@ -39,6 +39,10 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   let scheduleCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let cancelCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let performCallback: @Sendable () -> Void
+  /// For a descriptor member's source: its perform callback, which says whether a handler
+  /// ran (a descriptor drained since it was reported runs none). Nil for every other source,
+  /// whose `performCallback` always counts as handled.
+  let reportingPerformCallback: (@Sendable () -> Bool)?
   /// True for the sources of descriptor members, which only a run loop signals (when its
   /// epoll wait reports their descriptor): the loop lists them as it signals them, so its
   /// passes never scan them. Sources made with the public initializer are false.
@@ -55,33 +59,49 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   /// The run loops the source has been added to (deduplicated). Protected by `lock`.
   var runLoops: [WeakRunLoop] = []
 
-  /// Creates a valid, unsignalled source.
+  /// Creates a valid, unsignalled source. Its firing always counts as a handled source for
+  /// ``RunLoop/run(mode:before:returnAfterSourceHandled:)``.
   ///
   /// - Parameters:
   ///   - order: firing order within a pass, lower first.
   ///   - schedule: called when the source is added to a mode of a run loop.
   ///   - cancel: called when the source leaves a mode (removal or invalidation).
   ///   - perform: the work, called on the run loop's thread when the source fires.
-  public convenience init(
+  public init(
     order: Int = 0,
     schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
     cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
     perform: @escaping @Sendable () -> Void
   ) {
-    self.init(order: order, schedule: schedule, cancel: cancel, signalledByRunLoop: false, perform: perform)
+    self.order = order
+    self.scheduleCallback = schedule
+    self.cancelCallback = cancel
+    self.isSignalledByRunLoop = false
+    self.performCallback = perform
+    self.reportingPerformCallback = nil
   }
 
-  /// The designated initializer; `signalledByRunLoop` marks a descriptor member's source.
+  /// A descriptor member's source (signalled only by run loops): `perform` returns whether
+  /// the member's handler ran, which is what `returnAfterSourceHandled` counts.
   init(
     order: Int, schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
-    cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)?, signalledByRunLoop: Bool,
-    perform: @escaping @Sendable () -> Void
+    cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
+    signalledByRunLoopPerform perform: @escaping @Sendable () -> Bool
   ) {
     self.order = order
     self.scheduleCallback = schedule
     self.cancelCallback = cancel
-    self.isSignalledByRunLoop = signalledByRunLoop
-    self.performCallback = perform
+    self.isSignalledByRunLoop = true
+    self.performCallback = { _ = perform() }
+    self.reportingPerformCallback = perform
+  }
+
+  /// Runs the perform callback (on the run loop's thread, after the signal was claimed) and
+  /// returns whether a handler ran.
+  func fire() -> Bool {
+    if let reportingPerformCallback { return reportingPerformCallback() }
+    performCallback()
+    return true
   }
 
   /// Marks the source ready to fire. Does not wake a sleeping run loop: call

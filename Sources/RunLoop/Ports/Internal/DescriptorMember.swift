@@ -56,8 +56,7 @@ final class DescriptorMember: @unchecked Sendable {
       order: 0,
       schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
       cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
-      signalledByRunLoop: true,
-      perform: { [weak self] in self?.perform() })
+      signalledByRunLoopPerform: { [weak self] in self?.perform() ?? false })
     DescriptorMember.registryLock.withLock { DescriptorMember.registry[token] = WeakMember(value: self) }
   }
 
@@ -135,21 +134,26 @@ final class DescriptorMember: @unchecked Sendable {
     runLoop.memberRemoved()
   }
 
-  private func perform() {
+  /// Calls the handler if the descriptor is still ready (it may have been drained since the
+  /// wait reported it) and re-arms it; returns whether the handler ran.
+  private func perform() -> Bool {
     let events = currentInterest
+    var handled = false
     if events != 0 {
       var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: events), revents: 0)
       let ready = poll(&entry, 1, 0)
       if ready > 0 {
         handler(UInt32(UInt16(bitPattern: entry.revents)))
+        handled = true
       } else if ready < 0 && errno != EINTR {
         fatalError("RunLoop: \(SystemCallError(call: "poll", errno: errno))")
       }
     }
     // Re-arm after the handler, in every loop: whatever is still ready is reported again.
     let (targets, now): ([RunLoop], UInt32) = lock.withLock { (loops.compactMap(\.runLoop.value), interest) }
-    if !source.isValid { return }
+    if !source.isValid { return handled }
     for runLoop in targets { rearm(in: runLoop, interest: now) }
+    return handled
   }
 
   private func rearm(in runLoop: RunLoop, interest: UInt32) {
