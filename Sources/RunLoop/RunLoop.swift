@@ -26,8 +26,17 @@ import Sync
 /// **Where this differs from Core Foundation** (each on purpose): deadlines and timers use the
 /// monotonic clock; timers never fire early; a mode left with nothing that could end a wait
 /// (no sources, timers or blocks) ends the run with `finished` instead of sleeping until the
-/// deadline; and a `Threads` exit request for the loop's thread stops its innermost run.
-/// A `stop` or `wakeUp` while the loop is not running is dropped, as in Core Foundation.
+/// deadline, also when another thread removes or invalidates the mode's last timer or source
+/// while the loop sleeps; and a `Threads` exit request for the loop's thread (see below)
+/// ends its runs. A `stop` or `wakeUp` while the loop is not running is dropped, as in Core
+/// Foundation.
+///
+/// **Exit requests**: once ``Threads/Thread/requestExit()`` was called for the loop's thread,
+/// every active run of the loop (nested runs and the runs they are nested in) returns
+/// ``RunLoopRunResult/stopped`` at the end of its current pass (at once if it sleeps), and
+/// every later run returns ``RunLoopRunResult/stopped`` at once, without entry or exit
+/// notifications. So `while !Thread.current.isExitRequested { runLoop.run(...) }` ends
+/// promptly however the request races with the check and the run.
 ///
 /// **Thread safety**: every method may be called from any thread (the Core Foundation rule),
 /// except that running the loop is reserved to its thread. Callbacks run on the loop's thread
@@ -91,22 +100,39 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// |---|---|---|---|
   /// | `ignoringWakeUps` | owner: after a wait, and while not running | owner: top of a pass | the loop will re-check everything before it sleeps again: nothing to do |
   /// | `wakeUpPending` | `wakeUp` (compare-and-swap) | owner: when its sleep ends, or instead of sleeping | a wake-up arrived since the top of the pass: the coming sleep must not happen |
-  /// | `wakeUpDropped` | `wakeUp` while ignoring | owner: top of an outermost pass | a nested run may have swallowed a wake-up meant for an outer one |
+  /// | `wakeUpDropped` | `wakeUp` while ignoring | owner: top of a pass, end of a nested run | a wake-up arrived while the loop ignored them: outer runs must hear of it |
   /// | `sleepingOnFutex` | owner: compare-and-swap just before `futex_wait` on this word | owner: when the sleep ends | a waker must `futex_wake` |
   /// | `sleepingInEpoll` | owner: compare-and-swap just before `epoll_wait` | owner: when the sleep ends | a waker must write the eventfd |
+  /// | `exitRequested` | the thread's exit-request handler, before its `wakeUp` | never | every run ends with `stopped`; no sleep may start |
   ///
   /// Why no wake-up is lost: the owner clears `ignoringWakeUps` (a full-barrier RMW) before it
   /// reads sources, blocks and the stop flag; a client writes those (under their locks) before
   /// it reads this word with a full barrier. So either the owner sees the client's change, or
   /// the client sets `wakeUpPending`. The owner goes to sleep only by a compare-and-swap that
-  /// requires `wakeUpPending` clear, and a waker that finds a sleeping bit makes the system
-  /// call that ends that sleep; a waker that finds none makes no system call at all.
+  /// requires `wakeUpPending` and `exitRequested` clear, and a waker that finds a sleeping bit
+  /// makes the system call that ends that sleep; a waker that finds none makes no system call
+  /// at all. The exit bit needs no barrier argument: it is set by an RMW on this same word,
+  /// so it is ordered against the owner's top-of-pass RMW and its sleeping compare-and-swap
+  /// (the owner sees it at one of them, or sleeps first and is woken by the `wakeUp` after it).
+  ///
+  /// Why nesting loses none either: a wake-up is meant for whichever run should re-check, and
+  /// only the innermost run can receive it. So every wake-up the loop receives while runs are
+  /// nested is passed on to every outer activation (`Activation.wokenWhileNested`): one that
+  /// the nested run consumed (`wakeUpPending` cleared in `wait`, reported through
+  /// `consumedWakeUp`), and one dropped while it ignored them (`wakeUpDropped`, collected at
+  /// the top of its next pass or when it ends). An activation so marked does not sleep
+  /// before the top of its next pass, which re-checks everything (the client's writes are
+  /// visible there: they precede its wake-up, which the owner observed by an RMW). A wake-up
+  /// still pending when a nested run ends simply stays pending for the outer run. The cost is
+  /// at most one extra pass per outer run for a wake-up that was meant for the nested run;
+  /// nothing changes for a loop that is not nested.
   let wakeState = AtomicInteger<UInt32>(RunLoop.ignoringWakeUps)
   static let ignoringWakeUps: UInt32 = 1
   static let wakeUpPending: UInt32 = 2
   static let wakeUpDropped: UInt32 = 4
   static let sleepingOnFutex: UInt32 = 8
   static let sleepingInEpoll: UInt32 = 16
+  static let exitRequested: UInt32 = 32
   /// How the loop sleeps right now (meaningful while `isSleeping`). Protected by `lock`.
   var sleepsOnFutex = false
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
@@ -122,6 +148,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Set when a wait reported a descriptor member (issue 6), so the same pass delivers it.
   /// Read and written only by the thread running the loop.
   var descriptorMembersReady = false
+  /// Set by `wait` when it consumed a wake-up (`wakeUpPending`), so the pass can pass it on
+  /// to outer activations. Read and written only by the thread running the loop.
+  var consumedWakeUp = false
 
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)
@@ -292,7 +321,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         guard let index = commonSources.firstIndex(where: { $0 === source }) else { return [] }
         commonSources.remove(at: index)
       }
-      return concreteModes(mode).filter { modes[$0]?.remove(source) ?? false }
+      let left = concreteModes(mode).filter { modes[$0]?.remove(source) ?? false }
+      if !left.isEmpty { wakeUpIfARunIsLeftEmpty() }
+      return left
     }
     for name in left { source.cancelCallback?(self, name) }
   }
@@ -310,7 +341,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   func removeFromEveryMode(_ source: RunLoopSource) {
     let left: [RunLoopMode] = lock.withLock {
       commonSources.removeAll { $0 === source }
-      return modes.values.filter { $0.remove(source) }.map(\.name)
+      let left = modes.values.filter { $0.remove(source) }.map(\.name)
+      if !left.isEmpty { wakeUpIfARunIsLeftEmpty() }
+      return left
     }
     for name in left { source.cancelCallback?(self, name) }
   }
@@ -361,6 +394,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       }
       for name in concreteModes(mode) { _ = modes[name]?.remove(timer) }
       releaseTimerIfUnscheduled(timer)
+      wakeUpIfARunIsLeftEmpty()
     }
   }
 
@@ -394,6 +428,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       commonTimers.removeAll { $0 === timer }
       for mode in modes.values { _ = mode.remove(timer) }
       rearmIfSleeping()
+      wakeUpIfARunIsLeftEmpty()
     }
   }
 
@@ -588,6 +623,35 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     if running { wakeUp() }
   }
 
+  /// The loop's thread was asked to exit: from now on every run of the loop ends (see the
+  /// type's "Exit requests"). Called by the thread's exit-request handler, on any thread;
+  /// lock-free.
+  func threadExitRequested() {
+    // Set before the wake-up, by an RMW on the word the owner checks before every sleep.
+    _ = wakeState.fetchOr(RunLoop.exitRequested, ordering: .full)
+    wakeUp()
+  }
+
+  /// Whether the loop's thread was asked to exit. Called by the loop's thread.
+  var isExitRequested: Bool {
+    wakeState.load(ordering: .acquiring) & RunLoop.exitRequested != 0
+  }
+
+  /// Marks every activation but the innermost as woken: a wake-up the innermost run received
+  /// may have been meant for any of them (see `wakeState`). Called with `lock` held.
+  func passWakeUpToOuterActivations() {
+    for activation in activations.dropLast() { activation.wokenWhileNested = true }
+  }
+
+  /// Wakes the loop when a run's mode has nothing left that could end a wait, so that run
+  /// returns finished instead of sleeping on. Called with `lock` held after an item left a
+  /// mode; costs nothing when the loop is not running. Any activation counts, not only the
+  /// innermost: the wake-up reaches an outer run through `passWakeUpToOuterActivations`.
+  func wakeUpIfARunIsLeftEmpty() {
+    if activations.isEmpty { return }
+    if activations.contains(where: { isEmpty($0.mode) }) { wakeUp() }
+  }
+
   /// Whether the loop is asleep waiting for an event. Meant for other threads (is it worth
   /// waking?); about your own thread's loop it is always false. (`CFRunLoopIsWaiting`)
   public var isWaiting: Bool {
@@ -626,11 +690,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Runs the loop in `mode` until `deadline` passes (``RunLoopRunResult/timedOut``),
-  /// ``stop()`` (``RunLoopRunResult/stopped``), the mode has no sources or timers
-  /// (``RunLoopRunResult/finished``, at once and without entry/exit notifications if it has
-  /// none on entry), or - when `returnAfterSourceHandled` - one custom source fired
-  /// (``RunLoopRunResult/handledSource``). A deadline already passed makes exactly one pass.
-  /// Runs nest: a callback may run the loop again in any mode; ``stop()`` ends the innermost.
+  /// ``stop()`` or an exit request for the loop's thread (``RunLoopRunResult/stopped``, at
+  /// once and without entry/exit notifications when the exit was requested before the call),
+  /// the mode has no sources or timers (``RunLoopRunResult/finished``, at once and without
+  /// entry/exit notifications if it has none on entry), or - when `returnAfterSourceHandled`
+  /// - one source's handler ran (``RunLoopRunResult/handledSource``). A deadline already
+  /// passed makes exactly one pass. Runs nest: a callback may run the loop again in any mode;
+  /// ``stop()`` ends the innermost, an exit request ends them all.
   ///
   /// Blocks the calling thread. Misuse stops the process with a message: running another
   /// thread's run loop, or running in ``RunLoopMode/common``. (`CFRunLoopRunInMode`, with a
@@ -645,6 +711,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     if mode == .common {
       runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
     }
+    // The thread was asked to exit: no run starts (its check and this call may have raced).
+    if isExitRequested { return .stopped }
     let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
       guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
       let activation = Activation(mode: items)
@@ -664,14 +732,16 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     lock.withLock {
       activations.removeLast()
       currentRunDeadline = previousDeadline
-      // Back in the outer activation (mid-pass: wake-ups count), or not running (ignored).
+      // Back in the outer activation (mid-pass: wake-ups count unless it ignores them), or
+      // not running (ignored).
+      // An outer activation that ignores them keeps `wakeUpDropped` for the top of its next
+      // pass, which re-checks and passes it further out.
       if let outer = activations.last, !outer.ignoresWakeUps {
-        let state = wakeState.and(~RunLoop.ignoringWakeUps, ordering: .full)
-        // A wake-up swallowed while the nested run ignored them may have been meant for this
-        // activation, which will not re-check before it sleeps: make that sleep end at once.
-        // (This thread is the one that would sleep, so the bit alone suffices.)
-        if state & RunLoop.wakeUpDropped != 0 && state & RunLoop.wakeUpPending == 0 {
-          _ = wakeState.or(RunLoop.wakeUpPending, ordering: .full)
+        let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+        // A wake-up dropped while the nested run ignored them may have been meant for any
+        // outer activation, which may not re-check before it sleeps.
+        if state & RunLoop.wakeUpDropped != 0 {
+          for activation in activations { activation.wokenWhileNested = true }
         }
       } else {
         _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
@@ -713,11 +783,14 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       // Top of the pass: from here on a wake-up must end the coming sleep.
       let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
         activation.ignoresWakeUps = false
-        // The outermost pass re-checks everything, so dropped wake-ups are accounted for.
-        let cleared = activations.count == 1 ? RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped : RunLoop.ignoringWakeUps
+        // This pass re-checks everything, so a wake-up received before it is accounted for
+        // here; one dropped while ignoring may also have been meant for an outer activation.
+        activation.wokenWhileNested = false
         // Full: its trailing fence keeps the checks of sources and blocks below after the
         // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
-        _ = wakeState.and(~cleared, ordering: .full)
+        let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+        if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
+        if state & RunLoop.exitRequested != 0 { return (mode.observerMask, true, nil) }
         if firstPass && activation.stopped {  // stopped by an entry observer
           activation.stopped = false
           return (mode.observerMask, true, nil)
@@ -771,6 +844,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         isSleeping = false
         activation.ignoresWakeUps = true
         _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+        if consumedWakeUp {
+          consumedWakeUp = false
+          if activations.count > 1 { passWakeUpToOuterActivations() }
+        }
         consumeReadyTokens(readyCount)
         let due = mode.timers.isEmpty ? [] : mode.dueTimers(at: .now)
         // Blocks can be taken now unless an after-waiting observer or a timer runs first.
@@ -810,7 +887,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       let result: (RunLoopRunResult?, UInt) = lock.withLock {
         if (sourceHandled || portHandled) && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
         if deadlinePassed { return (.timedOut, mode.observerMask) }
-        if activation.stopped {
+        if activation.stopped || isExitRequested {
           activation.stopped = false
           return (.stopped, mode.observerMask)
         }
@@ -928,7 +1005,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// descriptor to watch: a futex cannot watch descriptors, and its timeout would add the
   /// thread's timer slack (50 us by default) to timers, which the timerfd does not.
   func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> WaitPlan {
-    if poll { return memberCount > 0 ? .pollMembers : .none }
+    // A wake-up received by a nested run may have been meant for this one: no sleep before
+    // the next pass has re-checked.
+    if poll || activation.wokenWhileNested { return memberCount > 0 ? .pollMembers : .none }
     let wakeAt = min(activation.mode.earliestWakeDeadline(), deadline)
     if wakeAt == .distantFuture && memberCount == 0 {
       isSleeping = true
@@ -958,9 +1037,11 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     }
     var state = wakeState.load(ordering: .full)
     while true {
+      if state & RunLoop.exitRequested != 0 { return 0 }
       if state & RunLoop.wakeUpPending != 0 {
         // Woken before sleeping: consume the wake-up and make another pass.
         _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
+        consumedWakeUp = true
         return 0
       }
       if wakeState.compareAndSwap(expected: state, desired: state | sleepingBit, ordering: .full) { break }
@@ -975,7 +1056,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     } else {
       count = backend.wait(block: true)
     }
-    _ = wakeState.and(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
+    let ended = wakeState.fetchAnd(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
+    if ended & RunLoop.wakeUpPending != 0 { consumedWakeUp = true }
     return count
   }
 

@@ -23,7 +23,7 @@ import TestSupport
     waitUntil { loopBox.value?.isWaiting == true }
     worker.thread.requestExit()
     worker.join()
-    // One hour-long run, ended at once by the exit request (it stops the innermost run).
+    // One hour-long run, ended at once by the exit request (it ends the thread's runs).
     #expect(
       log.snapshot == [
         "entry", "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "exit", "passes 1",

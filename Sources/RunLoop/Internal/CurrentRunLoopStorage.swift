@@ -13,7 +13,7 @@ import Threads
 /// sources get `cancel`), and the loop is released. The main thread's run loop is also held
 /// globally so any thread can reach it, and lives until the process ends. Creating a thread's
 /// run loop registers an exit-request handler on its `Thread` that stops (and so wakes) the
-/// loop's innermost run, so `thread.requestExit()` is noticed by a sleeping run loop.
+/// loop's runs (and wakes it), so `thread.requestExit()` is noticed by a sleeping run loop.
 enum CurrentRunLoopStorage {
   /// Each thread's run loop, nil until first asked for.
   static let slot = ThreadLocal<RunLoop?>(initialValue: { nil }, destructor: { runLoop in runLoop?.threadDidExit() })
@@ -39,10 +39,11 @@ enum CurrentRunLoopStorage {
     }
     slot.value = runLoop
     ThreadRunLoops.register(runLoop, threadID: Thread.current.id)  // perform(on:) (issue 6)
-    // An exit request ends the innermost run (stop wakes the loop), so
-    // `while !Thread.current.isExitRequested { runLoop.run(...) }` finishes promptly.
+    // An exit request ends every run, current and later, so
+    // `while !Thread.current.isExitRequested { runLoop.run(...) }` finishes promptly. A
+    // request made before this point runs the handler at once.
     // Weak: the Thread object may outlive the run loop (released at thread exit).
-    Thread.current.addExitRequestHandler { [weak runLoop] in runLoop?.stop() }
+    Thread.current.addExitRequestHandler { [weak runLoop] in runLoop?.threadExitRequested() }
     return runLoop
   }
 

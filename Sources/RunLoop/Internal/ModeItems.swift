@@ -210,6 +210,10 @@ final class Activation {
   /// pass the loop is about to re-check everything, so a wake-up needs no system call.
   /// The innermost activation's value is mirrored in `RunLoop.wakeState` for `wakeUp`.
   var ignoresWakeUps = true
+  /// A wake-up arrived while a run nested in this one was active, and may have been meant
+  /// for this one: it must not sleep before the top of its next pass (see
+  /// `RunLoop.wakeState`). Cleared at the top of each of its passes.
+  var wokenWhileNested = false
 
   init(mode: ModeItems) {
     self.mode = mode
