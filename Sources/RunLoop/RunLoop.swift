@@ -733,9 +733,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       activations.removeLast()
       currentRunDeadline = previousDeadline
       // Back in the outer activation (mid-pass: wake-ups count unless it ignores them), or
-      // not running (ignored).
-      // An outer activation that ignores them keeps `wakeUpDropped` for the top of its next
-      // pass, which re-checks and passes it further out.
+      // not running (ignored). An outer activation that ignores them keeps `wakeUpDropped`
+      // for the top of its next pass, which re-checks and passes it further out.
       if let outer = activations.last, !outer.ignoresWakeUps {
         let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
         // A wake-up dropped while the nested run ignored them may have been meant for any
@@ -932,9 +931,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Fires the signalled sources of `mode`, lower order first, equal orders in the order
-  /// added (only the first whose handler ran when `onlyOne`). Returns whether a handler ran. Looks at the mode's
-  /// custom sources and at the descriptor members this loop found ready, never at idle
-  /// members.
+  /// added (when `onlyOne`, until one's handler ran). Returns whether a handler ran. Looks at
+  /// the mode's custom sources and at the descriptor members this loop found ready, never at
+  /// idle members.
   func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
     let (claimed, candidates, listed): (RunLoopSource?, [RunLoopSource], Bool) = lock.withLock {
       let scanned = mode.scannedSources
