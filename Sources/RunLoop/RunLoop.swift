@@ -627,12 +627,16 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// type's "Exit requests"). Called by the thread's exit-request handler, on any thread;
   /// lock-free.
   func threadExitRequested() {
-    // Set before the wake-up, by an RMW on the word the owner checks before every sleep.
+    // Set before the wake-up, by an RMW on the word the owner updates at the top of every
+    // pass and checks by compare-and-swap before every sleep: one modification order, so no
+    // fence argument is needed (see `wakeState`); `.full` for the `wakeUp` load after it.
     _ = wakeState.fetchOr(RunLoop.exitRequested, ordering: .full)
     wakeUp()
   }
 
-  /// Whether the loop's thread was asked to exit. Called by the loop's thread.
+  /// Whether the loop's thread was asked to exit. Called by the loop's thread. An early
+  /// check only (acquiring is enough: it orders nothing else); the decisive ones are the
+  /// read-modify-writes at the top of a pass and before a sleep.
   var isExitRequested: Bool {
     wakeState.load(ordering: .acquiring) & RunLoop.exitRequested != 0
   }
