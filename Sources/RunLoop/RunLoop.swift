@@ -1,5 +1,6 @@
 import CThreadingShims
 import Sync
+import Threads
 
 /// A thread's event loop: waits for custom sources, timers, queued blocks and explicit
 /// wake-ups, and dispatches them on its thread (the guide's run loop, with Core Foundation's
@@ -716,7 +717,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
     }
     // The thread was asked to exit: no run starts (its check and this call may have raced).
-    if isExitRequested { return .stopped }
+    // Its own flag is read too: the handler that sets the loop's bit runs on the requesting
+    // thread after that flag is set, so a thread that saw its flag could otherwise start a
+    // run in between. (Once this check passed, the handler's wake-up ends the run.)
+    if isExitRequested || Thread.current.isExitRequested { return .stopped }
     let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
       guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
       let activation = Activation(mode: items)

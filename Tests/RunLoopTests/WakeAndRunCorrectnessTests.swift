@@ -67,6 +67,31 @@ struct WakeAndRunCorrectnessTests {
     #expect(results.snapshot == [.stopped])
   }
 
+  @Test("a thread that saw its exit request before the run loop's handler ran does not start a run")
+  func runAfterTheThreadSawItsExitRequestEndsAtOnce() {
+    let results = Recorder<RunLoopRunResult>()
+    let ready = Latch(count: 1)
+    let worker = TestThread.spawn {
+      // Added before the run loop's own handler, so it runs first: it holds the requesting
+      // thread until this thread's run has returned.
+      let ranRun = Latch(count: 1)
+      Thread.current.addExitRequestHandler { ranRun.wait() }
+      let runLoop = RunLoop.current
+      let keepAlive = RunLoopSource(perform: {})
+      runLoop.add(keepAlive, forMode: .default)
+      ready.countDown()
+      waitUntil { Thread.current.isExitRequested }
+      results.append(runLoop.run(mode: .default, timeout: Self.bound))
+      ranRun.countDown()
+      keepAlive.invalidate()
+    }
+    ready.wait()
+    let requester = TestThread.spawn { worker.thread.requestExit() }
+    worker.join()
+    requester.join()
+    #expect(results.snapshot == [.stopped])
+  }
+
   @Test("an exit request during a nested run ends the nested run and every outer run")
   func exitRequestEndsEveryNestedRun() {
     let nestedWaiting = Latch(count: 1)
