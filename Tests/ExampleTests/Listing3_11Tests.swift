@@ -6,7 +6,7 @@ import TestSupport
 /// Listing 3-11: a timer created with a first fire 0.1 s ahead and a 0.3 s interval, added to
 /// the common modes. (Times scaled by 1/10.) Being in the common modes, it fires in every
 /// common mode, including one added later.
-@Suite struct Listing3_11Tests {
+@Suite(.timeLimit(.minutes(2))) struct Listing3_11Tests {
   @Test func timerInTheCommonModes() {
     let fires = Recorder<(mode: RunLoopMode?, scheduled: MonotonicInstant, actual: MonotonicInstant)>()
     let firstFire = Box<MonotonicInstant>(.now)

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// Listing 4-2: a POSIX-style mutex (`pthread_mutex_lock`/`unlock` around the work).
-@Suite("Listing 4-2: using a mutex lock")
+@Suite("Listing 4-2: using a mutex lock", .timeLimit(.minutes(2)))
 struct Listing4_2Tests {
   final class Shared: @unchecked Sendable {
     let mutex = Mutex()  // the guide's `pthread_mutex_t mutex` + `pthread_mutex_init`

@@ -44,7 +44,7 @@ private final class PerformExampleWorker: Sendable {
   }
 }
 
-@Suite("Perform requests (Table 3-2)")
+@Suite("Perform requests (Table 3-2)", .timeLimit(.minutes(2)))
 struct PerformRequestExampleTests {
   @Test("performSelectorOnMainThread: workers hand results to the coordinating thread")
   func performOnMain() throws {

@@ -5,7 +5,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite("README examples")
+@Suite("README examples", .timeLimit(.minutes(2)))
 struct ReadmeExamplesTests {
   @Test("Sync in one minute")
   func syncExample() {

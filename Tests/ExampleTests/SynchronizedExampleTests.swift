@@ -5,7 +5,7 @@ import TestSupport
 /// The guide's `@synchronized(anObj) { ... }`: any object is the lock key; everything in
 /// the braces is protected; different objects do not block each other; the block is left
 /// safely when it throws.
-@Suite("@synchronized: object-keyed critical sections")
+@Suite("@synchronized: object-keyed critical sections", .timeLimit(.minutes(2)))
 struct SynchronizedExampleTests {
   final class Inventory: @unchecked Sendable {
     var items: [String: Int] = [:]  // protected by synchronized(self)

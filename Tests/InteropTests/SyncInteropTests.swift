@@ -6,7 +6,7 @@ import Synchronization
 import Sync
 import Testing
 
-@Suite("Sync beside Foundation and Synchronization")
+@Suite("Sync beside Foundation and Synchronization", .timeLimit(.minutes(2)))
 struct SyncInteropTests {
   @Test("every Sync lock type is usable with the peers imported")
   func locks() {

@@ -7,7 +7,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite("Threads and RunLoop beside Foundation")
+@Suite("Threads and RunLoop beside Foundation", .timeLimit(.minutes(2)))
 struct ThreadsRunLoopInteropTests {
   @Test("every Threads public type is usable with Foundation imported")
   func threads() throws {

@@ -2,7 +2,7 @@ import RunLoop
 import Testing
 import TestSupport
 
-@Suite struct MisuseTests {
+@Suite(.timeLimit(.minutes(2))) struct MisuseTests {
   @Test func runningTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let runLoop = RunLoop.current

@@ -3,7 +3,7 @@ import Sync
 import Testing
 import TestSupport
 
-@Suite struct ModeAndBlockTests {
+@Suite(.timeLimit(.minutes(2))) struct ModeAndBlockTests {
   @Test func commonItemsArePresentInEveryCommonModeIncludingLaterOnes() {
     TestThread.run {
       let runLoop = RunLoop.current

@@ -5,7 +5,7 @@ import TestSupport
 
 /// The exact sequence of one run's observer notifications (GUIDE.md section 3, "The order of
 /// one pass"), each on a fresh thread so its run loop starts empty.
-@Suite struct PassOrderTests {
+@Suite(.timeLimit(.minutes(2))) struct PassOrderTests {
   @Test func emptyModeReturnsFinishedAtOnceWithoutEntryOrExit() {
     TestThread.run {
       let log = Recorder<String>()

@@ -3,7 +3,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("Ports: per-user directory")
+@Suite("Ports: per-user directory", .timeLimit(.minutes(2)))
 struct PortsDirectoryTests {
   @Test("a missing directory is created with mode 0700")
   func creates() throws {

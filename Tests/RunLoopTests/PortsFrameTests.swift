@@ -1,7 +1,7 @@
 @testable import RunLoop
 import Testing
 
-@Suite("Ports: frames and names")
+@Suite("Ports: frames and names", .timeLimit(.minutes(2)))
 struct PortsFrameTests {
   static let samples: [Frame] = [
     Frame(kind: .oneWay, msgid: 100, sequence: 1, replyPortName: "com.MyApp.Thread-7", payload: []),

@@ -43,7 +43,7 @@ func portsChildServer(_ name: String) {
   exit(1)
 }
 
-@Suite("Ports: MessagePort")
+@Suite("Ports: MessagePort", .timeLimit(.minutes(2)))
 struct PortsMessagePortTests {
   @Test("creating a local port under a registered name returns the existing port")
   func existingName() throws {

@@ -84,7 +84,7 @@ extension NamedPortConnection {
   }
 }
 
-@Suite("Ports: named transport")
+@Suite("Ports: named transport", .timeLimit(.minutes(2)))
 struct PortsNamedTransportTests {
   @Test("request/reply and one-way messages between two threads, handled on the serving thread")
   func requestReply() throws {

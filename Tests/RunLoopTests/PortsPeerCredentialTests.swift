@@ -4,7 +4,7 @@ import Sync
 import Testing
 import TestSupport
 
-@Suite("Ports: peer credentials (SO_PEERCRED)")
+@Suite("Ports: peer credentials (SO_PEERCRED)", .timeLimit(.minutes(2)))
 struct PortsPeerCredentialTests {
   @Test("a socket pair reports this process's pid, uid and gid")
   func ownCredentials() throws {

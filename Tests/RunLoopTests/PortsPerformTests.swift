@@ -44,7 +44,7 @@ final class PortsLoopThread: @unchecked Sendable {
   }
 }
 
-@Suite("Ports: perform requests")
+@Suite("Ports: perform requests", .timeLimit(.minutes(2)))
 struct PortsPerformTests {
   @Test("perform on another thread, waiting until done: runs there, before the call returns")
   func waitUntilDone() throws {

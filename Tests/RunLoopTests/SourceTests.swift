@@ -3,7 +3,7 @@ import Sync
 import Testing
 import TestSupport
 
-@Suite struct SourceTests {
+@Suite(.timeLimit(.minutes(2))) struct SourceTests {
   @Test func scheduleAndCancelReceiveTheRunLoopAndMode() {
     let log = Recorder<String>()
     let source = RunLoopSource(

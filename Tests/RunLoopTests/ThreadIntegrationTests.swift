@@ -4,7 +4,7 @@ import Testing
 import Threads
 import TestSupport
 
-@Suite struct ThreadIntegrationTests {
+@Suite(.timeLimit(.minutes(2))) struct ThreadIntegrationTests {
   @Test func exitRequestStopsTheThreadsSleepingRunLoop() {
     let loopBox = Box<RunLoop?>(nil)
     let log = Recorder<String>()

@@ -2,7 +2,7 @@ import Sync
 import Glibc
 import Testing
 
-@Suite("AtomicInteger")
+@Suite("AtomicInteger", .timeLimit(.minutes(2)))
 struct AtomicIntegerTests {
   @Test("returned values: fetch forms return the old value, the guide's forms the new one")
   func returnedValues() {

@@ -15,7 +15,7 @@ func expectTimedOut(from start: MonotonicInstant, timeout: Duration, sourceLocat
   #expect(waited < timeout + .seconds(5), "returned late after \(waited)", sourceLocation: sourceLocation)
 }
 
-@Suite("Condition")
+@Suite("Condition", .timeLimit(.minutes(2)))
 struct ConditionTests {
   @Test("is a lock: lock, tryLock, unlock, withLock")
   func lockSurface() {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("Latch")
+@Suite("Latch", .timeLimit(.minutes(2)))
 struct LatchTests {
   @Test("opens after count count-downs; writes before countDown are visible after wait")
   func opens() {

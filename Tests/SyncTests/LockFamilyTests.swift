@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("RecursiveMutex")
+@Suite("RecursiveMutex", .timeLimit(.minutes(2)))
 struct RecursiveMutexTests {
   @Test("the holder re-acquires and must release as often")
   func levels() {
@@ -63,7 +63,7 @@ struct RecursiveMutexTests {
   }
 }
 
-@Suite("ReadWriteLock")
+@Suite("ReadWriteLock", .timeLimit(.minutes(2)))
 struct ReadWriteLockTests {
   @Test("readers share, writers exclude")
   func sharing() {
@@ -263,7 +263,7 @@ struct ReadWriteLockTests {
   }
 }
 
-@Suite("SpinLock")
+@Suite("SpinLock", .timeLimit(.minutes(2)))
 struct SpinLockTests {
   @Test("basics and exact counts under contention")
   func basics() {
@@ -307,7 +307,7 @@ struct SpinLockTests {
   }
 }
 
-@Suite("Locking protocol")
+@Suite("Locking protocol", .timeLimit(.minutes(2)))
 struct LockingProtocolTests {
   static let locks: [@Sendable () -> any Locking] = [
     { Mutex() }, { RecursiveMutex() }, { ReadWriteLock() }, { SpinLock() },
@@ -325,7 +325,7 @@ struct LockingProtocolTests {
   }
 }
 
-@Suite("MonotonicInstant")
+@Suite("MonotonicInstant", .timeLimit(.minutes(2)))
 struct MonotonicInstantTests {
   @Test("arithmetic saturates and orders")
   func arithmetic() {
@@ -354,7 +354,7 @@ struct MonotonicInstantTests {
   }
 }
 
-@Suite("SystemCallError")
+@Suite("SystemCallError", .timeLimit(.minutes(2)))
 struct SystemCallErrorTests {
   @Test("names the call and the errno")
   func description() {

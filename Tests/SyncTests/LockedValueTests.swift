@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("LockedValue")
+@Suite("LockedValue", .timeLimit(.minutes(2)))
 struct LockedValueTests {
   @Test("withLock gives exclusive access to the value and returns the body's result")
   func basics() {

@@ -18,7 +18,7 @@ func expectExactCount(_ lock: some Locking, threads: Int = 4, increments: Int = 
   #expect(counter.value == threads * increments)
 }
 
-@Suite("Mutex")
+@Suite("Mutex", .timeLimit(.minutes(2)))
 struct MutexTests {
   @Test("lock, tryLock and unlock", arguments: [true, false])
   func basics(checked: Bool) {
@@ -110,7 +110,7 @@ struct MutexTests {
   }
 }
 
-@Suite("Mutex misuse")
+@Suite("Mutex misuse", .timeLimit(.minutes(2)))
 struct MutexMisuseTests {
   @Test("unlocking an unlocked mutex is reported, checked or not")
   func unlockUnlocked() async {

@@ -28,7 +28,7 @@ struct ScratchDirectory {
   }
 }
 
-@Suite("ProcessLock")
+@Suite("ProcessLock", .timeLimit(.minutes(2)))
 struct ProcessLockTests {
   @Test("tryLock takes a free lock, reports busy for a second object, unlock frees it")
   func tryLockAndUnlock() throws {

@@ -2,7 +2,7 @@ import Glibc
 @testable import Sync
 import Testing
 
-@Suite("synchronized(obj)")
+@Suite("synchronized(obj)", .timeLimit(.minutes(2)))
 struct SynchronizedTests {
   final class Account: @unchecked Sendable {
     var balance = 0

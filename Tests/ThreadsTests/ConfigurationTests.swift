@@ -29,7 +29,7 @@ func expectEINVAL(_ call: String, _ edit: (inout ThreadConfiguration) -> Void, s
   }
 }
 
-@Suite("Configuration: stack")
+@Suite("Configuration: stack", .timeLimit(.minutes(2)))
 struct StackConfigurationTests {
   @Test func defaultIsTheGuides512KiB() throws {
     #expect(ThreadConfiguration().stackSize == 512 * 1024)
@@ -78,7 +78,7 @@ struct StackConfigurationTests {
   }
 }
 
-@Suite("Configuration: name")
+@Suite("Configuration: name", .timeLimit(.minutes(2)))
 struct NameConfigurationTests {
   @Test func shortNameReadsBackEverywhere() throws {
     let worker = try Thread.spawn(name: "io-worker") { (Thread.current.name, try Thread.currentKernelName()) }
@@ -125,7 +125,7 @@ struct NameConfigurationTests {
   }
 }
 
-@Suite("Configuration: priority and scheduling")
+@Suite("Configuration: priority and scheduling", .timeLimit(.minutes(2)))
 struct PriorityConfigurationTests {
   @Test func niceMappingFollowsTheDocumentedFormula() {
     #expect(ThreadConfiguration.niceValue(forRelativePriority: 0.5) == 0)
@@ -216,7 +216,7 @@ struct PriorityConfigurationTests {
   }
 }
 
-@Suite("Configuration: CPU affinity")
+@Suite("Configuration: CPU affinity", .timeLimit(.minutes(2)))
 struct AffinityConfigurationTests {
   @Test func affinityIsAppliedAndReadsBack() throws {
     var configuration = ThreadConfiguration()
@@ -249,7 +249,7 @@ struct AffinityConfigurationTests {
   }
 }
 
-@Suite("Creation failures")
+@Suite("Creation failures", .timeLimit(.minutes(2)))
 struct CreationFailureTests {
   @Test func impossibleStackIsATypedError() {
     // 64 TiB of stack: the mmap in pthread_create fails at once; nothing is touched.

@@ -7,7 +7,7 @@ import Testing
 #endif
 
 /// Misuse stops the process with a message; each case runs in a child process.
-@Suite("Misuse is reported")
+@Suite("Misuse is reported", .timeLimit(.minutes(2)))
 struct MisuseTests {
   @Test func joiningTwice() async {
     await #expect(processExitsWith: .failure) { misuseJoinTwice() }

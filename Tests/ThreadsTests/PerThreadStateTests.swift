@@ -10,7 +10,7 @@ final class ReleaseProbe: Sendable {
   deinit { _ = released.increment(ordering: .full) }
 }
 
-@Suite("Thread dictionary")
+@Suite("Thread dictionary", .timeLimit(.minutes(2)))
 struct ThreadDictionaryTests {
   @Test func eachThreadHasItsOwnDictionary() throws {
     Thread.current.threadDictionary["owner"] = "test"
@@ -71,7 +71,7 @@ struct ThreadDictionaryTests {
   }
 }
 
-@Suite("ThreadLocal")
+@Suite("ThreadLocal", .timeLimit(.minutes(2)))
 struct ThreadLocalTests {
   @Test func eachThreadStartsFromTheInitialValue() throws {
     let local = ThreadLocal<Int>(initialValue: { 10 })

@@ -12,7 +12,7 @@ struct ParseError: Error, Equatable {
   var line: Int
 }
 
-@Suite("Spawning, joining and detaching")
+@Suite("Spawning, joining and detaching", .timeLimit(.minutes(2)))
 struct SpawnTests {
   @Test func joinReturnsTheBodysValue() throws {
     let worker = try Thread.spawn(name: "summer") { (1...100).reduce(0, +) }
@@ -99,7 +99,7 @@ struct SpawnTests {
   }
 }
 
-@Suite("Current thread, main thread, ids")
+@Suite("Current thread, main thread, ids", .timeLimit(.minutes(2)))
 struct IdentityTests {
   @Test func currentIsStableOnAThread() throws {
     let worker = try Thread.spawn { Thread.current === Thread.current }
@@ -160,7 +160,7 @@ struct IdentityTests {
   }
 }
 
-@Suite("Exit requests")
+@Suite("Exit requests", .timeLimit(.minutes(2)))
 struct ExitRequestTests {
   @Test func workerObservesARequestFromAnotherThread() throws {
     let started = TestLatch()
@@ -209,7 +209,7 @@ struct ExitRequestTests {
   }
 }
 
-@Suite("Sleeping and yielding")
+@Suite("Sleeping and yielding", .timeLimit(.minutes(2)))
 struct SleepTests {
   @Test func sleepForNeverReturnsEarly() {
     let start = MonotonicInstant.now
@@ -234,7 +234,7 @@ struct SleepTests {
   }
 }
 
-@Suite("Identity and description")
+@Suite("Identity and description", .timeLimit(.minutes(2)))
 struct ThreadIdentityTests {
   @Test func equalityIsIdentityAndDescriptionNamesTheThread() throws {
     let worker = try Thread.spawn(name: "decoder") { Thread.current }
