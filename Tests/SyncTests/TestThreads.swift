@@ -34,7 +34,15 @@ final class Gate: @unchecked Sendable {
   deinit { flag.deallocate() }
   func open() { UInt32.atomicStore(1, at: flag, ordering: .releasing) }
   var isOpen: Bool { UInt32.atomicLoad(at: flag, ordering: .acquiring) == 1 }
-  func wait() { while !isOpen { sched_yield() } }
+  /// Waits until the gate opens; stops the test process, naming the caller, after 60 s (a
+  /// hang fails fast). Timed on the raw monotonic clock, not on the primitives under test.
+  func wait(file: StaticString = #filePath, line: UInt = #line) {
+    let giveUp = monotonicSeconds() + 60
+    while !isOpen {
+      if monotonicSeconds() > giveUp { fatalError("Gate.wait: not opened within 60 s", file: file, line: line) }
+      sched_yield()
+    }
+  }
 }
 
 /// Runs `body` synchronously. Exit-test bodies are async closures, where the toolkit's
@@ -42,4 +50,11 @@ final class Gate: @unchecked Sendable {
 /// that blocking is intended.
 func blocking(_ body: () -> Void) {
   body()
+}
+
+/// Seconds on CLOCK_MONOTONIC, for the test helpers' own give-up limits.
+func monotonicSeconds() -> Double {
+  var now = timespec()
+  precondition(clock_gettime(CLOCK_MONOTONIC, &now) == 0)
+  return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }

@@ -71,9 +71,18 @@ public final class Box<Value: Sendable>: @unchecked Sendable {
 }
 
 /// Waits (yielding the CPU) until `condition` holds; for waiting on another thread's
-/// observable state such as `RunLoop.isWaiting`, never on elapsed time.
-public func waitUntil(_ condition: () -> Bool) {
-  while !condition() { sched_yield() }
+/// observable state such as `RunLoop.isWaiting`, never on elapsed time. Stops the test
+/// process, naming the caller, when the condition does not hold within `limit`: a hang fails
+/// fast instead of blocking the run.
+public func waitUntil(
+  within limit: Duration = .seconds(60), file: StaticString = #filePath, line: UInt = #line,
+  _ condition: () -> Bool
+) {
+  let giveUp = MonotonicInstant.after(limit)
+  while !condition() {
+    if giveUp.hasPassed { fatalError("waitUntil: the condition did not hold within \(limit)", file: file, line: line) }
+    sched_yield()
+  }
 }
 
 /// Runs `body(index)` on `count` toolkit threads and joins them all before returning.

@@ -11,7 +11,11 @@ final class TestLatch: @unchecked Sendable {
 
   init() {
     precondition(pthread_mutex_init(mutex, nil) == 0)
-    precondition(pthread_cond_init(condition, nil) == 0)
+    var attributes = pthread_condattr_t()
+    precondition(pthread_condattr_init(&attributes) == 0)
+    precondition(pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC) == 0)
+    precondition(pthread_cond_init(condition, &attributes) == 0)
+    precondition(pthread_condattr_destroy(&attributes) == 0)
   }
 
   deinit {
@@ -28,9 +32,18 @@ final class TestLatch: @unchecked Sendable {
     precondition(pthread_mutex_unlock(mutex) == 0)
   }
 
-  func wait() {
+  /// Blocks until `open()`; stops the test process, naming the caller, after 60 s on the
+  /// monotonic clock (a hang fails fast).
+  func wait(file: StaticString = #filePath, line: UInt = #line) {
+    var deadline = timespec()
+    precondition(clock_gettime(CLOCK_MONOTONIC, &deadline) == 0)
+    deadline.tv_sec += 60
     precondition(pthread_mutex_lock(mutex) == 0)
-    while !isOpen { precondition(pthread_cond_wait(condition, mutex) == 0) }
+    while !isOpen {
+      let result = pthread_cond_timedwait(condition, mutex, &deadline)
+      if result == ETIMEDOUT { fatalError("TestLatch.wait: not opened within 60 s", file: file, line: line) }
+      precondition(result == 0, "pthread_cond_timedwait failed: \(result)")
+    }
     precondition(pthread_mutex_unlock(mutex) == 0)
   }
 }
