@@ -25,6 +25,15 @@ import Sync
 /// `readinessDescriptor` is for poll/epoll users (the run loop): it is readable exactly when
 /// an element or the invalidation is waiting. Blocking users wait on the condition variables
 /// instead; both paths keep `signalled` in step with the queue.
+///
+/// Waking receivers (several threads may block in ``receive(before:)`` at once) passes a
+/// baton: a send that makes the queue non-empty signals one waiting receiver, and every take
+/// that leaves elements behind while receivers wait signals the next one. So while elements
+/// wait and a receiver sleeps, some receiver is always on its way to take one: the one woken
+/// last (a wake-up is never lost to a receiver that leaves, since a receiver leaves only
+/// when the queue is empty or invalidated). Sends into a non-empty queue signal nobody, so a
+/// burst into one busy receiver costs no wake-ups. Senders need no baton: every take frees
+/// one slot and signals one waiting sender.
 final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   // @unchecked: every stored var is read and written only with `mutex` held.
   private let mutex = Mutex()
@@ -37,6 +46,25 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   private var signalled = false
   private var waitingSenders = 0
   private var waitingReceivers = 0
+  /// Test seam, nil outside tests; see ``TestHooks``.
+  private var testHooks: TestHooks?
+
+  /// Calls a test makes into a blocking receiver, to reproduce an interleaving on purpose.
+  struct TestHooks: Sendable {
+    /// Called with the mutex held once a receiver has registered as waiting, just before it
+    /// sleeps (a send can only follow once it sleeps).
+    var receiverWillWait: (@Sendable () -> Void)?
+    /// Called without the mutex each time a receiver's wait ends, before it looks at the
+    /// queue again: holding it back lets more elements arrive meanwhile.
+    var receiverWoke: (@Sendable () -> Void)?
+  }
+
+  /// Installs (or removes) the test seam.
+  func setTestHooks(_ hooks: TestHooks?) {
+    lock()
+    testHooks = hooks
+    unlock()
+  }
 
   /// The most elements the queue holds; a sender finding it full waits.
   let capacity: Int
@@ -142,10 +170,11 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
       unlock()
       return (nil, 0)
     }
-    let (element, wakeSender) = takeHead()
+    let (element, wakeSender, wakeReceiver) = takeHead()
     let remaining = count
     unlock()
     if wakeSender { notFull.signal() }
+    if wakeReceiver { notEmpty.signal() }
     return (.element(element), remaining)
   }
 
@@ -159,14 +188,21 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
         return .invalid
       }
       if count > 0 {
-        let (element, wakeSender) = takeHead()
+        let (element, wakeSender, wakeReceiver) = takeHead()
         unlock()
         if wakeSender { notFull.signal() }
+        if wakeReceiver { notEmpty.signal() }
         return .element(element)
       }
       waitingReceivers += 1
+      testHooks?.receiverWillWait?()
       let timedOut = !wait(notEmpty, before: deadline)
       waitingReceivers -= 1
+      if let woke = testHooks?.receiverWoke {
+        unlock()
+        woke()
+        lock()
+      }
       if timedOut && count == 0 && !invalidated {
         unlock()
         return .timedOut
@@ -215,15 +251,16 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
 
   // MARK: - Plumbing (all called with `mutex` held)
 
-  /// Removes the head; also says whether a sender waits for room (to be signalled after
-  /// unlocking).
-  private func takeHead() -> (Element, wakeSender: Bool) {
+  /// Removes the head; also says whether a sender waits for room and whether another
+  /// receiver must be woken for the elements left behind (the baton, see the type's doc),
+  /// both to be signalled after unlocking.
+  private func takeHead() -> (Element, wakeSender: Bool, wakeReceiver: Bool) {
     let element = buffer[head]!
     buffer[head] = nil
     head = head + 1 == capacity ? 0 : head + 1
     count -= 1
     if count == 0 { lowerReadiness() }
-    return (element, waitingSenders > 0)
+    return (element, waitingSenders > 0, count > 0 && waitingReceivers > 0)
   }
 
   private func raiseReadiness() {

@@ -32,7 +32,7 @@ final class PortRunLoopLink: @unchecked Sendable {
       if let source { return source }
       let created = RunLoopSource(
         order: 0,
-        schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
+        schedule: { [weak self, queue] runLoop, _ in self?.scheduled(in: runLoop, holding: queue) },
         cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
         perform: { [weak self, queue] in self?.deliver(from: queue) })
       source = created
@@ -88,15 +88,29 @@ final class PortRunLoopLink: @unchecked Sendable {
     handler?()
   }
 
-  private func scheduled(in runLoop: RunLoop) {
-    lock.withLock {
+  /// The source entered a mode of `runLoop` (it is already in the mode: run loops call
+  /// `schedule` after inserting). Messages sent before, or while the add raced with their
+  /// send, found no loop to wake: signal the source for them and wake this loop.
+  ///
+  /// Why no message is missed: a sender enqueues under the queue's mutex and then loads
+  /// `scheduledLoops`; this increments `scheduledLoops` and then reads the count under the
+  /// same mutex. If this read comes first in the mutex's order, the increment happens-before
+  /// the sender's load (program order, then the mutex's release/acquire), so the sender sees
+  /// a scheduled loop and signals; otherwise this read sees the message. Either way someone
+  /// signals, on any architecture.
+  private func scheduled(in runLoop: RunLoop, holding queue: MessageQueue<PortMessage>) {
+    let current: RunLoopSource? = lock.withLock {
       if let index = loops.firstIndex(where: { $0.runLoop === runLoop }) {
         loops[index].modes += 1
       } else {
         loops.append((runLoop, 1))
         _ = scheduledLoops.increment(ordering: .releasing)
       }
+      return source
     }
+    guard queue.pendingCount > 0, let current else { return }
+    current.signal()
+    runLoop.wakeUp()
   }
 
   private func cancelled(in runLoop: RunLoop) {
