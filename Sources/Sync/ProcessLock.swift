@@ -9,8 +9,12 @@
 /// **Beyond the guide: the owner record.** The file holds the owner's process id, host
 /// name and the wall-clock time it was taken, written *before* the lock file appears (the
 /// record is written to a private file, then hard-linked into place with `link`, which is
-/// atomic and fails if the name exists, also on NFS). ``owner()`` reads it, so a caller can
-/// tell a stale lock from a live one before breaking it:
+/// atomic and fails if the name exists, also on NFS). Whether the lock was taken is decided
+/// by the private file's link count after `link` (2: the lock file is that file), not by
+/// what `link` returned: over NFS a retransmitted `link` can report failure for a link the
+/// server made (the recipe of `open(2)`), and trusting the report would leave a lock that
+/// nobody holds. ``owner()`` reads the record, so a caller can tell a stale lock from a live
+/// one before breaking it:
 ///
 /// ```swift
 /// let lock = try ProcessLock(path: "/var/tmp/myapp.lock")
@@ -34,7 +38,7 @@
 /// `ProcessLock` objects for the same path, even in one process, exclude each other.
 /// Process ids are recycled, so ``Owner/isAlive`` can mistake a new process for the dead
 /// owner; it never mistakes a live owner for a dead one. The C functions used are `open`
-/// with `O_CREAT | O_EXCL`, `link`, `unlink` and `kill(pid, 0)`.
+/// with `O_CREAT | O_EXCL`, `link`, `stat`, `unlink` and `kill(pid, 0)`.
 public final class ProcessLock: @unchecked Sendable {
   // @unchecked: `heldToken` is protected by `guardLock`.
 
@@ -72,12 +76,21 @@ public final class ProcessLock: @unchecked Sendable {
 
   let guardLock = Mutex()
   var heldToken: String?
+  /// Makes the hard link: `FileCalls.link`, or a test's stand-in that misreports it.
+  let linkFile: @Sendable (String, String) throws(SystemCallError) -> Bool
 
   /// Creates a lock object for the lock file at `path` (it does not take the lock). Throws
   /// ``SystemCallError`` if the directory that would hold the file does not exist, is not a
   /// directory, or is not writable by this process.
-  public init(path: String) throws(SystemCallError) {
+  public convenience init(path: String) throws(SystemCallError) {
+    try self.init(path: path, linkFile: { (existing, new) throws(SystemCallError) -> Bool in try FileCalls.link(existing, new) })
+  }
+
+  /// A lock whose `link` calls go through `linkFile` (a test seam: a file system that
+  /// performs a link but reports a failure).
+  init(path: String, linkFile: @escaping @Sendable (String, String) throws(SystemCallError) -> Bool) throws(SystemCallError) {
     self.path = path
+    self.linkFile = linkFile
     let directory: String
     if let slash = path.lastIndex(of: "/") {
       directory = slash == path.startIndex ? "/" : String(path[..<slash])
@@ -96,7 +109,8 @@ public final class ProcessLock: @unchecked Sendable {
 
   /// Tries to take the lock; never blocks. Returns `true` when this object now holds it,
   /// `false` when it is busy (held by anyone, including this object). Throws
-  /// ``SystemCallError`` when the file system fails (no space, permission changed).
+  /// ``SystemCallError`` when the file system fails (no space, permission changed); a
+  /// `link` that reports a failure but was made (NFS) takes the lock and throws nothing.
   public func tryLock() throws(SystemCallError) -> Bool {
     try guardLock.withLock { () throws(SystemCallError) -> Bool in
       if heldToken != nil { return false }
@@ -108,10 +122,22 @@ public final class ProcessLock: @unchecked Sendable {
       let record = "pid=\(pid)\nhost=\(host)\nseconds=\(seconds)\nnanoseconds=\(attoseconds / 1_000_000_000)\ntoken=\(token)\n"
       let scratch = "\(path).\(token).tmp"
       try FileCalls.createExclusive(scratch, contents: record)
+      // What `link` reports is only a hint (a retransmitted NFS `link` reports EEXIST, or
+      // another error, for a link the server made); the scratch file's link count says
+      // whether the lock file is our file.
+      let linkReport = Result { () throws(SystemCallError) -> Bool in try linkFile(scratch, path) }
       let acquired: Bool
       do throws(SystemCallError) {
-        acquired = try FileCalls.link(scratch, path)
+        acquired = try FileCalls.linkCount(scratch) == 2
       } catch {
+        // Cannot tell: remove the lock file if it is ours, so no lock is left unowned.
+        if let current = try? FileCalls.read(path), ProcessLock.parse(current)?.token == token {
+          _ = try? FileCalls.unlink(path)
+        }
+        _ = try? FileCalls.unlink(scratch)
+        throw error
+      }
+      if !acquired, case .failure(let error) = linkReport {
         _ = try? FileCalls.unlink(scratch)
         throw error
       }

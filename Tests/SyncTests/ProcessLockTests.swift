@@ -1,5 +1,5 @@
 import Glibc
-import Sync
+@testable import Sync
 import Testing
 
 /// A fresh private directory under /tmp, removed with its contents by `remove()`.
@@ -153,5 +153,70 @@ struct ProcessLockTests {
       let lock = try ProcessLock(path: "/tmp/tk-processlock-misuse-\(getpid()).lock")
       try lock.unlock()
     }
+  }
+
+  /// The names in `directory` other than `.` and `..`.
+  static func entries(of directory: String) -> [String] {
+    var names: [String] = []
+    guard let stream = opendir(directory) else { return names }
+    while let entry = readdir(stream) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+    closedir(stream)
+    return names
+  }
+
+  @Test(
+    "a link the file system made but reported as failed (NFS retransmission) takes the lock",
+    arguments: [EEXIST, EIO])
+  func linkMadeButReportedFailed(reportedErrno: Int32) throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/nfs.lock"
+    let lock = try ProcessLock(path: path) { (existing, new) throws(SystemCallError) -> Bool in
+      _ = try FileCalls.link(existing, new)
+      if reportedErrno == EEXIST { return false }
+      throw SystemCallError(call: "link", errno: reportedErrno)
+    }
+    let other = try ProcessLock(path: path)
+    #expect(try lock.tryLock(), "the lock file is this object's record: it holds the lock")
+    #expect(lock.isHeldByThisObject)
+    #expect(try lock.owner()?.processID == getpid())
+    #expect(try !other.tryLock())
+    #expect(Self.entries(of: scratch.path) == ["nfs.lock"], "the scratch file is removed")
+    try lock.unlock()
+    #expect(try other.owner() == nil, "unlock frees the lock for everyone")
+    #expect(try other.tryLock())
+    try other.unlock()
+  }
+
+  @Test("a link that failed and was not made throws its error and leaves no file behind")
+  func linkReallyFailed() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/failed.lock"
+    let lock = try ProcessLock(path: path) { (_, _) throws(SystemCallError) -> Bool in
+      throw SystemCallError(call: "link", errno: EIO)
+    }
+    #expect(throws: SystemCallError(call: "link", errno: EIO)) { _ = try lock.tryLock() }
+    #expect(!lock.isHeldByThisObject)
+    #expect(Self.entries(of: scratch.path).isEmpty)
+  }
+
+  @Test("a link refused because another object holds the lock reports busy")
+  func linkRefusedWhileHeld() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/busy.lock"
+    let holder = try ProcessLock(path: path)
+    #expect(try holder.tryLock())
+    let lock = try ProcessLock(path: path)
+    #expect(try !lock.tryLock())
+    #expect(try lock.owner() == holder.owner())
+    #expect(Self.entries(of: scratch.path) == ["busy.lock"])
+    try holder.unlock()
   }
 }

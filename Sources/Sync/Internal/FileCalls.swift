@@ -48,6 +48,13 @@ enum FileCalls {
     throw SystemCallError(call: "link", errno: errno)
   }
 
+  /// How many names `path` has (`stat`'s `st_nlink`).
+  static func linkCount(_ path: String) throws(SystemCallError) -> UInt {
+    var info = stat()
+    if path.withCString({ stat($0, &info) }) != 0 { throw SystemCallError(call: "stat", errno: errno) }
+    return UInt(info.st_nlink)
+  }
+
   /// `unlink(path)`; returns false for ENOENT (nothing there).
   @discardableResult
   static func unlink(_ path: String) throws(SystemCallError) -> Bool {
