@@ -8,6 +8,8 @@ import Sync
 /// messages with a handler; **remote** ports are looked up by that name
 /// (``remote(name:connectTimeout:)``), from the same process or any other process of the same
 /// user, and ``send(msgid:data:replyPortName:sendTimeout:receiveTimeout:replyMode:)`` to it.
+/// A process holds at most one valid remote port per name: looking the name up again
+/// returns it.
 ///
 /// **Names** are unique per user: 1...64 bytes of ASCII letters, digits and `. _ - @ + :`,
 /// not starting with a dot. Creating a local port under a name this process already
@@ -133,14 +135,24 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// Looks up the port registered under `name` by this or another process of the same user
   /// and connects to it, waiting at most `connectTimeout` when its listener is saturated.
   ///
+  /// While a remote port for `name` that this process obtained is still valid (and
+  /// referenced), returns *that port* (the same object, `==` to it, one connection) without
+  /// connecting again, as ``local(name:handler:)`` returns the registered local port and as
+  /// `CFMessagePortCreateRemote` does. Its users share it: their sends are serialised, and
+  /// ``invalidate()`` ends it for all of them. Once it is invalid, the next call connects
+  /// anew.
+  ///
   /// Throws ``PortError``: ``PortStatus/invalid`` when no live port has that name;
   /// ``PortStatus/transportError`` when its process runs as another user (`SO_PEERCRED`),
   /// the directory is unsafe, or a socket call fails.
   @available(*, noasync, message: "may block while connecting")
   public static func remote(name: String, connectTimeout: Duration = .seconds(1)) throws(PortError) -> MessagePort {
+    if let existing = RemotePortRegistry.shared.lookup(name: name) { return existing }
     let directory = try PortDirectory.prepare()
     let connection = try NamedPortConnection(name: name, directory: directory, connectTimeout: connectTimeout)
-    return MessagePort(name: name, role: .remote(connection))
+    // Two threads may have connected at once: the first registered wins, the other
+    // connection closes as its port is released here.
+    return RemotePortRegistry.shared.adopt(MessagePort(name: name, role: .remote(connection)))
   }
 
   /// Whether this is a remote port (a sending end) rather than a local, registered one.
@@ -150,7 +162,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 
   /// Whether the port still works: false after ``invalidate()``, or for a remote port once
-  /// its peer went away.
+  /// its peer went away. Never blocks (not even while a send on the port is in flight).
   public var isValid: Bool {
     switch role {
     case .local(let listener): return listener.isValid
@@ -222,8 +234,11 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 
   /// Invalidates the port: a local port's name is unregistered at once and every connected
-  /// sender's pending request ends with ``PortStatus/becameInvalid``; a remote port closes its
-  /// connection. Runs the invalidation handler once. Idempotent; any thread.
+  /// sender's pending request ends with ``PortStatus/becameInvalid``, even while the port's
+  /// handler is busy (its reply is then discarded); a remote port closes its connection, and a
+  /// send of its in flight on another thread ends with ``PortStatus/becameInvalid``. Never
+  /// waits for a handler or a send. Runs the invalidation handler once. Idempotent; any
+  /// thread.
   public func invalidate() {
     let invalidated: Bool
     switch role {

@@ -9,20 +9,29 @@ import Sync
 /// The sending side of a named message port: a connection to the listener registered under
 /// a name, in this or another process of the same user.
 ///
-/// Requests are serialised (one in flight per connection, callers queue on `mutex`), each
-/// tagged with a sequence number so that a reply arriving after its request timed out is
-/// recognised and discarded. The connection becomes invalid, for good, when the listener
-/// closes it or dies, when a reply is malformed, or when a send times out part-way through a
-/// frame (the stream could not be resynchronised).
+/// Requests are serialised (one in flight per connection, callers queue on `requestMutex`),
+/// each tagged with a sequence number so that a reply arriving after its request timed out
+/// is recognised and discarded. The connection becomes invalid, for good, when the listener
+/// closes it or dies, when a reply is malformed, when a send times out part-way through a
+/// frame (the stream could not be resynchronised), or on ``invalidate()``.
+///
+/// Two locks, so that asking about or invalidating the connection never waits for a request
+/// in flight: `requestMutex` is held for a whole request (send and reply wait); `stateMutex`
+/// only for a few loads and stores, never across a blocking call (taken after
+/// `requestMutex`, never before). ``invalidate()`` shuts the socket down, which ends a
+/// request in flight on another thread at once; the descriptor itself closes when that
+/// request lets go of the socket, so it is never closed under a thread polling it.
 final class NamedPortConnection: @unchecked Sendable {
   let name: String
   let limits: Frame.Limits
 
-  // Protected by `mutex`, which is held for a whole send (and reply wait).
-  private let mutex = Sync.Mutex()
-  private var socket: UnixSocket?
+  // Protected by `requestMutex`, held for a whole send (and reply wait).
+  private let requestMutex = Sync.Mutex()
   private var decoder: FrameDecoder
   private var nextSequence: UInt32 = 1
+  // Protected by `stateMutex`.
+  private let stateMutex = Sync.Mutex()
+  private var socket: UnixSocket?
   private var invalidationReason: PortError?
   /// Where `recv` writes replies; allocated once (not zeroed per request).
   private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
@@ -68,11 +77,11 @@ final class NamedPortConnection: @unchecked Sendable {
     chunk.deallocate()
   }
 
-  /// Whether the connection can still carry messages.
-  var isValid: Bool { mutex.withLock { socket != nil } }
+  /// Whether the connection can still carry messages. Never waits for a request in flight.
+  var isValid: Bool { stateMutex.withLock { socket != nil } }
 
   /// Why the connection became invalid, once it has.
-  var failure: PortError? { mutex.withLock { invalidationReason } }
+  var failure: PortError? { stateMutex.withLock { invalidationReason } }
 
   /// Answers a request through `listener`'s handler on the calling thread instead of the
   /// socket (see ``MessagePort``: for a port only the calling thread serves), after the
@@ -104,11 +113,14 @@ final class NamedPortConnection: @unchecked Sendable {
   ) throws(PortError) -> [UInt8]? {
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
     // Waiting for the connection counts against the send deadline.
-    guard mutex.lock(before: sendDeadline) else {
+    guard requestMutex.lock(before: sendDeadline) else {
       throw PortError(.sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")
     }
-    defer { mutex.unlock() }
-    guard let socket else {
+    defer { requestMutex.unlock() }
+    // A strong reference for the whole request: an `invalidate()` meanwhile shuts the
+    // socket down (ending this request) but the descriptor stays ours until we let go.
+    let (current, invalidationReason) = stateMutex.withLock { (self.socket, self.invalidationReason) }
+    guard let socket = current else {
       if let invalidationReason {
         throw PortError(.invalid, cause: invalidationReason.cause, detail: "port \"\(name)\" is invalid: \(invalidationReason.detail)")
       }
@@ -123,25 +135,30 @@ final class NamedPortConnection: @unchecked Sendable {
       try socket.sendAll(frame.encoded(), before: sendDeadline)
     } catch .timedOut {
       // Part of the frame may be in the stream; nothing can follow it safely.
-      throw invalidateLocked(PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline"))
+      throw invalidate(because: PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline"))
     } catch .peerClosed {
-      throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
+      throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
     } catch {
-      throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
+      throw invalidate(because: PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
     }
     if !awaitReply { return nil }
     return try awaitReplyLocked(socket, sequence: sequence, before: receiveDeadline)
   }
 
-  /// Closes the connection; later sends throw ``PortStatus/invalid``. Waits for a send in
-  /// progress on another thread to finish. Returns whether this call invalidated it.
+  /// Closes the connection; later sends throw ``PortStatus/invalid``, and a request in
+  /// flight on another thread ends at once with ``PortStatus/becameInvalid``. Never waits
+  /// for that request. Returns whether this call invalidated it.
   @discardableResult
   func invalidate() -> Bool {
-    mutex.withLock {
-      if socket == nil { return false }
-      _ = invalidateLocked(PortError(.invalid, detail: "port \"\(name)\" was invalidated"))
-      return true
+    let closing: UnixSocket? = stateMutex.withLock {
+      guard let current = socket else { return nil }
+      socket = nil
+      invalidationReason = PortError(.invalid, detail: "port \"\(name)\" was invalidated")
+      return current
     }
+    guard let closing else { return false }
+    closing.shutdownBothWays()
+    return true
   }
 
   private func awaitReplyLocked(_ socket: UnixSocket, sequence: UInt32, before deadline: MonotonicInstant) throws(PortError) -> [UInt8] {
@@ -149,13 +166,13 @@ final class NamedPortConnection: @unchecked Sendable {
       do {
         while let frame = try decoder.nextFrame() {
           if frame.kind != .reply {
-            throw invalidateLocked(PortError(.transportError, detail: "port \"\(name)\" sent a \(frame.kind) frame instead of a reply"))
+            throw invalidate(because: PortError(.transportError, detail: "port \"\(name)\" sent a \(frame.kind) frame instead of a reply"))
           }
           // An answer to an earlier request that timed out: its caller has gone.
           if frame.sequence == sequence { return frame.payload }
         }
       } catch let error as FrameError {
-        throw invalidateLocked(PortError(.transportError, detail: "port \"\(name)\" sent a malformed reply: \(error)"))
+        throw invalidate(because: PortError(.transportError, detail: "port \"\(name)\" sent a malformed reply: \(error)"))
       } catch let error as PortError {
         throw error
       } catch {
@@ -168,9 +185,9 @@ final class NamedPortConnection: @unchecked Sendable {
       } catch .timedOut {
         throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
       } catch .peerClosed {
-        throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
+        throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
       } catch {
-        throw invalidateLocked(PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
+        throw invalidate(because: PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
       }
       let received = Result { () throws(TransferFailure) in try socket.receiveAvailable(into: chunk) }
       switch received {
@@ -179,18 +196,27 @@ final class NamedPortConnection: @unchecked Sendable {
       case .success(nil):
         continue  // a spurious readiness report
       case .failure(.peerClosed):
-        throw invalidateLocked(PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
+        throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
       case .failure(.system(let error)):
-        throw invalidateLocked(PortError(.transportError, cause: error, detail: "receiving from port \"\(name)\" failed"))
+        throw invalidate(because: PortError(.transportError, cause: error, detail: "receiving from port \"\(name)\" failed"))
       case .failure(.timedOut):
         throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
       }
     }
   }
 
-  private func invalidateLocked(_ reason: PortError) -> PortError {
-    socket = nil
-    if invalidationReason == nil { invalidationReason = reason }
-    return reason
+  /// Invalidates the connection for `reason`, met by the request in flight (called with
+  /// `requestMutex` held); returns the error that request throws: `reason`, or
+  /// ``PortStatus/becameInvalid`` when ``invalidate()`` came first (its shutdown is what the
+  /// request met).
+  private func invalidate(because reason: PortError) -> PortError {
+    stateMutex.withLock {
+      if socket == nil {
+        return PortError(.becameInvalid, detail: "port \"\(name)\" was invalidated while a request was in flight")
+      }
+      socket = nil
+      if invalidationReason == nil { invalidationReason = reason }
+      return reason
+    }
   }
 }

@@ -31,9 +31,13 @@ struct PeerRejection: Sendable, CustomStringConvertible {
 ///
 /// Threading: one thread serves (``serve(before:)``, or a run loop that watches
 /// ``readinessDescriptor`` and calls ``serveOnce(before:)`` with a passed deadline);
-/// ``invalidate()`` may come from any thread. `state` is protected by `mutex`; the descriptors are closed only when no thread is
-/// inside a serving pass (otherwise that pass closes them on its way out), so a descriptor
-/// is never closed under a thread that is polling it.
+/// ``invalidate()`` may come from any thread. `state` is protected by `mutex`; the
+/// descriptors the serving pass uses are closed only when no thread is inside a serving
+/// pass (otherwise that pass closes them on its way out), so a descriptor is never closed
+/// under a thread that is polling it. Invalidation during a pass (a busy handler) still ends
+/// the clients' requests at once: it shuts every peer connection down (the descriptors stay
+/// open), closes the listening socket (which resets connections not yet accepted; the pass
+/// touches it only through a reference it holds briefly) and releases the name claim.
 final class NamedPortListener: @unchecked Sendable {
   /// Answers one message: returns the reply payload for requests (ignored for one-way
   /// messages; nil replies with an empty payload).
@@ -164,7 +168,8 @@ final class NamedPortListener: @unchecked Sendable {
 
   /// Stops serving: removes the socket file at once (new lookups fail), then closes the
   /// listener, every peer connection (their pending requests end with became-invalid) and
-  /// the name claim. Idempotent; any thread. Returns whether this call invalidated.
+  /// the name claim. All of that happens at once even while a handler runs (see the type's
+  /// doc). Idempotent; any thread. Returns whether this call invalidated.
   @discardableResult
   func invalidate() -> Bool {
     mutex.lock()
@@ -180,9 +185,18 @@ final class NamedPortListener: @unchecked Sendable {
       // stale file that the next owner replaces, so it is not worth failing invalidation.
     }
     if serving {
+      // The pass may be inside a handler for a while: end the clients' requests now (their
+      // connections see the end of stream) and free the name, leaving the descriptors the
+      // pass may use open until it ends.
+      for peer in peers.values { peer.socket.shutdownBothWays() }
+      let closedListener = listener
+      listener = nil
+      releaseClaimLocked()
       var one: UInt64 = 1
       if write(wakeDescriptor, &one, 8) != 8 { fatalError("write(eventfd) failed: errno \(errno)") }
       mutex.unlock()
+      // Closed here unless `acceptPending` holds it; then it closes when that lets go.
+      withExtendedLifetime(closedListener) {}
     } else {
       let closed = closeAllLocked()
       mutex.unlock()
@@ -300,13 +314,16 @@ final class NamedPortListener: @unchecked Sendable {
         continue
       }
       let peer = Peer(socket: socket, credentials: credentials, limits: limits)
-      let added: Int32 = mutex.withLock {
+      let added: Int32? = mutex.withLock {
+        // Invalidated meanwhile: refuse (the socket closes as it goes out of scope).
+        if invalidated { return nil }
         let result = tk_port_epoll_add(
           epollDescriptor, socket.descriptor, UInt32(TK_PORT_READABLE),
           UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
         if result == 0 { peers[socket.descriptor] = peer }
         return result
       }
+      guard let added else { return }
       if added != 0 {
         report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(SystemCallError(call: "epoll_ctl", errno: -added))"))
       }
@@ -402,8 +419,14 @@ final class NamedPortListener: @unchecked Sendable {
     epollDescriptor = -1
     closeDescriptor(wakeDescriptor)
     wakeDescriptor = -1
+    releaseClaimLocked()
+    return dropped
+  }
+
+  /// Closes the name claim (the `flock`'s descriptor), freeing the name for any process.
+  private func releaseClaimLocked() {
+    if lockDescriptor < 0 { return }
     closeDescriptor(lockDescriptor)
     lockDescriptor = -1
-    return dropped
   }
 }

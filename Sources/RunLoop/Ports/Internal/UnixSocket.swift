@@ -141,6 +141,18 @@ final class UnixSocket {
     }
   }
 
+  /// Shuts the connection down both ways without closing the descriptor: a thread of ours
+  /// waiting on it (poll, send, recv) sees the end of the stream at once, so does the peer,
+  /// and the descriptor stays valid (never reused) until the object is released. Safe from
+  /// any thread while another one uses the socket.
+  func shutdownBothWays() {
+    if Glibc.shutdown(descriptor, Int32(SHUT_RDWR)) != 0 {
+      let error = errno
+      // ENOTCONN: the peer is already gone (or the socket listens); nothing to end.
+      if error != ENOTCONN { fatalError("shutdown(\(descriptor)) of a port socket failed: errno \(error)") }
+    }
+  }
+
   /// Reads what is available into `buffer` without waiting: the byte count, nil when nothing
   /// is available yet. Throws `.peerClosed` at end of stream.
   func receiveAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(TransferFailure) -> Int? {

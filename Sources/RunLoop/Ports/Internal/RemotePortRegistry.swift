@@ -1,0 +1,37 @@
+import Sync
+
+/// This process's remote message ports by name, so that looking a name up again returns the
+/// port already connected (one connection per name, as Core Foundation keeps one remote
+/// port per name) while it is valid. Holds the ports weakly: a remote port nobody
+/// references is closed, and the next lookup connects anew.
+final class RemotePortRegistry: @unchecked Sendable {
+  static let shared = RemotePortRegistry()
+
+  private struct WeakPort {
+    weak var port: MessagePort?
+  }
+
+  // Protected by `mutex`, taken before a connection's state lock (through `isValid`), never
+  // after. Nothing is released with it held: a port that loses `adopt` is returned to its
+  // caller to release.
+  private let mutex = Sync.Mutex()
+  private var ports: [String: WeakPort] = [:]
+
+  /// The valid remote port registered as `name`, if any.
+  func lookup(name: String) -> MessagePort? {
+    mutex.withLock {
+      guard let port = ports[name]?.port, port.isValid else { return nil }
+      return port
+    }
+  }
+
+  /// Registers `port` under its name unless a valid remote port already is (another thread
+  /// connected first); returns the registered one, which the caller hands out.
+  func adopt(_ port: MessagePort) -> MessagePort {
+    mutex.withLock {
+      if let existing = ports[port.name]?.port, existing.isValid { return existing }
+      ports[port.name] = WeakPort(port: port)
+      return port
+    }
+  }
+}
