@@ -36,7 +36,7 @@ final class Gate: @unchecked Sendable {
   var isOpen: Bool { UInt32.atomicLoad(at: flag, ordering: .acquiring) == 1 }
   /// Waits until the gate opens; stops the test process, naming the caller, after 60 s (a
   /// hang fails fast). Timed on the raw monotonic clock, not on the primitives under test.
-  func wait(file: StaticString = #filePath, line: UInt = #line) {
+  func wait(file: StaticString = #file, line: UInt = #line) {
     let giveUp = monotonicSeconds() + 60
     while !isOpen {
       if monotonicSeconds() > giveUp { fatalError("Gate.wait: not opened within 60 s", file: file, line: line) }

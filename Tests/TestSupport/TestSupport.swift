@@ -75,7 +75,7 @@ public final class Box<Value: Sendable>: @unchecked Sendable {
 /// process, naming the caller, when the condition does not hold within `limit`: a hang fails
 /// fast instead of blocking the run.
 public func waitUntil(
-  within limit: Duration = .seconds(60), file: StaticString = #filePath, line: UInt = #line,
+  within limit: Duration = .seconds(60), file: StaticString = #file, line: UInt = #line,
   _ condition: () -> Bool
 ) {
   let giveUp = MonotonicInstant.after(limit)

@@ -34,7 +34,7 @@ final class TestLatch: @unchecked Sendable {
 
   /// Blocks until `open()`; stops the test process, naming the caller, after 60 s on the
   /// monotonic clock (a hang fails fast).
-  func wait(file: StaticString = #filePath, line: UInt = #line) {
+  func wait(file: StaticString = #file, line: UInt = #line) {
     var deadline = timespec()
     precondition(clock_gettime(CLOCK_MONOTONIC, &deadline) == 0)
     deadline.tv_sec += 60
