@@ -13,7 +13,8 @@ import Sync
 /// when they actually fired: after firing for `t`, the next fire date is the first instant
 /// `t + k * interval` after now. Missing several periods fires the timer once, and it stays on
 /// its original grid. An interval of zero or less makes a one-shot timer, invalidated after it
-/// fires.
+/// fires. The grid has the monotonic clock's resolution: a positive interval below one
+/// nanosecond is rounded up to one nanosecond, and fractions of a nanosecond are dropped.
 ///
 /// A timer belongs to one run loop (it may be in several modes of it); adding it to a second
 /// run loop stops the process with a message. Adding an invalidated timer is a no-op (the add
@@ -33,7 +34,8 @@ import Sync
 public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConvertible {
   // @unchecked: the mutable state below is protected by `lock`.
 
-  /// The period of a repeating timer; zero or less means one-shot.
+  /// The period of a repeating timer; zero or less means one-shot. A positive interval
+  /// given below one nanosecond reads as one nanosecond.
   public let interval: Duration
 
   let callback: @Sendable (RunLoopTimer) -> Void
@@ -58,14 +60,16 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// go to the earlier one). Protected by the owning run loop's lock.
   var scheduleSequence: UInt64 = 0
 
-  /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive.
-  /// Not scheduled: add it to a run loop with ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``.
+  /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive
+  /// (a positive interval below one nanosecond, the clock's resolution, is rounded up to one
+  /// nanosecond). Not scheduled: add it to a run loop with
+  /// ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``.
   public init(
     fireAt fireDate: MonotonicInstant, interval: Duration = .zero, tolerance: Duration = .zero,
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
     self.fireDate = fireDate
-    self.interval = interval
+    self.interval = interval > .zero && interval < .nanoseconds(1) ? .nanoseconds(1) : interval
     self.toleranceValue = tolerance < .zero ? .zero : tolerance
     self.callback = block
   }
@@ -83,7 +87,8 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// (`CFRunLoopTimerCreate(_, fireDate, interval, ...)`), validating them first: returns nil
   /// when any value is NaN or infinite, instead of scheduling a timer that would fire at once
   /// or never. A negative delay fires at once; a zero or negative interval makes a one-shot
-  /// timer; a negative tolerance is treated as zero. Not scheduled.
+  /// timer, a positive one below a nanosecond repeats every nanosecond; a negative tolerance
+  /// is treated as zero. Not scheduled.
   ///
   /// ```swift
   /// guard let timer = RunLoopTimer(seconds: userDelay, intervalSeconds: 0.3, { _ in tick() }) else {
@@ -204,18 +209,18 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
 
   /// The first instant `start + k * interval` (k >= 1) strictly after `now`, saturating at
   /// `.distantFuture`: a late repeating timer fires once and keeps its original grid.
+  /// Exact for any `start <= now` (even `.distantPast`) and any positive interval (one
+  /// nanosecond at least, as the initializer guarantees).
   static func nextGridPoint(
     after now: MonotonicInstant, from start: MonotonicInstant, interval: Duration
   ) -> MonotonicInstant {
-    let step = wholeNanoseconds(of: interval)
     let next = start.advanced(by: interval)
     if next > now { return next }
-    let (behind, overflow) = now.nanoseconds.subtractingReportingOverflow(start.nanoseconds)
-    if overflow { return .distantFuture }
-    let periods = behind / step + 1
-    let (offset, overflow2) = periods.multipliedReportingOverflow(by: step)
-    if overflow2 { return .distantFuture }
-    return start.advanced(by: .nanoseconds(offset))
+    // Here start < now, so `now - start` fits in a UInt64 (it may not in an Int64), and the
+    // next grid point is `now + step - (now - start) % step`, in (now, now + step].
+    let step = UInt64(Swift.max(wholeNanoseconds(of: interval), 1))
+    let behind = UInt64(bitPattern: now.nanoseconds) &- UInt64(bitPattern: start.nanoseconds)
+    return now.advanced(by: .nanoseconds(Int64(step - behind % step)))
   }
 
   /// Identity.
