@@ -211,12 +211,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// Called by the thread-exit destructor: drops every item (custom sources get their
   /// `cancel` callbacks), so nothing keeps the loop alive after its thread is gone.
+  ///
+  /// Everything is moved out under the lock and released after it: queued blocks, and items
+  /// the user no longer references, may capture objects whose deinit calls this loop.
   func threadDidExit() {
-    let (sources, timers, observers) = lock.withLock {
-      () -> ([(RunLoopSource, RunLoopMode)], [RunLoopTimer], [RunLoopObserver]) in
-      var sources: [(RunLoopSource, RunLoopMode)] = []
-      var timers: [RunLoopTimer] = []
-      var observers: [RunLoopObserver] = []
+    var sources: [(RunLoopSource, RunLoopMode)] = []
+    var timers: [RunLoopTimer] = []
+    var observers: [RunLoopObserver] = []
+    var queued: [QueuedBlock] = []
+    // Only a common item removed from every concrete mode is held by these lists alone.
+    var common: ([RunLoopSource], [RunLoopTimer], [RunLoopObserver]) = ([], [], [])
+    var ready: [RunLoopSource] = []
+    lock.withLock {
       for (name, mode) in modes {
         sources += mode.removeAllSources().map { ($0, name) }
         timers += mode.removeAllTimers()
@@ -224,18 +230,21 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         mode.observers = []
         mode.observerMask = 0
       }
-      commonSources = []
-      commonTimers = []
-      commonObservers = []
-      blocks = []
-      readySources = []
-      return (sources, timers, observers)
+      swap(&common.0, &commonSources)
+      swap(&common.1, &commonTimers)
+      swap(&common.2, &commonObservers)
+      swap(&queued, &blocks)
+      swap(&ready, &readySources)
     }
+    timers += common.1
     for timer in timers { timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } } }
-    for observer in observers {
+    for observer in observers + common.2 {
       observer.lock.withLock { if observer.runLoop === self { observer.runLoop = nil } }
     }
     for (source, mode) in sources { source.cancelCallback?(self, mode) }
+    // The queued blocks go last, after the loop is empty, in the order queued.
+    withExtendedLifetime((common, ready)) {}
+    queued.removeAll()
   }
 
   // MARK: Modes
@@ -449,7 +458,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     // Not this loop's any more (or invalid): its entries here are already stale (it left
     // every mode), and its schedule fields belong to its new loop's lock.
     guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: self) else { return }
-    timer.scheduleGeneration &+= 1
+    // Unique in this loop, so no entry of a freed timer matches a timer that reuses its
+    // address (see `ModeItems.currentTimer`).
+    nextTimerGeneration &+= 1
+    timer.scheduleGeneration = nextTimerGeneration
     for mode in modes.values where mode.contains(timer) {
       mode.schedule(timer, fireDate: fireDate, tolerance: tolerance, in: self)
     }
@@ -457,6 +469,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// Hands out `RunLoopTimer.scheduleSequence` values. Protected by `lock`.
   var nextTimerSequence: UInt64 = 0
+  /// Hands out `RunLoopTimer.scheduleGeneration` values. Protected by `lock`.
+  var nextTimerGeneration: UInt64 = 0
 
   /// While the loop sleeps, moves the timerfd to the new wake instant of the mode it sleeps
   /// in, so timer changes from other threads take effect without a wake-up. Called with
@@ -856,7 +870,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
           if activations.count > 1 { passWakeUpToOuterActivations() }
         }
         consumeReadyTokens(readyCount)
-        let due = mode.timers.isEmpty ? [] : mode.dueTimers(at: .now)
+        let due = mode.hasTimers ? mode.dueTimers(at: .now) : []
         // Blocks can be taken now unless an after-waiting observer or a timer runs first.
         let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
         let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty

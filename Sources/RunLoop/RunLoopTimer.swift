@@ -16,6 +16,11 @@ import Sync
 /// fires. The grid has the monotonic clock's resolution: a positive interval below one
 /// nanosecond is rounded up to one nanosecond, and fractions of a nanosecond are dropped.
 ///
+/// **The block is released** as soon as the timer is invalidated (by ``invalidate()``, or
+/// after a one-shot timer fired), on the invalidating thread once the call is done with the
+/// run loop, never while a run loop lock is held: what it captures may call the run loop
+/// from its deinit.
+///
 /// A timer belongs to one run loop (it may be in several modes of it); adding it to a second
 /// run loop stops the process with a message. Adding an invalidated timer is a no-op (the add
 /// returns false). Every method may be called from any thread.
@@ -38,10 +43,11 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// given below one nanosecond reads as one nanosecond.
   public let interval: Duration
 
-  let callback: @Sendable (RunLoopTimer) -> Void
-
   /// Protects every `var` below. Taken after the run loop's lock, never before.
   let lock = Mutex()
+  /// The block; nil once the timer is invalid, so its captures go with the invalidation.
+  /// Protected by `lock`, but never released with it held (see `invalidate`).
+  var callback: (@Sendable (RunLoopTimer) -> Void)?
   /// The scheduled instant of the next firing. Protected by `lock`.
   var fireDate: MonotonicInstant
   /// Protected by `lock`.
@@ -53,8 +59,9 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// The run loop it was added to (nil until added, and again once in no mode). Protected by
   /// `lock`.
   weak var runLoop: RunLoop?
-  /// Bumped by the owning run loop, with its lock held, each time it renews the timer's
-  /// schedule entries; entries of an older generation are stale. Protected by that lock.
+  /// Set by the owning run loop, with its lock held, to a value that loop never handed out
+  /// before, each time it renews the timer's schedule entries; entries of another
+  /// generation are stale. Protected by that lock.
   var scheduleGeneration: UInt64 = 0
   /// The order in which the timer was added to its run loop (ties between equal fire dates
   /// go to the earlier one). Protected by the owning run loop's lock.
@@ -158,15 +165,21 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock { valid }
   }
 
-  /// Stops the timer for good and removes it from every mode of its run loop. Callable from
-  /// any thread, including from its own block; idempotent. (`CFRunLoopTimerInvalidate`)
+  /// Stops the timer for good, removes it from every mode of its run loop and releases its
+  /// block (and what the block captures) before returning, or, when called from the block
+  /// itself, as soon as the block returns; never with a lock held, so a deinit it triggers
+  /// may use the run loop. Callable from any thread; idempotent. (`CFRunLoopTimerInvalidate`)
   public func invalidate() {
-    let loop: RunLoop? = lock.withLock {
-      guard valid else { return nil }
+    let (loop, block): (RunLoop?, (@Sendable (RunLoopTimer) -> Void)?) = lock.withLock {
+      guard valid else { return (nil, nil) }
       valid = false
-      return runLoop
+      // Moved out, to be released after the lock (a firing block is kept alive by `fireIfDue`).
+      let block = callback
+      callback = nil
+      return (runLoop, block)
     }
     loop?.removeFromEveryMode(self)
+    withExtendedLifetime(block) {}
   }
 
   /// Whether the timer can be scheduled now: valid and not in its callback.
@@ -188,13 +201,15 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the
   /// run loop's thread without its lock.
   func fireIfDue() {
-    let scheduled: MonotonicInstant? = lock.withLock {
-      guard valid && !firing && fireDate <= .now else { return nil }
+    let due: (MonotonicInstant, @Sendable (RunLoopTimer) -> Void)? = lock.withLock {
+      guard valid && !firing && fireDate <= .now, let callback else { return nil }
       firing = true
-      return fireDate
+      return (fireDate, callback)
     }
-    guard let scheduled else { return }
-    callback(self)
+    // `block` keeps the block alive through an `invalidate()` from inside it; this frame
+    // releases it, with no lock held.
+    guard let (scheduled, block) = due else { return }
+    block(self)
     let oneShotDone: Bool = lock.withLock {
       firing = false
       guard valid else { return false }

@@ -14,16 +14,19 @@ final class ModeItems {
   /// signals itself (descriptor members, found through `RunLoop.readySources` instead), so
   /// a pass costs O(custom sources + ready members), not O(all members).
   private(set) var scannedSources: [RunLoopSource] = []
-  /// Timers, in the order added.
-  private(set) var timers: [RunLoopTimer] = []
-  /// The same timers, for O(1) membership.
-  private var timerIDs: Set<ObjectIdentifier> = []
+  /// The mode's timers by identity (the order added lives in each timer's
+  /// `scheduleSequence`). The only strong references the mode holds to its timers: the
+  /// schedule below names them by identity, so a timer leaves the mode's memory exactly when
+  /// it leaves the mode (`remove`, `removeAllTimers`), where the caller still holds it; the
+  /// run loop's lock never drops the last reference to a timer (and with it the timer's
+  /// block and captures, whose deinit may call back into the loop).
+  private var timerMembers: [ObjectIdentifier: RunLoopTimer] = [:]
   /// The timers' schedule, so a pass finds its wake instant and its due timers without
   /// looking at every timer: entries keyed by fire date plus tolerance (the instant the loop
   /// must wake by) and by fire date (due when passed). Entries are never updated in place:
   /// a change pushes fresh entries under a new `RunLoopTimer.scheduleGeneration`, and
   /// entries of an older generation, or of a timer no longer in the mode, are dropped when
-  /// they reach the top (see `isCurrent`).
+  /// they reach the top (see `currentTimer`).
   private var wakeHeap = TimerHeap()
   private var dueHeap = TimerHeap()
   /// Observers, kept sorted by `order` (stable: equal orders keep the order added).
@@ -36,7 +39,13 @@ final class ModeItems {
   }
 
   /// No sources and no timers (observers do not keep a mode alive, as in Core Foundation).
-  var hasNoSourcesOrTimers: Bool { sources.isEmpty && timers.isEmpty }
+  var hasNoSourcesOrTimers: Bool { sources.isEmpty && timerMembers.isEmpty }
+
+  /// Whether the mode holds any timer.
+  var hasTimers: Bool { !timerMembers.isEmpty }
+
+  /// The mode's timers, in no particular order.
+  var timers: [RunLoopTimer] { Array(timerMembers.values) }
 
   /// Adds `source` unless present; returns whether it was added.
   func insert(_ source: RunLoopSource) -> Bool {
@@ -81,29 +90,28 @@ final class ModeItems {
   /// Adds `timer` unless present; returns whether it was added. The caller then schedules
   /// it (`RunLoop.renewSchedule`).
   func insert(_ timer: RunLoopTimer) -> Bool {
-    guard timerIDs.insert(ObjectIdentifier(timer)).inserted else { return false }
-    timers.append(timer)
+    let id = ObjectIdentifier(timer)
+    if timerMembers[id] != nil { return false }
+    timerMembers[id] = timer
     return true
   }
 
   /// Removes `timer` if present; returns whether it was there. Its schedule entries become
-  /// stale.
+  /// stale. The caller's reference keeps the timer alive past the run loop's lock.
   func remove(_ timer: RunLoopTimer) -> Bool {
-    guard timerIDs.remove(ObjectIdentifier(timer)) != nil else { return false }
-    if let index = timers.firstIndex(where: { $0 === timer }) { timers.remove(at: index) }
-    return true
+    timerMembers.removeValue(forKey: ObjectIdentifier(timer)) != nil
   }
 
   /// Whether `timer` is in the mode.
   func contains(_ timer: RunLoopTimer) -> Bool {
-    timerIDs.contains(ObjectIdentifier(timer))
+    timerMembers[ObjectIdentifier(timer)] != nil
   }
 
-  /// Removes every timer and its schedule; returns the timers.
+  /// Removes every timer and its schedule; returns the timers, for the caller to release
+  /// once the run loop's lock is dropped.
   func removeAllTimers() -> [RunLoopTimer] {
-    let removed = timers
-    timers = []
-    timerIDs = []
+    let removed = Array(timerMembers.values)
+    timerMembers = [:]
     wakeHeap = TimerHeap()
     dueHeap = TimerHeap()
     return removed
@@ -114,20 +122,27 @@ final class ModeItems {
   /// `loop` is the run loop the mode belongs to (whose lock the caller holds).
   func schedule(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration, in loop: RunLoop) {
     push(timer, fireDate: fireDate, tolerance: tolerance)
-    if wakeHeap.count > 2 * timers.count + 64 { compact(in: loop) }
+    if wakeHeap.count > 2 * timerMembers.count + 64 { compact(in: loop) }
   }
 
   private func push(_ timer: RunLoopTimer, fireDate: MonotonicInstant, tolerance: Duration) {
-    let (sequence, generation) = (timer.scheduleSequence, timer.scheduleGeneration)
-    wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: sequence, generation: generation, timer: timer))
-    dueHeap.push(.init(key: fireDate, sequence: sequence, generation: generation, timer: timer))
+    let (id, sequence, generation) = (ObjectIdentifier(timer), timer.scheduleSequence, timer.scheduleGeneration)
+    wakeHeap.push(.init(key: fireDate.advanced(by: tolerance), sequence: sequence, generation: generation, timer: id))
+    dueHeap.push(.init(key: fireDate, sequence: sequence, generation: generation, timer: id))
   }
 
-  /// Whether `entry` still describes its timer's schedule in this mode.
-  private func isCurrent(_ entry: TimerHeap.Entry) -> Bool {
+  /// The timer `entry` describes, if the entry is still its schedule in this mode.
+  ///
+  /// An entry names its timer by identity only, so the timer it was pushed for may be gone
+  /// and another allocated at the same address. That one cannot match: the loop hands out
+  /// each generation once (`RunLoop.renewSchedule`), and a timer in the mode has had its
+  /// generation set by this loop after it joined (or is invalid, which `isSchedulable`
+  /// filters out).
+  private func currentTimer(_ entry: TimerHeap.Entry) -> RunLoopTimer? {
     // Membership first: a timer that left this loop's modes may belong to another loop now,
     // whose lock guards its generation.
-    contains(entry.timer) && entry.generation == entry.timer.scheduleGeneration
+    guard let timer = timerMembers[entry.timer], entry.generation == timer.scheduleGeneration else { return nil }
+    return timer
   }
 
   /// The earliest instant the loop must wake at for this mode's timers (the minimum of fire
@@ -136,30 +151,34 @@ final class ModeItems {
   /// firing timer is dropped too: the pass firing it renews its schedule afterwards.
   func earliestWakeDeadline() -> MonotonicInstant {
     while let top = wakeHeap.top {
-      if isCurrent(top) && top.timer.isSchedulable { return top.key }
+      if let timer = currentTimer(top), timer.isSchedulable { return top.key }
       wakeHeap.popTop()
     }
     return .distantFuture
   }
 
   /// The timers due at `now` (valid, not firing, fire date passed), earliest first (equal
-  /// dates in the order the timers were added). They stay scheduled (a nested run may fire
-  /// them first); the caller renews their schedule after firing them.
+  /// dates in the order the timers were added). They stay scheduled (a nested
+  /// run may fire them first); the caller renews their schedule after firing them.
   func dueTimers(at now: MonotonicInstant) -> [RunLoopTimer] {
     var due: [TimerHeap.Entry] = []
+    var timers: [RunLoopTimer] = []
     while let top = dueHeap.top, top.key <= now {
       dueHeap.popTop()
-      if isCurrent(top) && top.timer.isSchedulable { due.append(top) }
+      if let timer = currentTimer(top), timer.isSchedulable {
+        due.append(top)
+        timers.append(timer)
+      }
     }
     for entry in due { dueHeap.push(entry) }
-    return due.map(\.timer)
+    return timers
   }
 
   /// Rebuilds both heaps from the timers, dropping stale entries (amortized O(1) per push).
   private func compact(in loop: RunLoop) {
     wakeHeap = TimerHeap()
     dueHeap = TimerHeap()
-    for timer in timers {
+    for timer in timerMembers.values {
       guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: loop) else { continue }
       push(timer, fireDate: fireDate, tolerance: tolerance)
     }
@@ -222,12 +241,14 @@ final class Activation {
 
 /// A binary min-heap of timer schedule entries, ordered by key, then by the order the timers
 /// were added (so equal instants keep that order).
+/// Entries hold no references: moving, dropping or discarding them never releases anything.
 struct TimerHeap {
   struct Entry {
     let key: MonotonicInstant
     let sequence: UInt64
     let generation: UInt64
-    let timer: RunLoopTimer
+    /// The timer's identity; `ModeItems.currentTimer` resolves it.
+    let timer: ObjectIdentifier
   }
 
   private var entries: [Entry] = []

@@ -191,6 +191,7 @@ extension RunLoop {
 /// Lets a delayed request's timer find its registry entry (created after the timer).
 private final class DelayedEntrySlot: @unchecked Sendable {
   // Written once before the timer is scheduled; read when it fires (the run loop's locks
-  // order the two).
-  var entry: DelayedPerformRegistry.Entry?
+  // order the two). Weak: the entry holds the timer, whose block holds this slot; the
+  // registry alone keeps the entry, so it goes once fired, cancelled or purged.
+  weak var entry: DelayedPerformRegistry.Entry?
 }

@@ -2,7 +2,11 @@ import Sync
 
 /// The delayed perform requests of every run loop, for cancellation by target (and action
 /// and argument). An entry leaves when its timer fires or is cancelled; entries of ended run
-/// loops are purged as they are found.
+/// loops, and of timers invalidated directly, are purged as they are found.
+///
+/// An entry holds its timer, hence (until the timer is invalidated) the request's block and
+/// captures, whose deinit may make or cancel delayed requests: entries leave the registry
+/// under its lock but are released only after it.
 enum DelayedPerformRegistry {
   final class Entry: @unchecked Sendable {
     // Immutable after init.
@@ -25,10 +29,16 @@ enum DelayedPerformRegistry {
   nonisolated(unsafe) private static var entries: [Entry] = []
 
   static func add(_ entry: Entry) {
+    var purged: [Entry] = []
     lock.withLock {
-      entries.removeAll { $0.runLoop == nil || !$0.timer.isValid }
+      entries.removeAll { candidate in
+        guard candidate.runLoop == nil || !candidate.timer.isValid else { return false }
+        purged.append(candidate)
+        return true
+      }
       entries.append(entry)
     }
+    purged.removeAll()
   }
 
   static func remove(_ entry: Entry) {

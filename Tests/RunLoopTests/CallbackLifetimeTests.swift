@@ -1,0 +1,264 @@
+import RunLoop
+import Sync
+import TestSupport
+import Testing
+
+/// Runs `action` from its deinit: stands for a user object, captured by a timer's or a
+/// queued block's closure, whose teardown calls back into the run loop.
+private final class DeinitProbe: Sendable {
+  let action: @Sendable () -> Void
+
+  init(_ action: @escaping @Sendable () -> Void = {}) {
+    self.action = action
+  }
+
+  deinit { action() }
+}
+
+/// A perform-request target.
+private final class Target: Sendable {}
+
+/// When a timer's or a queued block's closure, and what it captures, is released: at
+/// invalidation or cancellation, and never while a run loop lock is held (a capture's deinit
+/// may call the same run loop: with a lock held that would stop the process as a
+/// self-deadlock).
+@Suite("RunLoop callback lifetimes", .timeLimit(.minutes(1)))
+struct CallbackLifetimeTests {
+  /// A probe whose deinit queues a block on `runLoop` and adds and invalidates a timer there
+  /// (each takes the loop's lock), then logs "deinit".
+  private static func reentrantProbe(_ runLoop: RunLoop, _ log: Recorder<String>) -> DeinitProbe {
+    DeinitProbe {
+      runLoop.perform(inModes: [.default]) { log.append("block queued by deinit") }
+      let timer = RunLoopTimer(after: .seconds(3_600)) { _ in }
+      runLoop.add(timer, forMode: .default)
+      timer.invalidate()
+      log.append("deinit")
+    }
+  }
+
+  @Test("a one-shot timer nobody else holds releases its captures after firing, outside the loop's lock")
+  func firedOneShotTimerReleasesCapturesOutsideTheLock() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        runLoop.add(
+          RunLoopTimer(after: .zero) { _ in withExtendedLifetime(probe) { log.append("fired") } }, forMode: .default)
+      }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["fired", "deinit", "block queued by deinit"])
+    }
+  }
+
+  @Test("a repeating timer invalidating itself releases its captures when its block returns")
+  func selfInvalidatingTimerReleasesCapturesWhenItsBlockReturns() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        let timer = RunLoopTimer(after: .zero, interval: .milliseconds(1)) { timer in
+          withExtendedLifetime(probe) {
+            timer.invalidate()
+            log.append("invalidated")
+          }
+        }
+        runLoop.add(timer, forMode: .default)
+      }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["invalidated", "deinit", "block queued by deinit"])
+    }
+  }
+
+  @Test("invalidate() releases the block and its captures at once, though the timer is still referenced")
+  func invalidateReleasesTheBlockAtOnce() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      weak var weakProbe: DeinitProbe?
+      let timer: RunLoopTimer
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        weakProbe = probe
+        timer = RunLoopTimer(after: .seconds(3_600)) { _ in withExtendedLifetime(probe) {} }
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(weakProbe != nil, "held by the scheduled timer's block")
+      timer.invalidate()
+      #expect(weakProbe == nil)
+      #expect(log.snapshot == ["deinit"])
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["deinit", "block queued by deinit"])
+      withExtendedLifetime(timer) {}
+    }
+  }
+
+  @Test("a one-shot timer still referenced releases its block once it has fired")
+  func firedOneShotTimerReleasesItsBlock() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      weak var weakProbe: DeinitProbe?
+      let timer: RunLoopTimer
+      do {
+        let probe = DeinitProbe()
+        weakProbe = probe
+        timer = RunLoopTimer(after: .zero) { _ in withExtendedLifetime(probe) {} }
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(!timer.isValid)
+      #expect(weakProbe == nil)
+    }
+  }
+
+  @Test("a timer removed from its mode and dropped releases its captures with the last reference")
+  func removedAndDroppedTimerReleasesCapturesAtOnce() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        let timer = RunLoopTimer(after: .zero) { _ in withExtendedLifetime(probe) { log.append("fired") } }
+        runLoop.add(timer, forMode: .default)
+        runLoop.remove(timer, forMode: .default)
+      }
+      #expect(log.snapshot == ["deinit"], "the loop keeps nothing of a timer that left its modes")
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["deinit", "block queued by deinit"])
+    }
+  }
+
+  @Test("many timers removed and dropped while the loop keeps its schedule release each capture once, outside the lock")
+  func manyRemovedTimersReleaseOutsideTheLock() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      let keepAlive = RunLoopTimer(after: .milliseconds(1)) { _ in log.append("fired") }
+      runLoop.add(keepAlive, forMode: .default)
+      // Enough schedule entries left behind to make the mode rebuild its schedule.
+      for _ in 0..<200 {
+        let probe = Self.reentrantProbe(runLoop, log)
+        let timer = RunLoopTimer(after: .microseconds(500)) { _ in withExtendedLifetime(probe) {} }
+        runLoop.add(timer, forMode: .default)
+        timer.setNextFireDate(.after(.microseconds(200)))
+        runLoop.remove(timer, forMode: .default)
+      }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      let entries = log.snapshot
+      #expect(entries.filter { $0 == "deinit" }.count == 200)
+      #expect(entries.filter { $0 == "block queued by deinit" }.count == 200)
+      #expect(entries.filter { $0 == "fired" }.count == 1)
+    }
+  }
+
+  @Test("blocks still queued when the thread exits are released outside the loop's lock")
+  func queuedBlocksAtThreadExitAreReleasedOutsideTheLock() {
+    let log = Recorder<String>()
+    TestThread.run {
+      let runLoop = RunLoop.current
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        runLoop.perform(inModes: [RunLoopMode("never run")]) { withExtendedLifetime(probe) {} }
+      }
+      #expect(log.snapshot.isEmpty, "held by the queued block")
+    }
+    #expect(log.snapshot == ["deinit"])
+  }
+
+  @Test("a common-mode timer left only in the common set is released outside the loop's lock at thread exit")
+  func commonOnlyTimerAtThreadExitIsReleasedOutsideTheLock() {
+    let log = Recorder<String>()
+    TestThread.run {
+      let runLoop = RunLoop.current
+      do {
+        let probe = Self.reentrantProbe(runLoop, log)
+        let timer = RunLoopTimer(after: .seconds(3_600)) { _ in withExtendedLifetime(probe) {} }
+        runLoop.add(timer, forMode: .common)
+        runLoop.remove(timer, forMode: .default)
+      }
+      #expect(log.snapshot.isEmpty, "held by the common set")
+    }
+    #expect(log.snapshot == ["deinit"])
+  }
+
+  @Test("cancelPerformRequests releases the request's block and captures at once")
+  func cancelledDelayedPerformReleasesItsBlockAtOnce() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let target = Target()
+      weak var weakProbe: DeinitProbe?
+      let timer: RunLoopTimer
+      do {
+        let probe = DeinitProbe()
+        weakProbe = probe
+        timer = runLoop.perform(afterDelay: .seconds(3_600), target: target, action: "flush") {
+          withExtendedLifetime(probe) {}
+        }
+      }
+      #expect(weakProbe != nil, "held by the pending request")
+      runLoop.cancelPerformRequests(target: target, action: "flush", argument: nil)
+      #expect(weakProbe == nil)
+      #expect(!timer.isValid)
+    }
+  }
+
+  @Test("invalidating the timer of a delayed perform releases its block and captures at once")
+  func invalidatedDelayedPerformReleasesItsBlockAtOnce() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      weak var weakProbe: DeinitProbe?
+      let timer: RunLoopTimer
+      do {
+        let probe = DeinitProbe()
+        weakProbe = probe
+        timer = runLoop.perform(afterDelay: .seconds(3_600), target: Target()) { withExtendedLifetime(probe) {} }
+      }
+      timer.invalidate()
+      #expect(weakProbe == nil)
+    }
+  }
+
+  @Test("a fired delayed perform releases its block and captures")
+  func firedDelayedPerformReleasesItsBlock() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      weak var weakProbe: DeinitProbe?
+      let ran = Box(false)
+      do {
+        let probe = DeinitProbe()
+        weakProbe = probe
+        runLoop.perform(afterDelay: .zero, inModes: [.default]) { withExtendedLifetime(probe) { ran.value = true } }
+      }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(ran.value)
+      #expect(weakProbe == nil)
+    }
+  }
+
+  @Test(
+    "a delayed perform left by an ended thread is released outside the registry's lock, and its capture may make requests"
+  )
+  func delayedPerformOfAnEndedThreadIsReleasedOutsideTheRegistryLock() {
+    let log = Recorder<String>()
+    TestThread.run {
+      let probe = DeinitProbe {
+        // Makes and cancels a delayed request: both take the registry's lock.
+        let target = Target()
+        RunLoop.main.perform(afterDelay: .seconds(3_600), target: target) {}
+        RunLoop.main.cancelPerformRequests(target: target)
+        log.append("deinit")
+      }
+      RunLoop.current.perform(afterDelay: .seconds(3_600)) { withExtendedLifetime(probe) {} }
+    }
+    // The thread ended with its request pending; the next request (this one, or one made
+    // meanwhile by another test) purges it, releasing the block.
+    TestThread.run {
+      let target = Target()
+      RunLoop.current.perform(afterDelay: .seconds(3_600), target: target) {}
+      RunLoop.current.cancelPerformRequests(target: target)
+    }
+    waitUntil { log.count == 1 }
+    #expect(log.snapshot == ["deinit"])
+  }
+}
