@@ -453,17 +453,22 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// Replaces `timer`'s schedule entries in every mode holding it with ones for its current
   /// fire date and tolerance (none once it is invalid). Called with `lock` held: after it is
-  /// added, after its schedule changes, and after the pass that fired it.
+  /// added, after its schedule changes, and after the pass that fired it. A re-armed timer
+  /// gets a new sequence, so it goes after the timers already due at its new instant.
   func renewSchedule(_ timer: RunLoopTimer) {
     // Not this loop's any more (or invalid): its entries here are already stale (it left
     // every mode), and its schedule fields belong to its new loop's lock.
-    guard let (fireDate, tolerance) = timer.scheduleSnapshot(in: self) else { return }
+    guard let schedule = timer.scheduleForRenewal(in: self) else { return }
+    if schedule.rearmed {
+      nextTimerSequence &+= 1
+      timer.scheduleSequence = nextTimerSequence
+    }
     // Unique in this loop, so no entry of a freed timer matches a timer that reuses its
     // address (see `ModeItems.currentTimer`).
     nextTimerGeneration &+= 1
     timer.scheduleGeneration = nextTimerGeneration
     for mode in modes.values where mode.contains(timer) {
-      mode.schedule(timer, fireDate: fireDate, tolerance: tolerance, in: self)
+      mode.schedule(timer, fireDate: schedule.fireDate, tolerance: schedule.tolerance, in: self)
     }
   }
 

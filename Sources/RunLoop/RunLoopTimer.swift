@@ -16,6 +16,10 @@ import Sync
 /// fires. The grid has the monotonic clock's resolution: a positive interval below one
 /// nanosecond is rounded up to one nanosecond, and fractions of a nanosecond are dropped.
 ///
+/// **Equal fire dates** fire in schedule order, as in Core Foundation and libuv: the order
+/// the timers were added, except that a timer re-armed (``setNextFireDate(_:)``, or moved to
+/// its next period after firing) goes after the timers already due at that instant.
+///
 /// **The block is released** as soon as the timer is invalidated (by ``invalidate()``, or
 /// after a one-shot timer fired), on the invalidating thread once the call is done with the
 /// run loop, never while a run loop lock is held: what it captures may call the run loop
@@ -63,9 +67,14 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// before, each time it renews the timer's schedule entries; entries of another
   /// generation are stale. Protected by that lock.
   var scheduleGeneration: UInt64 = 0
-  /// The order in which the timer was added to its run loop (ties between equal fire dates
-  /// go to the earlier one). Protected by the owning run loop's lock.
+  /// The timer's place among equal fire dates in its run loop (ties go to the lower):
+  /// handed out when it joins the loop and again when it is re-armed. Protected by the
+  /// owning run loop's lock.
   var scheduleSequence: UInt64 = 0
+  /// Set when the fire date was re-armed (``setNextFireDate(_:)`` or the next period after
+  /// a firing), until the loop renews the schedule and hands out a new `scheduleSequence`.
+  /// Protected by `lock`.
+  var rearmed = false
 
   /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive
   /// (a positive interval below one nanosecond, the clock's resolution, is rounded up to one
@@ -137,11 +146,14 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
 
   /// Re-arms the timer to fire at `date` (even a one-shot timer that has not fired yet; a
   /// repeating timer continues its grid from `date`). Takes effect at once when the loop is
-  /// sleeping. No effect on an invalidated timer. (`CFRunLoopTimerSetNextFireDate`)
+  /// sleeping. Among timers due at the same instant, a re-armed timer fires after those
+  /// already there, so timers re-armed to one instant fire in the order they were re-armed.
+  /// No effect on an invalidated timer. (`CFRunLoopTimerSetNextFireDate`)
   public func setNextFireDate(_ date: MonotonicInstant) {
     let loop: RunLoop? = lock.withLock {
       guard valid else { return nil }
       fireDate = date
+      rearmed = true
       return runLoop
     }
     loop?.timerScheduleDidChange(self)
@@ -193,6 +205,16 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock { valid && runLoop === loop ? (fireDate, toleranceValue) : nil }
   }
 
+  /// Like `scheduleSnapshot(in:)`, for renewing the schedule: also says whether the timer
+  /// was re-armed since the last renewal, and clears that mark.
+  func scheduleForRenewal(in loop: RunLoop) -> (fireDate: MonotonicInstant, tolerance: Duration, rearmed: Bool)? {
+    lock.withLock {
+      guard valid && runLoop === loop else { return nil }
+      defer { rearmed = false }
+      return (fireDate, toleranceValue, rearmed)
+    }
+  }
+
   /// The run loop the timer is scheduled in now, if any.
   var owningRunLoop: RunLoop? {
     lock.withLock { runLoop }
@@ -217,6 +239,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       // setNextFireDate from the callback wins over the grid (as in Core Foundation).
       guard fireDate == scheduled else { return false }
       fireDate = RunLoopTimer.nextGridPoint(after: .now, from: scheduled, interval: interval)
+      rearmed = true
       return false
     }
     if oneShotDone { invalidate() }

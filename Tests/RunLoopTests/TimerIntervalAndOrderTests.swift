@@ -74,4 +74,57 @@ struct TimerIntervalAndOrderTests {
     #expect(timer.nextFireDate == .distantFuture)
     timer.invalidate()
   }
+
+  @Test("timers re-armed to one instant fire in the order re-armed, after a timer already due there")
+  func reArmedTimersFireInReArmOrder() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let order = Recorder<String>()
+      let date = MonotonicInstant.after(.milliseconds(5))
+      var timers: [String: RunLoopTimer] = [:]
+      for name in ["A", "B", "C"] {
+        let timer = RunLoopTimer(fireAt: .distantFuture) { _ in order.append(name) }
+        runLoop.add(timer, forMode: .default)
+        timers[name] = timer
+      }
+      // Added last but never re-armed: already at `date` before the others move there.
+      runLoop.add(RunLoopTimer(fireAt: date) { _ in order.append("D") }, forMode: .default)
+      for name in ["C", "A", "B"] { timers[name]!.setNextFireDate(date) }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(order.snapshot == ["D", "C", "A", "B"])
+    }
+  }
+
+  @Test("a repeating timer moved to its next period fires after a timer already due then")
+  func repeatingTimerGoesAfterTimersAlreadyAtItsNextPeriod() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let order = Recorder<String>()
+      let start = MonotonicInstant.after(.milliseconds(2))
+      let interval = Duration.milliseconds(20)
+      let repeating = RunLoopTimer(fireAt: start, interval: interval) { timer in
+        order.append("repeating")
+        if order.count > 1 { timer.invalidate() }
+      }
+      runLoop.add(repeating, forMode: .default)
+      runLoop.add(RunLoopTimer(fireAt: start + interval) { _ in order.append("one-shot") }, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(order.snapshot == ["repeating", "one-shot", "repeating"])
+    }
+  }
+
+  @Test("changing the tolerance does not move a timer behind others due at the same instant")
+  func toleranceChangeKeepsTheOrder() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let order = Recorder<String>()
+      let date = MonotonicInstant.after(.milliseconds(5))
+      let first = RunLoopTimer(fireAt: date) { _ in order.append("first") }
+      runLoop.add(first, forMode: .default)
+      runLoop.add(RunLoopTimer(fireAt: date) { _ in order.append("second") }, forMode: .default)
+      first.tolerance = .microseconds(1)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(order.snapshot == ["first", "second"])
+    }
+  }
 }

@@ -158,7 +158,7 @@ final class ModeItems {
   }
 
   /// The timers due at `now` (valid, not firing, fire date passed), earliest first (equal
-  /// dates in the order the timers were added). They stay scheduled (a nested
+  /// dates in schedule order: the order added, or re-armed). They stay scheduled (a nested
   /// run may fire them first); the caller renews their schedule after firing them.
   func dueTimers(at now: MonotonicInstant) -> [RunLoopTimer] {
     var due: [TimerHeap.Entry] = []
@@ -239,8 +239,8 @@ final class Activation {
   }
 }
 
-/// A binary min-heap of timer schedule entries, ordered by key, then by the order the timers
-/// were added (so equal instants keep that order).
+/// A binary min-heap of timer schedule entries, ordered by key, then by the timers' schedule
+/// sequence (so equal instants keep the order the timers were added or last re-armed).
 /// Entries hold no references: moving, dropping or discarding them never releases anything.
 struct TimerHeap {
   struct Entry {
