@@ -998,7 +998,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     // Listed members that fired (or were invalidated) leave the list; those still
     // signalled wait for a run in one of their modes.
     if listed {
-      lock.withLock { readySources.removeAll { !$0.isSignalled } }
+      // The sources leaving the list are dropped after the lock: one may hold the last
+      // reference to an invalidated member, whose handler's captures run arbitrary deinits.
+      let left: [RunLoopSource] = lock.withLock {
+        var left: [RunLoopSource] = []
+        var kept: [RunLoopSource] = []
+        for source in readySources {
+          if source.isSignalled { kept.append(source) } else { left.append(source) }
+        }
+        readySources = kept
+        return left
+      }
+      _ = left
     }
     return handled
   }

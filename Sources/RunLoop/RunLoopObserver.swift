@@ -30,8 +30,6 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
   /// Lower orders are called first at each point.
   public let order: Int
 
-  let callback: @Sendable (RunLoopObserver, RunLoopActivity) -> Void
-
   /// Protects every `var` below. Taken after the run loop's lock, never before.
   let lock = Mutex()
   /// Protected by `lock`.
@@ -40,6 +38,10 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
   var firing = false
   /// The run loop it was added to. Protected by `lock`.
   weak var runLoop: RunLoop?
+  /// The callback; nil once the observer is invalid, so what it captures is released at
+  /// invalidation (Core Foundation releases an observer's context then), outside `lock`.
+  /// Protected by `lock`.
+  var callback: (@Sendable (RunLoopObserver, RunLoopActivity) -> Void)?
 
   /// Creates an observer for `activities`, called with itself and the activity.
   public init(
@@ -57,28 +59,35 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
     lock.withLock { valid }
   }
 
-  /// Removes the observer from every mode of its run loop; it is never called again.
+  /// Removes the observer from every mode of its run loop; it is never called again, and
+  /// its callback (with everything the callback captures) is released at once, or when the
+  /// call in progress returns if the observer invalidates itself from its callback.
   /// Callable from any thread, including its own callback; idempotent.
   /// (`CFRunLoopObserverInvalidate`)
   public func invalidate() {
-    let loop: RunLoop? = lock.withLock {
-      guard valid else { return nil }
+    let (loop, released): (RunLoop?, (@Sendable (RunLoopObserver, RunLoopActivity) -> Void)?) = lock.withLock {
+      guard valid else { return (nil, nil) }
       valid = false
-      return runLoop
+      // Taken out here and dropped after the lock: its captures' deinits may call back into
+      // the observer or its run loop.
+      let released = callback
+      callback = nil
+      return (runLoop, released)
     }
     loop?.removeFromEveryMode(self)
+    _ = released
   }
 
   /// Calls the observer for `activity` unless it is invalid or already running. Called on the
   /// run loop's thread without its lock.
   func fire(_ activity: RunLoopActivity) {
-    let go: Bool = lock.withLock {
-      guard valid && !firing else { return false }
+    let call: (@Sendable (RunLoopObserver, RunLoopActivity) -> Void)? = lock.withLock {
+      guard valid && !firing, let callback else { return nil }
       firing = true
-      return true
+      return callback
     }
-    guard go else { return }
-    callback(self, activity)
+    guard let call else { return }
+    call(self, activity)
     lock.withLock { firing = false }
     if !repeats { invalidate() }
   }
