@@ -39,9 +39,10 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   let scheduleCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let cancelCallback: (@Sendable (RunLoop, RunLoopMode) -> Void)?
   let performCallback: @Sendable () -> Void
-  /// For a descriptor member's source: its perform callback, which says whether a handler
-  /// ran (a descriptor drained since it was reported runs none). Nil for every other source,
-  /// whose `performCallback` always counts as handled.
+  /// For a descriptor member's or a port's source: its perform callback, which says whether
+  /// a handler ran (a descriptor drained, or a port emptied, since it was signalled runs
+  /// none). Nil for sources made with the public initializer, whose `performCallback` always
+  /// counts as handled.
   let reportingPerformCallback: (@Sendable () -> Bool)?
   /// True for the sources of descriptor members, which only a run loop signals (when its
   /// epoll wait reports their descriptor): the loop lists them as it signals them, so its
@@ -81,17 +82,20 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
     self.reportingPerformCallback = nil
   }
 
-  /// A descriptor member's source (signalled only by run loops): `perform` returns whether
-  /// the member's handler ran, which is what `returnAfterSourceHandled` counts.
+  /// A toolkit-internal source whose `perform` returns whether a handler ran, which is what
+  /// `returnAfterSourceHandled` counts: a descriptor member's (`signalledByRunLoop`, signalled
+  /// only by run loops) or a port's (signalled by senders; its messages may have been taken
+  /// by a blocking receive before the loop fired it).
   init(
     order: Int, schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
     cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
-    signalledByRunLoopPerform perform: @escaping @Sendable () -> Bool
+    signalledByRunLoop: Bool = true,
+    reportingPerform perform: @escaping @Sendable () -> Bool
   ) {
     self.order = order
     self.scheduleCallback = schedule
     self.cancelCallback = cancel
-    self.isSignalledByRunLoop = true
+    self.isSignalledByRunLoop = signalledByRunLoop
     self.performCallback = { _ = perform() }
     self.reportingPerformCallback = perform
   }

@@ -56,7 +56,7 @@ final class DescriptorMember: @unchecked Sendable {
       order: 0,
       schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
       cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
-      signalledByRunLoopPerform: { [weak self] in self?.perform() ?? false })
+      reportingPerform: { [weak self] in self?.perform() ?? false })
     DescriptorMember.registryLock.withLock { DescriptorMember.registry[token] = WeakMember(value: self) }
   }
 

@@ -34,7 +34,8 @@ final class PortRunLoopLink: @unchecked Sendable {
         order: 0,
         schedule: { [weak self, queue] runLoop, _ in self?.scheduled(in: runLoop, holding: queue) },
         cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
-        perform: { [weak self, queue] in self?.deliver(from: queue) })
+        signalledByRunLoop: false,
+        reportingPerform: { [weak self, queue] in self?.deliver(from: queue) ?? false })
       source = created
       return created
     }
@@ -125,15 +126,17 @@ final class PortRunLoopLink: @unchecked Sendable {
   }
 
   /// Delivers the messages queued when the pass began (later ones signal again), in order,
-  /// on the run-loop thread.
-  private func deliver(from queue: MessageQueue<PortMessage>) {
-    guard let handler = lock.withLock({ handler }) else { return }
+  /// on the run-loop thread. Returns whether the handler ran: a signal whose messages a
+  /// blocking `receive` took first, or a port without a handler, handles no source.
+  private func deliver(from queue: MessageQueue<PortMessage>) -> Bool {
+    guard let handler = lock.withLock({ handler }) else { return false }
     // One queue lock per message: the first take also says how many more were queued.
-    guard case (.element(let first)?, var budget) = queue.tryReceiveCounting() else { return }
+    guard case (.element(let first)?, var budget) = queue.tryReceiveCounting() else { return false }
     handler(first)
     while budget > 0, case (.element(let message)?, _) = queue.tryReceiveCounting() {
       handler(message)
       budget -= 1
     }
+    return true
   }
 }
