@@ -585,7 +585,11 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   func withdrawQueuedBlock(request: ObjectIdentifier) {
     let removed: [QueuedBlock] = lock.withLock {
       guard let index = blocks.firstIndex(where: { $0.request == request }) else { return [] }
-      return [blocks.remove(at: index)]
+      let removed = blocks.remove(at: index)
+      // A queued block keeps a run of its mode going (`isEmpty`); without it the run may
+      // have nothing left and must end, as when its last source or timer leaves.
+      wakeUpIfARunIsLeftEmpty()
+      return [removed]
     }
     // Released outside the lock: the block's captures may run arbitrary deinit code.
     withExtendedLifetime(removed) {}
