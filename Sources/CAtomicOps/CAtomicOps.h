@@ -3,8 +3,13 @@
 // libatomic_ops spells its word type `AO_t` as a macro over `size_t` and its operations as
 // macros and static inline functions with ordering suffixes (none = relaxed, `_acquire`,
 // `_release`, `_full`). Swift cannot see macros, so this header declares one small static
-// inline function per (width, operation, ordering) with fixed-width types. Everything here
-// inlines into the Swift caller; nothing adds a call.
+// inline function per (width, operation, ordering) with fixed-width types, and one per
+// (width, operation) that takes the ordering as an argument (`TK_ORDER_*`) and picks among
+// them. Swift passes a constant ordering, so after inlining the choice folds away: everything
+// here inlines into the Swift caller; nothing adds a call.
+//
+// Widths: 8 bits (`AO_char_*`, `unsigned char`), 16 bits (`AO_short_*`, `unsigned short`),
+// 32 bits (`AO_int_*`, `unsigned int`) and 64 bits (`AO_*`, `AO_t`).
 //
 // Operations libatomic_ops 7.6 lacks with a returned old value (exchange, fetch-and/or/xor)
 // are built from its fetch-compare-and-swap of the same ordering, the way x86 itself
@@ -31,6 +36,15 @@
 
 _Static_assert(sizeof(AO_t) == sizeof(uint64_t), "the toolkit assumes a 64-bit AO_t");
 _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 32-bit int");
+_Static_assert(sizeof(unsigned short) == sizeof(uint16_t), "the toolkit assumes a 16-bit short");
+_Static_assert(sizeof(unsigned char) == sizeof(uint8_t), "the toolkit assumes an 8-bit char");
+
+// The orderings Swift passes (the raw values of `MemoryOrder.Load/.Store/.Update`). A value
+// an operation does not know is treated as the strongest, so no input is undefined.
+#define TK_ORDER_RELAXED 0
+#define TK_ORDER_ACQUIRE 1
+#define TK_ORDER_RELEASE 2
+#define TK_ORDER_FULL 3
 
 #define TK_AO_RELAXED
 #define TK_AO_ACQUIRE _acquire
@@ -51,9 +65,14 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
 #define TK_CAT3_(a, b, c) a##b##c
 #define TK_CAT3(a, b, c) TK_CAT3_(a, b, c)
 
-// AO_int_* operates on `unsigned int`, AO_* on `AO_t` (size_t).
+// AO_char_* operates on `unsigned char`, AO_short_* on `unsigned short`, AO_int_* on
+// `unsigned int`, AO_* on `AO_t` (size_t).
+#define TK_AO_OP_u8(op, ord) TK_CAT3(AO_char_, op, ord)
+#define TK_AO_OP_u16(op, ord) TK_CAT3(AO_short_, op, ord)
 #define TK_AO_OP_u32(op, ord) TK_CAT3(AO_int_, op, ord)
 #define TK_AO_OP_u64(op, ord) TK_CAT3(AO_, op, ord)
+#define TK_AO_T_u8 unsigned char
+#define TK_AO_T_u16 unsigned short
 #define TK_AO_T_u32 unsigned int
 #define TK_AO_T_u64 AO_t
 
@@ -132,8 +151,43 @@ _Static_assert(sizeof(unsigned int) == sizeof(uint32_t), "the toolkit assumes a 
   TK_DEFINE_RMW(W, T, full, TK_AO_FULL)                                                       \
   static inline void tk_atomic_##W##_store_full(volatile T *p, T v) {                         \
     (void)tk_atomic_##W##_exchange_full(p, v);                                                \
-  }
+  }                                                                                           \
+  static inline T tk_atomic_##W##_load(const volatile T *p, int order) {                      \
+    switch (order) {                                                                          \
+    case TK_ORDER_RELAXED: return tk_atomic_##W##_load_relaxed(p);                            \
+    case TK_ORDER_ACQUIRE: return tk_atomic_##W##_load_acquire(p);                            \
+    default: return tk_atomic_##W##_load_full(p);                                             \
+    }                                                                                         \
+  }                                                                                           \
+  static inline void tk_atomic_##W##_store(volatile T *p, T v, int order) {                   \
+    switch (order) {                                                                          \
+    case TK_ORDER_RELAXED: tk_atomic_##W##_store_relaxed(p, v); break;                        \
+    case TK_ORDER_RELEASE: tk_atomic_##W##_store_release(p, v); break;                        \
+    default: tk_atomic_##W##_store_full(p, v); break;                                         \
+    }                                                                                         \
+  }                                                                                           \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, fetch_compare_and_swap, (volatile T *p, T e, T d), (p, e, d)) \
+  TK_DEFINE_RMW_DISPATCH(W, T, bool, compare_and_swap, (volatile T *p, T e, T d), (p, e, d))  \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, exchange, (volatile T *p, T v), (p, v))                     \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, fetch_add, (volatile T *p, T v), (p, v))                    \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, fetch_and, (volatile T *p, T v), (p, v))                    \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, fetch_or, (volatile T *p, T v), (p, v))                     \
+  TK_DEFINE_RMW_DISPATCH(W, T, T, fetch_xor, (volatile T *p, T v), (p, v))
 
+// `tk_atomic_W_OP(args..., int order)`: the read-modify-write OP of the given ordering.
+#define TK_DEFINE_RMW_DISPATCH(W, T, R, OP, PARAMS, ARGS)                                     \
+  static inline R tk_atomic_##W##_##OP TK_APPEND_ORDER PARAMS {                               \
+    switch (order) {                                                                          \
+    case TK_ORDER_RELAXED: return tk_atomic_##W##_##OP##_relaxed ARGS;                        \
+    case TK_ORDER_ACQUIRE: return tk_atomic_##W##_##OP##_acquire ARGS;                        \
+    case TK_ORDER_RELEASE: return tk_atomic_##W##_##OP##_release ARGS;                        \
+    default: return tk_atomic_##W##_##OP##_full ARGS;                                         \
+    }                                                                                         \
+  }
+#define TK_APPEND_ORDER(...) (__VA_ARGS__, int order)
+
+TK_DEFINE_WIDTH(u8, uint8_t)
+TK_DEFINE_WIDTH(u16, uint16_t)
 TK_DEFINE_WIDTH(u32, uint32_t)
 TK_DEFINE_WIDTH(u64, uint64_t)
 

@@ -1,248 +1,235 @@
-// The UInt32 and UInt64 extensions below are identical but for the width; edit both alike.
 import CAtomicOps
 
-/// The two storage widths libatomic_ops provides (`unsigned int` and `AO_t`), as the raw
-/// layer under ``AtomicInteger``. Each operation takes a pointer to properly aligned memory
-/// that is only ever accessed atomically, and an explicit ordering.
+/// The unsigned storage words libatomic_ops operates on (`UInt8`, `UInt16`, `UInt32`,
+/// `UInt64`), as the raw layer of the toolkit's own locks. Package-only: the integer types
+/// gain no public members.
 ///
-/// You rarely call these directly; they exist so generic code specializes into a single
-/// libatomic_ops call.
-public protocol AtomicPrimitive: FixedWidthInteger, UnsignedInteger, Sendable {
+/// Each operation takes a pointer to properly aligned memory that is only ever accessed
+/// atomically, and an explicit ordering; all of them forward to ``AtomicBits``.
+@usableFromInline
+package protocol AtomicPrimitive: FixedWidthInteger, UnsignedInteger, Sendable {}
+
+extension UInt8: AtomicPrimitive {}
+extension UInt16: AtomicPrimitive {}
+extension UInt32: AtomicPrimitive {}
+extension UInt64: AtomicPrimitive {}
+
+extension AtomicPrimitive {
   /// Loads the value at `pointer` (`AO_load` / `AO_load_acquire`).
-  static func atomicLoad(at pointer: UnsafeMutablePointer<Self>, ordering: AtomicLoadOrdering) -> Self
+  @inlinable
+  @inline(__always)
+  package static func atomicLoad(at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Load) -> Self {
+    AtomicBits.load(UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Stores `value` at `pointer` (`AO_store` / `AO_store_release`).
-  static func atomicStore(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicStoreOrdering)
-  /// Stores `value` and returns the previous value.
-  static func atomicExchange(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
-  /// Replaces `expected` with `desired` if present; returns the value seen
-  /// (`AO_fetch_compare_and_swap`). The exchange happened when the result equals `expected`.
-  static func atomicCompareExchange(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
+  @inlinable
+  @inline(__always)
+  package static func atomicStore(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Store) {
+    AtomicBits.store(value, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
+  /// Replaces `expected` with `desired` if present and returns the value seen
+  /// (`AO_fetch_compare_and_swap`): the exchange happened when it equals `expected`. The raw
+  /// word form of ``AtomicInteger/compareExchange(expected:desired:ordering:)``, kept bare
+  /// because the toolkit's retry loops feed the value seen straight back in.
+  @inlinable
+  @inline(__always)
+  package static func atomicCompareExchange(
+    expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Self {
+    AtomicBits.fetchCompareAndSwap(expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Replaces `expected` with `desired` if present; returns whether it did (`AO_compare_and_swap`).
-  static func atomicCompareAndSwap(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Bool
+  @inlinable
+  @inline(__always)
+  package static func atomicCompareAndSwap(
+    expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Bool {
+    AtomicBits.compareAndSwap(expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
+  /// Stores `value` and returns the previous value.
+  @inlinable
+  @inline(__always)
+  package static func atomicExchange(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+    AtomicBits.update(.exchange, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Adds `value` with wrap-around and returns the previous value (`AO_fetch_and_add`).
-  static func atomicFetchAdd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
+  @inlinable
+  @inline(__always)
+  package static func atomicFetchAdd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+    AtomicBits.update(.add, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Bitwise-ands `value` in and returns the previous value.
-  static func atomicFetchAnd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
+  @inlinable
+  @inline(__always)
+  package static func atomicFetchAnd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+    AtomicBits.update(.and, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Bitwise-ors `value` in and returns the previous value.
-  static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
+  @inlinable
+  @inline(__always)
+  package static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+    AtomicBits.update(.or, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
+  }
+
   /// Bitwise-xors `value` in and returns the previous value.
-  static func atomicFetchXor(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self
-}
-
-/// `UInt32` atomics map onto libatomic_ops' `AO_int_*` operations.
-extension UInt32: AtomicPrimitive {
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicLoad``.
   @inlinable
   @inline(__always)
-  public static func atomicLoad(at pointer: UnsafeMutablePointer<Self>, ordering: AtomicLoadOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_load_relaxed(pointer)
-    case .acquiring: return tk_atomic_u32_load_acquire(pointer)
-    case .full: return tk_atomic_u32_load_full(pointer)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicStore``.
-  @inlinable
-  @inline(__always)
-  public static func atomicStore(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicStoreOrdering) {
-    switch ordering {
-    case .relaxed: tk_atomic_u32_store_relaxed(pointer, value)
-    case .releasing: tk_atomic_u32_store_release(pointer, value)
-    case .full: tk_atomic_u32_store_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicExchange``.
-  @inlinable
-  @inline(__always)
-  public static func atomicExchange(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_exchange_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u32_exchange_acquire(pointer, value)
-    case .releasing: return tk_atomic_u32_exchange_release(pointer, value)
-    case .full: return tk_atomic_u32_exchange_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicCompareExchange``.
-  @inlinable
-  @inline(__always)
-  public static func atomicCompareExchange(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_fetch_compare_and_swap_relaxed(pointer, expected, desired)
-    case .acquiring: return tk_atomic_u32_fetch_compare_and_swap_acquire(pointer, expected, desired)
-    case .releasing: return tk_atomic_u32_fetch_compare_and_swap_release(pointer, expected, desired)
-    case .full: return tk_atomic_u32_fetch_compare_and_swap_full(pointer, expected, desired)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicCompareAndSwap``.
-  @inlinable
-  @inline(__always)
-  public static func atomicCompareAndSwap(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Bool {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_compare_and_swap_relaxed(pointer, expected, desired)
-    case .acquiring: return tk_atomic_u32_compare_and_swap_acquire(pointer, expected, desired)
-    case .releasing: return tk_atomic_u32_compare_and_swap_release(pointer, expected, desired)
-    case .full: return tk_atomic_u32_compare_and_swap_full(pointer, expected, desired)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchAdd``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchAdd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_fetch_add_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u32_fetch_add_acquire(pointer, value)
-    case .releasing: return tk_atomic_u32_fetch_add_release(pointer, value)
-    case .full: return tk_atomic_u32_fetch_add_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchAnd``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchAnd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_fetch_and_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u32_fetch_and_acquire(pointer, value)
-    case .releasing: return tk_atomic_u32_fetch_and_release(pointer, value)
-    case .full: return tk_atomic_u32_fetch_and_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchOr``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_fetch_or_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u32_fetch_or_acquire(pointer, value)
-    case .releasing: return tk_atomic_u32_fetch_or_release(pointer, value)
-    case .full: return tk_atomic_u32_fetch_or_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchXor``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchXor(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u32_fetch_xor_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u32_fetch_xor_acquire(pointer, value)
-    case .releasing: return tk_atomic_u32_fetch_xor_release(pointer, value)
-    case .full: return tk_atomic_u32_fetch_xor_full(pointer, value)
-    }
+  package static func atomicFetchXor(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+    AtomicBits.update(.xor, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 }
 
-/// `UInt64` atomics map onto libatomic_ops' `AO_*` operations.
-extension UInt64: AtomicPrimitive {
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicLoad``.
+/// The one implementation of every atomic operation, for any 8-, 16-, 32- or 64-bit integer
+/// type `V`: the memory at the pointer holds `V`'s bit pattern as the unsigned word of its
+/// width (`V(truncatingIfNeeded:)` both ways), and the operation is libatomic_ops' for that
+/// width (`AO_char_*`, `AO_short_*`, `AO_int_*`, `AO_*`).
+///
+/// `V.bitWidth`, the operation and the ordering are constants once the generic code is
+/// specialized, so a release build folds each call to the one C function it names; no
+/// switch survives. A type wider than 64 bits never gets here (``AtomicInteger`` checks).
+@usableFromInline
+enum AtomicBits {
+  /// The value-returning read-modify-write operations.
+  @usableFromInline
+  enum Operation {
+    case exchange, add, and, or, xor
+  }
+
+  /// Whether `V` is a width the C layer has.
   @inlinable
-  @inline(__always)
-  public static func atomicLoad(at pointer: UnsafeMutablePointer<Self>, ordering: AtomicLoadOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_load_relaxed(pointer)
-    case .acquiring: return tk_atomic_u64_load_acquire(pointer)
-    case .full: return tk_atomic_u64_load_full(pointer)
+  static func supports<V: FixedWidthInteger>(_: V.Type) -> Bool {
+    switch V.bitWidth {
+    case 8, 16, 32, 64: return true
+    default: return false
     }
   }
 
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicStore``.
   @inlinable
   @inline(__always)
-  public static func atomicStore(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicStoreOrdering) {
-    switch ordering {
-    case .relaxed: tk_atomic_u64_store_relaxed(pointer, value)
-    case .releasing: tk_atomic_u64_store_release(pointer, value)
-    case .full: tk_atomic_u64_store_full(pointer, value)
+  static func load<V: FixedWidthInteger>(_ p: UnsafeMutableRawPointer, ordering: MemoryOrder.Load) -> V {
+    let o = ordering.rawValue
+    switch V.bitWidth {
+    case 8:
+      return V(truncatingIfNeeded: tk_atomic_u8_load(p.assumingMemoryBound(to: UInt8.self), o))
+    case 16:
+      return V(truncatingIfNeeded: tk_atomic_u16_load(p.assumingMemoryBound(to: UInt16.self), o))
+    case 32:
+      return V(truncatingIfNeeded: tk_atomic_u32_load(p.assumingMemoryBound(to: UInt32.self), o))
+    default:
+      return V(truncatingIfNeeded: tk_atomic_u64_load(p.assumingMemoryBound(to: UInt64.self), o))
     }
   }
 
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicExchange``.
   @inlinable
   @inline(__always)
-  public static func atomicExchange(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_exchange_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u64_exchange_acquire(pointer, value)
-    case .releasing: return tk_atomic_u64_exchange_release(pointer, value)
-    case .full: return tk_atomic_u64_exchange_full(pointer, value)
+  static func store<V: FixedWidthInteger>(_ value: V, _ p: UnsafeMutableRawPointer, ordering: MemoryOrder.Store) {
+    let o = ordering.rawValue
+    switch V.bitWidth {
+    case 8:
+      tk_atomic_u8_store(p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: value), o)
+    case 16:
+      tk_atomic_u16_store(p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: value), o)
+    case 32:
+      tk_atomic_u32_store(p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: value), o)
+    default:
+      tk_atomic_u64_store(p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: value), o)
     }
   }
 
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicCompareExchange``.
   @inlinable
   @inline(__always)
-  public static func atomicCompareExchange(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_fetch_compare_and_swap_relaxed(pointer, expected, desired)
-    case .acquiring: return tk_atomic_u64_fetch_compare_and_swap_acquire(pointer, expected, desired)
-    case .releasing: return tk_atomic_u64_fetch_compare_and_swap_release(pointer, expected, desired)
-    case .full: return tk_atomic_u64_fetch_compare_and_swap_full(pointer, expected, desired)
+  static func fetchCompareAndSwap<V: FixedWidthInteger>(
+    expected: V, desired: V, _ p: UnsafeMutableRawPointer, ordering: MemoryOrder.Update
+  ) -> V {
+    let o = ordering.rawValue
+    switch V.bitWidth {
+    case 8:
+      return V(truncatingIfNeeded: tk_atomic_u8_fetch_compare_and_swap(
+        p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected), UInt8(truncatingIfNeeded: desired), o))
+    case 16:
+      return V(truncatingIfNeeded: tk_atomic_u16_fetch_compare_and_swap(
+        p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected), UInt16(truncatingIfNeeded: desired), o))
+    case 32:
+      return V(truncatingIfNeeded: tk_atomic_u32_fetch_compare_and_swap(
+        p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected), UInt32(truncatingIfNeeded: desired), o))
+    default:
+      return V(truncatingIfNeeded: tk_atomic_u64_fetch_compare_and_swap(
+        p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected), UInt64(truncatingIfNeeded: desired), o))
     }
   }
 
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicCompareAndSwap``.
   @inlinable
   @inline(__always)
-  public static func atomicCompareAndSwap(expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Bool {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_compare_and_swap_relaxed(pointer, expected, desired)
-    case .acquiring: return tk_atomic_u64_compare_and_swap_acquire(pointer, expected, desired)
-    case .releasing: return tk_atomic_u64_compare_and_swap_release(pointer, expected, desired)
-    case .full: return tk_atomic_u64_compare_and_swap_full(pointer, expected, desired)
+  static func compareAndSwap<V: FixedWidthInteger>(
+    expected: V, desired: V, _ p: UnsafeMutableRawPointer, ordering: MemoryOrder.Update
+  ) -> Bool {
+    let o = ordering.rawValue
+    switch V.bitWidth {
+    case 8:
+      return tk_atomic_u8_compare_and_swap(
+        p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected), UInt8(truncatingIfNeeded: desired), o)
+    case 16:
+      return tk_atomic_u16_compare_and_swap(
+        p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected), UInt16(truncatingIfNeeded: desired), o)
+    case 32:
+      return tk_atomic_u32_compare_and_swap(
+        p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected), UInt32(truncatingIfNeeded: desired), o)
+    default:
+      return tk_atomic_u64_compare_and_swap(
+        p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected), UInt64(truncatingIfNeeded: desired), o)
     }
   }
 
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchAdd``.
   @inlinable
   @inline(__always)
-  public static func atomicFetchAdd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_fetch_add_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u64_fetch_add_acquire(pointer, value)
-    case .releasing: return tk_atomic_u64_fetch_add_release(pointer, value)
-    case .full: return tk_atomic_u64_fetch_add_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchAnd``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchAnd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_fetch_and_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u64_fetch_and_acquire(pointer, value)
-    case .releasing: return tk_atomic_u64_fetch_and_release(pointer, value)
-    case .full: return tk_atomic_u64_fetch_and_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchOr``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_fetch_or_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u64_fetch_or_acquire(pointer, value)
-    case .releasing: return tk_atomic_u64_fetch_or_release(pointer, value)
-    case .full: return tk_atomic_u64_fetch_or_full(pointer, value)
-    }
-  }
-
-  /// The libatomic_ops implementation of ``AtomicPrimitive/atomicFetchXor``.
-  @inlinable
-  @inline(__always)
-  public static func atomicFetchXor(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: AtomicUpdateOrdering) -> Self {
-    switch ordering {
-    case .relaxed: return tk_atomic_u64_fetch_xor_relaxed(pointer, value)
-    case .acquiring: return tk_atomic_u64_fetch_xor_acquire(pointer, value)
-    case .releasing: return tk_atomic_u64_fetch_xor_release(pointer, value)
-    case .full: return tk_atomic_u64_fetch_xor_full(pointer, value)
+  static func update<V: FixedWidthInteger>(
+    _ operation: Operation, _ value: V, _ p: UnsafeMutableRawPointer, ordering: MemoryOrder.Update
+  ) -> V {
+    let o = ordering.rawValue
+    switch V.bitWidth {
+    case 8:
+      let w = p.assumingMemoryBound(to: UInt8.self), v = UInt8(truncatingIfNeeded: value)
+      switch operation {
+      case .exchange: return V(truncatingIfNeeded: tk_atomic_u8_exchange(w, v, o))
+      case .add: return V(truncatingIfNeeded: tk_atomic_u8_fetch_add(w, v, o))
+      case .and: return V(truncatingIfNeeded: tk_atomic_u8_fetch_and(w, v, o))
+      case .or: return V(truncatingIfNeeded: tk_atomic_u8_fetch_or(w, v, o))
+      case .xor: return V(truncatingIfNeeded: tk_atomic_u8_fetch_xor(w, v, o))
+      }
+    case 16:
+      let w = p.assumingMemoryBound(to: UInt16.self), v = UInt16(truncatingIfNeeded: value)
+      switch operation {
+      case .exchange: return V(truncatingIfNeeded: tk_atomic_u16_exchange(w, v, o))
+      case .add: return V(truncatingIfNeeded: tk_atomic_u16_fetch_add(w, v, o))
+      case .and: return V(truncatingIfNeeded: tk_atomic_u16_fetch_and(w, v, o))
+      case .or: return V(truncatingIfNeeded: tk_atomic_u16_fetch_or(w, v, o))
+      case .xor: return V(truncatingIfNeeded: tk_atomic_u16_fetch_xor(w, v, o))
+      }
+    case 32:
+      let w = p.assumingMemoryBound(to: UInt32.self), v = UInt32(truncatingIfNeeded: value)
+      switch operation {
+      case .exchange: return V(truncatingIfNeeded: tk_atomic_u32_exchange(w, v, o))
+      case .add: return V(truncatingIfNeeded: tk_atomic_u32_fetch_add(w, v, o))
+      case .and: return V(truncatingIfNeeded: tk_atomic_u32_fetch_and(w, v, o))
+      case .or: return V(truncatingIfNeeded: tk_atomic_u32_fetch_or(w, v, o))
+      case .xor: return V(truncatingIfNeeded: tk_atomic_u32_fetch_xor(w, v, o))
+      }
+    default:
+      let w = p.assumingMemoryBound(to: UInt64.self), v = UInt64(truncatingIfNeeded: value)
+      switch operation {
+      case .exchange: return V(truncatingIfNeeded: tk_atomic_u64_exchange(w, v, o))
+      case .add: return V(truncatingIfNeeded: tk_atomic_u64_fetch_add(w, v, o))
+      case .and: return V(truncatingIfNeeded: tk_atomic_u64_fetch_and(w, v, o))
+      case .or: return V(truncatingIfNeeded: tk_atomic_u64_fetch_or(w, v, o))
+      case .xor: return V(truncatingIfNeeded: tk_atomic_u64_fetch_xor(w, v, o))
+      }
     }
   }
 }

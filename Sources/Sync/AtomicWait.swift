@@ -1,3 +1,10 @@
+/// A 32-bit integer type whose ``AtomicInteger`` can be waited on: `Int32` and `UInt32`.
+/// No requirements: conforming adds no members.
+public protocol AtomicWaitableValue: AtomicIntegerValue {}
+
+extension Int32: AtomicWaitableValue {}
+extension UInt32: AtomicWaitableValue {}
+
 /// Waiting for a 32-bit atomic to change, and waking its waiters: C++20's
 /// `std::atomic<T>::wait` / `notify_one` / `notify_all`, on a Linux futex.
 ///
@@ -7,7 +14,8 @@
 /// word and wakes it. The kernel compares the word and queues the sleeper atomically, so a
 /// change made between the check and the sleep is never missed.
 ///
-/// Only 32-bit values (`UInt32`, `Int32`) can be waited on: a futex is a 32-bit word.
+/// Only 32-bit values (`UInt32`, `Int32`, the ``AtomicWaitableValue`` types) can be waited
+/// on: a futex is a 32-bit word.
 ///
 /// ```swift
 /// let state = AtomicInteger<UInt32>(0)
@@ -19,7 +27,7 @@
 /// state.store(1, ordering: .releasing)
 /// state.wakeAll()
 /// ```
-extension AtomicInteger where Value.AtomicStorage == UInt32 {
+extension AtomicInteger where Value: AtomicWaitableValue {
   /// Blocks the calling thread while the value equals `expected`, until a ``wake(count:)``
   /// or ``wakeAll()`` on this atomic, or until `deadline` (monotonic clock) passes.
   ///
@@ -32,7 +40,7 @@ extension AtomicInteger where Value.AtomicStorage == UInt32 {
   @available(*, noasync, message: "blocks the calling thread; use it from a thread, not a task")
   @discardableResult
   public func wait(whileEqualTo expected: Value, before deadline: MonotonicInstant = .distantFuture) -> Bool {
-    Futex.wait(storage, expected: Value.atomicEncode(expected), deadline: deadline)
+    Futex.wait(word, expected: UInt32(truncatingIfNeeded: expected), deadline: deadline)
   }
 
   /// Wakes at most `count` threads blocked in ``wait(whileEqualTo:before:)`` on this atomic
@@ -45,13 +53,22 @@ extension AtomicInteger where Value.AtomicStorage == UInt32 {
     // The kernel's futex_wake issues a full barrier before it looks for sleepers, paired
     // with one in futex_wait before it reads the word: the caller's earlier store needs no
     // fence of its own (on arm64 either) to be seen by a waiter that is not yet asleep.
-    return Int(Futex.wake(storage, count: Int32(clamping: count)))
+    return Int(Futex.wake(word, count: Int32(clamping: count)))
   }
 
   /// Wakes every thread blocked in ``wait(whileEqualTo:before:)`` on this atomic and returns
   /// how many woke. Never blocks.
   @discardableResult
   public func wakeAll() -> Int {
-    Int(Futex.wake(storage, count: Int32.max))
+    Int(Futex.wake(word, count: Int32.max))
+  }
+
+  /// The futex word: the value's 32-bit pattern. A custom conformance to
+  /// ``AtomicWaitableValue`` of another width is misuse and stops the process.
+  var word: UnsafeMutablePointer<UInt32> {
+    if Value.bitWidth != 32 {
+      reportMisuse("AtomicInteger", "\(Value.self) is \(Value.bitWidth) bits wide; only 32-bit values can be waited on")
+    }
+    return storage.assumingMemoryBound(to: UInt32.self)
   }
 }

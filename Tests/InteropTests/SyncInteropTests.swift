@@ -39,9 +39,10 @@ struct SyncInteropTests {
     #expect(!deadline.hasPassed)
     let error = SystemCallError(call: "pthread_create", errno: EAGAIN)
     #expect(error.errno == EAGAIN)
-    // Synchronization has orderings of the same names: module selectors pick ours.
-    let ordering: (Sync::AtomicLoadOrdering, Sync::AtomicStoreOrdering, Sync::AtomicUpdateOrdering) = (.relaxed, .releasing, .full)
+    // The orderings have names of their own: no module selector needed beside Synchronization's.
+    let ordering: (MemoryOrder.Load, MemoryOrder.Store, MemoryOrder.Update) = (.relaxed, .releasing, .full)
     #expect(ordering.2 == .full)
+    #expect(Synchronization.AtomicLoadOrdering.relaxed == .relaxed)
     #expect(UInt32.atomicLoad(at: UnsafeMutablePointer<UInt32>.allocate(capacity: 1).initializedForTest(), ordering: .relaxed) == 0)
   }
 }

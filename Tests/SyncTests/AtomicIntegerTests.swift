@@ -54,7 +54,7 @@ struct AtomicIntegerTests {
   @Test("stores are seen by loads of every ordering")
   func storeAndLoad() {
     let value = AtomicInteger<UInt64>(0)
-    for ordering in [AtomicStoreOrdering.relaxed, .releasing, .full] {
+    for ordering in [MemoryOrder.Store.relaxed, .releasing, .full] {
       value.store(42, ordering: ordering)
       #expect(value.load(ordering: .relaxed) == 42)
       #expect(value.load(ordering: .acquiring) == 42)
