@@ -84,6 +84,55 @@ struct AtomicIntegerTests {
     #expect(value.load(ordering: .relaxed) == 0)
   }
 
+  @Test("8- and 16-bit values wrap at their own width, signed ones through their bit pattern")
+  func smallWidths() {
+    let byte = AtomicInteger<UInt8>(255)
+    #expect(byte.increment(ordering: .full) == 0)
+    #expect(byte.fetchSubtract(1, ordering: .relaxed) == 0)
+    #expect(byte.load(ordering: .acquiring) == 255)
+    #expect(byte.and(0x0F, ordering: .releasing) == 0x0F)
+    #expect(byte.fetchXor(0xFF, ordering: .full) == 0x0F)
+    #expect(byte.load(ordering: .relaxed) == 0xF0)
+    let signedByte = AtomicInteger<Int8>(127)
+    #expect(signedByte.add(1, ordering: .full) == -128)
+    #expect(signedByte.compareExchange(expected: -128, desired: -1, ordering: .acquiring) == (true, -128))
+    #expect(signedByte.compareExchange(expected: 0, desired: 5, ordering: .relaxed) == (false, -1))
+    #expect(signedByte.exchange(-7, ordering: .full) == -1)
+    #expect(signedByte.compareAndSwap(expected: -7, desired: 3, ordering: .full))
+    let half = AtomicInteger<UInt16>(0xFFFF)
+    #expect(half.add(2, ordering: .full) == 1)
+    #expect(half.fetchOr(0x8000, ordering: .relaxed) == 1)
+    half.store(0x1234, ordering: .releasing)
+    #expect(half.load(ordering: .full) == 0x1234)
+    let signedHalf = AtomicInteger<Int16>(Int16.min)
+    #expect(signedHalf.decrement(ordering: .full) == Int16.max)
+    #expect(signedHalf.testAndSet(bit: 8, ordering: .full) == false)  // bit 8 is 0x8000, the sign
+    #expect(signedHalf.load(ordering: .relaxed) == -1)
+    #expect(AtomicInteger<Int16>.guideBitMask(8) == Int16(bitPattern: 0x8000))
+    #expect(AtomicInteger<UInt8>.guideBitMask(0) == 0x80)
+  }
+
+  @Test("concurrent increments of 8- and 16-bit counters lose nothing")
+  func concurrentSmallIncrements() {
+    let byte = AtomicInteger<UInt8>(0)
+    let half = AtomicInteger<Int16>(0)
+    runConcurrently(4) { _ in
+      for _ in 0..<5_000 {
+        byte.increment(ordering: .relaxed)
+        half.fetchAdd(1, ordering: .full)
+      }
+    }
+    #expect(byte.load(ordering: .acquiring) == UInt8(truncatingIfNeeded: 20_000))
+    #expect(half.load(ordering: .acquiring) == 20_000)
+  }
+
+  @Test("a conformance wider than 64 bits is reported when the atomic is created")
+  func widerThan64Bits() async {
+    await #expect(processExitsWith: .failure) {
+      _ = AtomicInteger<UInt128>(0)
+    }
+  }
+
   @Test("a bit number outside the value is reported")
   func bitOutOfRange() async {
     await #expect(processExitsWith: .failure) {
@@ -143,3 +192,5 @@ struct AtomicIntegerTests {
     #expect(seen.load(ordering: .relaxed) == 7)
   }
 }
+
+extension UInt128: AtomicIntegerValue {}
