@@ -18,9 +18,7 @@ func registerOnceBenchmarks(_ harness: Harness) {
   let group = "One-time initialization: a call after the first"
   let calls = 10_000_000
 
-  let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
-  word.initialize(to: 3)
-  defer { word.deallocate() }
+  let word = onceOpaque(AtomicInteger<UInt32>(3))
 
   let once = Once()
   nonisolated(unsafe) var counter = 0
@@ -39,9 +37,9 @@ func registerOnceBenchmarks(_ harness: Harness) {
   precondition(pthread_once(control, {}) == 0)
 
   harness.measureInterleaved(id: id, group: group, operations: calls, [
-    (.toolkit("acquiring atomic load (Sync raw)"), { iterations in
+    (.toolkit("Sync.AtomicInteger.load(acquiring)"), { iterations in
       var hits = 0
-      for _ in 0..<iterations where UInt32.atomicLoad(at: word, ordering: .acquiring) == 3 { hits &+= 1 }
+      for _ in 0..<iterations where word.load(ordering: .acquiring) == 3 { hits &+= 1 }
       precondition(hits == iterations)
     }),
     (.peer("Synchronization.Atomic.load(acquiring)"), { iterations in
