@@ -2,8 +2,6 @@ import CThreadingShims
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// A point in time on the system's monotonic clock (`CLOCK_MONOTONIC`).
@@ -37,7 +35,9 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
   public static var now: MonotonicInstant {
     let value = tk_monotonic_now_ns()
     // CLOCK_MONOTONIC is always present on Linux; failure would mean a broken libc.
-    if value < 0 { fatalError("clock_gettime(CLOCK_MONOTONIC) failed: errno \(-value)") }
+    if value < 0 {
+      fatalError("\(SystemCallError(call: "clock_gettime(CLOCK_MONOTONIC)", code: SystemErrorCode(rawValue: Int32(truncatingIfNeeded: -value))))")
+    }
     return MonotonicInstant(nanoseconds: value)
   }
 

@@ -156,7 +156,7 @@ public final class ProcessLock: @unchecked Sendable {
   ///
   /// If another process broke the lock meanwhile (the file is gone, or now records another
   /// owner), the file is left alone, this object no longer holds the lock, and the call
-  /// throws `SystemCallError(call: "ProcessLock.unlock", errno: EPERM)` so the caller learns
+  /// throws `SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)` so the caller learns
   /// that its critical section was not exclusive. Other file-system failures throw too.
   /// Calling it on an object that does not hold the lock stops the process (misuse).
   ///
@@ -170,7 +170,7 @@ public final class ProcessLock: @unchecked Sendable {
       }
       heldToken = nil
       guard let record = try FileCalls.read(path), ProcessLock.parse(record)?.token == token else {
-        throw SystemCallError(call: "ProcessLock.unlock", errno: FileCalls.operationNotPermitted)
+        throw SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)
       }
       try FileCalls.unlink(path)
     }

@@ -1,23 +1,15 @@
-import CThreadingShims
-
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// A failure the environment caused: a pthread function or system call returned an error.
 ///
 /// Every pthread and syscall result in the toolkit is checked. When the cause lies outside
 /// the program (no memory, too many threads, no permission for a real-time priority, a peer
 /// that went away), the operation throws a `SystemCallError` naming the call that failed and
-/// the `errno` it reported. Programming errors (unlocking a lock you do not hold, joining a
+/// the ``code`` it reported. Programming errors (unlocking a lock you do not hold, joining a
 /// thread twice) are not thrown: they stop the process with a message that names the misuse.
 ///
 /// ```swift
 /// do {
 ///     try something()
-/// } catch let error as SystemCallError where error.errno == EAGAIN {
+/// } catch let error where error.code == .tryAgain {
 ///     // the system refused another thread; retry later
 /// }
 /// ```
@@ -25,67 +17,34 @@ public struct SystemCallError: Error, Hashable, Sendable, CustomStringConvertibl
   /// The C function or system call that failed, for example `"pthread_create"`.
   public let call: String
 
-  /// The error number the call reported (`EAGAIN`, `ENOMEM`, `EPERM`, ...).
-  public let errno: Int32
+  /// The error code the call reported (``SystemErrorCode/tryAgain``,
+  /// ``SystemErrorCode/noMemory``, ...).
+  public let code: SystemErrorCode
 
-  /// Creates an error for `call` failing with `errno`.
-  public init(call: String, errno: Int32) {
+  /// Creates an error for `call` failing with `code`.
+  public init(call: String, code: SystemErrorCode) {
     self.call = call
-    self.errno = errno
+    self.code = code
   }
 
-  /// The symbolic name of ``errno`` (`"EAGAIN"`), or `"errno N"` for a number the toolkit
+  /// Creates an error for `call` failing with the C error number `errno`.
+  @available(*, deprecated, renamed: "init(call:code:)")
+  public init(call: String, errno: Int32) {
+    self.init(call: call, code: SystemErrorCode(rawValue: errno))
+  }
+
+  /// The C error number the call reported: `code.rawValue`.
+  @available(*, deprecated, message: "use code, a SystemErrorCode (code.rawValue is the number)")
+  public var errno: Int32 { code.rawValue }
+
+  /// The C name of the error number (`"EAGAIN"`), or `"errno N"` for a number the toolkit
   /// does not name.
-  public var errnoName: String {
-    switch errno {
-    case EPERM: return "EPERM"
-    case ENOENT: return "ENOENT"
-    case ESRCH: return "ESRCH"
-    case EINTR: return "EINTR"
-    case EIO: return "EIO"
-    case EBADF: return "EBADF"
-    case EAGAIN: return "EAGAIN"
-    case ENOMEM: return "ENOMEM"
-    case EACCES: return "EACCES"
-    case EFAULT: return "EFAULT"
-    case EBUSY: return "EBUSY"
-    case EEXIST: return "EEXIST"
-    case ENOTDIR: return "ENOTDIR"
-    case EISDIR: return "EISDIR"
-    case EINVAL: return "EINVAL"
-    case EMFILE: return "EMFILE"
-    case ENFILE: return "ENFILE"
-    case ENOSPC: return "ENOSPC"
-    case EROFS: return "EROFS"
-    case EPIPE: return "EPIPE"
-    case ERANGE: return "ERANGE"
-    case EDEADLK: return "EDEADLK"
-    case ENAMETOOLONG: return "ENAMETOOLONG"
-    case ENOSYS: return "ENOSYS"
-    case ETIMEDOUT: return "ETIMEDOUT"
-    case ECONNREFUSED: return "ECONNREFUSED"
-    case ECONNRESET: return "ECONNRESET"
-    case ENOTCONN: return "ENOTCONN"
-    case EADDRINUSE: return "EADDRINUSE"
-    case EOWNERDEAD: return "EOWNERDEAD"
-    default: return "errno \(errno)"
-    }
-  }
+  @available(*, deprecated, message: "use code.name or code.description")
+  public var errnoName: String { code.name ?? "errno \(code.rawValue)" }
 
-  /// `"<call> failed: <ERRNO> (<message>)"`.
+  /// `"<call> failed: <C name> (<message>)"`, for example
+  /// `"pthread_create failed: EAGAIN (Resource temporarily unavailable)"`.
   public var description: String {
-    "\(call) failed: \(errnoName) (\(SystemCallError.message(for: errno)))"
-  }
-
-  /// The C library's text for an error number, read thread-safely (`strerror_r`).
-  static func message(for errno: Int32) -> String {
-    var buffer = [CChar](repeating: 0, count: 256)
-    return buffer.withUnsafeMutableBufferPointer { buffer -> String in
-      // Swift sees the XSI strerror_r, which fills the buffer and returns 0.
-      guard strerror_r(errno, buffer.baseAddress!, buffer.count) == 0 else {
-        return "unknown error \(errno)"
-      }
-      return String(cString: buffer.baseAddress!)
-    }
+    "\(call) failed: \(code)"
   }
 }

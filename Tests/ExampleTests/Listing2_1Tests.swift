@@ -43,7 +43,7 @@ struct Listing2_1Tests {
     } catch {
       log.append("thread creation failed: \(error)")
       #expect(error.call == "pthread_attr_setstacksize")
-      #expect(error.errno == EINVAL)
+      #expect(error.code == .invalidArgument)
     }
     #expect(log.count == 1)
     #expect(log.first?.contains("EINVAL") == true)

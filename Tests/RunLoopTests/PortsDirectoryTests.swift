@@ -29,7 +29,7 @@ struct PortsDirectoryTests {
     #expect(chmod(path, mode_t(mode)) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.errno == EACCES)
+    #expect(error?.cause?.code == .permissionDenied)
     #expect(portsFileMode(path).map { $0 & 0o777 } == mode_t(mode), "the mode is left as found")
   }
 
@@ -41,7 +41,7 @@ struct PortsDirectoryTests {
     #expect(symlink(target, link) == 0)
     defer { _ = unlink(link) }
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: link) }
-    #expect(error?.cause?.errno == EACCES)
+    #expect(error?.cause?.code == .permissionDenied)
   }
 
   @Test("a directory owned by another user is refused", .enabled(if: geteuid() == 0, "chown needs root"))
@@ -51,7 +51,7 @@ struct PortsDirectoryTests {
     #expect(chown(path, 12_345, 12_345) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.errno == EPERM)
+    #expect(error?.cause?.code == .operationNotPermitted)
   }
 
   @Test("a regular file in the directory's place is refused")
@@ -63,7 +63,7 @@ struct PortsDirectoryTests {
     #expect(descriptor >= 0)
     #expect(close(descriptor) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
-    #expect(error?.cause?.errno == EACCES)
+    #expect(error?.cause?.code == .permissionDenied)
   }
 
   @Test("relative or overlong paths are refused")
@@ -71,7 +71,7 @@ struct PortsDirectoryTests {
     #expect(throws: PortError.self) { try PortDirectory.prepare(path: "relative/dir") }
     let long = "/tmp/" + String(repeating: "d", count: PortDirectory.maximumPathLength)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: long) }
-    #expect(error?.cause?.errno == ENAMETOOLONG)
+    #expect(error?.cause?.code == .fileNameTooLong)
   }
 
   @Test("the default location is per user and leaves room for the longest name")

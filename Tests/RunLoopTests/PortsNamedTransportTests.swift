@@ -141,7 +141,7 @@ struct PortsNamedTransportTests {
       let client = try NamedPortConnection(name: "server", directory: served.directory, limits: Frame.Limits(maximumPayload: 1_000))
       let error = #expect(throws: PortError.self) { try client.request(2, Array(repeating: 0, count: 1_001)) }
       #expect(error?.status == .transportError)
-      #expect(error?.cause?.errno == EMSGSIZE)
+      #expect(error?.cause?.code == .messageTooLong)
       #expect(client.isValid, "a refused payload leaves the connection usable")
     }
     #expect(served.handled.snapshot.isEmpty)
@@ -212,7 +212,7 @@ struct PortsNamedTransportTests {
     // process would have) is refused.
     let error = #expect(throws: PortError.self) { _ = try NamedPortListener(name: "stale", directory: directory) { _ in nil } }
     #expect(error?.status == .invalid)
-    #expect(error?.cause?.errno == EWOULDBLOCK)
+    #expect(error?.cause?.code == .wouldBlock)
     // Invalidation removes the socket at once and frees the name.
     listener.invalidate()
     #expect(portsFileMode(directory.socketPath(for: "stale")) == nil)

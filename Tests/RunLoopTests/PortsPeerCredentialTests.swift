@@ -62,7 +62,7 @@ struct PortsPeerCredentialTests {
       _ = try NamedPortConnection(name: "server", directory: directory, policy: .users([geteuid() &+ 1]))
     }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.errno == EACCES)
+    #expect(error?.cause?.code == .permissionDenied)
     #expect(listener.isValid)
   }
 }

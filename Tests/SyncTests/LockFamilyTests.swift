@@ -353,14 +353,3 @@ struct MonotonicInstantTests {
     }
   }
 }
-
-@Suite("SystemCallError", .timeLimit(.minutes(2)))
-struct SystemCallErrorTests {
-  @Test("names the call and the errno")
-  func description() {
-    let error = SystemCallError(call: "pthread_create", errno: EAGAIN)
-    #expect(error.errnoName == "EAGAIN")
-    #expect(error.description.hasPrefix("pthread_create failed: EAGAIN ("))
-    #expect(SystemCallError(call: "x", errno: 9999).errnoName == "errno 9999")
-  }
-}

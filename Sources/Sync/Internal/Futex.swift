@@ -27,7 +27,7 @@ enum Futex {
     default:
       // EFAULT/EINVAL/ENOSYS mean a corrupted lock word or a kernel without futexes: no
       // caller can recover, and returning would break mutual exclusion.
-      fatalError("futex(FUTEX_WAIT_BITSET) failed: \(SystemCallError(call: "futex", errno: -result))")
+      fatalError("\(SystemCallError(call: "futex(FUTEX_WAIT_BITSET)", code: SystemErrorCode(rawValue: -result)))")
     }
   }
 
@@ -36,8 +36,9 @@ enum Futex {
   @discardableResult
   static func wake(_ word: UnsafeMutablePointer<UInt32>, count: Int32) -> Int32 {
     let result = tk_futex_wake(word, count)
+    // Checked here rather than through shimCall: this is the unlock path of every lock.
     if result < 0 {
-      fatalError("futex(FUTEX_WAKE) failed: \(SystemCallError(call: "futex", errno: -result))")
+      fatalError("\(SystemCallError(call: "futex(FUTEX_WAKE)", code: SystemErrorCode(rawValue: -result)))")
     }
     return result
   }

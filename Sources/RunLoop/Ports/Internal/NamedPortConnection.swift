@@ -54,7 +54,7 @@ final class NamedPortConnection: @unchecked Sendable {
     do {
       socket = try UnixSocket.connect(to: directory.socketPath(for: name), before: .after(connectTimeout))
     } catch {
-      if error.errno == ENOENT || error.errno == ECONNREFUSED {
+      if error.code == .noSuchFileOrDirectory || error.code == .connectionRefused {
         throw PortError(.invalid, cause: error, detail: "no port is registered as \"\(name)\"")
       }
       throw PortError(.transportError, cause: error, detail: "cannot connect to port \"\(name)\"")
