@@ -6,8 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -80,13 +78,18 @@ ssize_t tk_receive(int fd, void *bytes, size_t count) {
   return received >= 0 ? received : -(ssize_t)errno;
 }
 
+/// poll() on `count` descriptors until the absolute CLOCK_MONOTONIC `deadline` (NULL waits
+/// forever), restarting after EINTR with the same absolute deadline. Returns the number of
+/// ready entries (0 = timed out) or -errno.
+static int tk_poll_many(struct pollfd *entries, unsigned long count, const struct timespec *deadline);
+
 int tk_poll_one(int fd, short events, const struct timespec *deadline) {
   struct pollfd entry = {.fd = fd, .events = events, .revents = 0};
   int ready = tk_poll_many(&entry, 1, deadline);
   return ready > 0 ? entry.revents : ready;
 }
 
-int tk_poll_many(struct pollfd *entries, unsigned long count, const struct timespec *deadline) {
+static int tk_poll_many(struct pollfd *entries, unsigned long count, const struct timespec *deadline) {
   for (;;) {
     struct timespec remaining;
     struct timespec *timeout = NULL;
@@ -117,60 +120,5 @@ int tk_claim_lock_file(const char *path) {
     // about the answer.
     (void)close(fd);
     return -error;
-  }
-}
-
-int tk_port_eventfd(void) {
-  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  return fd >= 0 ? fd : -errno;
-}
-
-int tk_port_epoll_create(void) {
-  int fd = epoll_create1(EPOLL_CLOEXEC);
-  return fd >= 0 ? fd : -errno;
-}
-
-int tk_port_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
-  struct epoll_event event = {.events = events, .data.u64 = token};
-  return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
-}
-
-int tk_port_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
-  struct epoll_event event = {.events = events, .data.u64 = token};
-  return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) == 0 ? 0 : -errno;
-}
-
-int tk_port_epoll_remove(int epfd, int fd) {
-  return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno;
-}
-
-int tk_port_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
-                       const struct timespec *deadline) {
-  struct epoll_event ready[64];
-  if (capacity > 64) capacity = 64;
-  for (;;) {
-    int timeout_ms = -1;
-    if (deadline != NULL) {
-      struct timespec now;
-      if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return -errno;
-      long long left = ((long long)deadline->tv_sec - now.tv_sec) * 1000000000LL +
-                       ((long long)deadline->tv_nsec - now.tv_nsec);
-      if (left <= 0) {
-        timeout_ms = 0;
-      } else {
-        // Round up: epoll_wait's millisecond timeout must never end the wait early.
-        long long ms = (left + 999999LL) / 1000000LL;
-        timeout_ms = ms > 0x7fffffffLL ? 0x7fffffff : (int)ms;
-      }
-    }
-    int count = epoll_wait(epfd, ready, capacity, timeout_ms);
-    if (count >= 0) {
-      for (int index = 0; index < count; index++) {
-        tokens[index] = ready[index].data.u64;
-        events[index] = ready[index].events;
-      }
-      return count;
-    }
-    if (errno != EINTR) return -errno;
   }
 }

@@ -35,7 +35,7 @@ extension Thread {
   /// there is none. The corresponding C function is `sched_yield`.
   public static func yield() {
     // sched_yield always succeeds on Linux.
-    if sched_yield() != 0 { fatalError("\(SystemCallError(call: "sched_yield", errno: errno))") }
+    _ = mustSucceed("Threads") { () throws(SystemCallError) in try systemCall("sched_yield") { sched_yield() } }
   }
 
   /// The calling thread's name as the kernel holds it (at most 15 bytes): what debuggers and
@@ -67,7 +67,7 @@ extension Thread {
   /// - Throws: `EINVAL` (`setpriority`) outside 0...1 or NaN; `EACCES` (`setpriority`) when
   ///   raising priority needs `CAP_SYS_NICE`/`RLIMIT_NICE` the process lacks.
   public static func setCurrentRelativePriority(_ priority: Double) throws(SystemCallError) {
-    guard priority >= 0, priority <= 1 else { throw SystemCallError(call: "setpriority", errno: EINVAL) }
+    guard priority >= 0, priority <= 1 else { throw SystemCallError(call: "setpriority", code: .invalidArgument) }
     try check(tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)), "setpriority")
   }
 
@@ -88,7 +88,7 @@ extension Thread {
   public static func setCurrentCPUAffinity(_ cpus: [Int]) throws(SystemCallError) {
     let capacity = Int(tk_cpu_set_capacity())
     guard !cpus.isEmpty, cpus.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
-      throw SystemCallError(call: "pthread_setaffinity_np", errno: EINVAL)
+      throw SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument)
     }
     let values = cpus.map { Int32($0) }
     let result = values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }

@@ -495,7 +495,7 @@ public final class Thread: @unchecked Sendable {
     if result != 0 {
       Unmanaged<Thread>.fromOpaque(argument).release()
       if isCritical { CriticalThreads.leave() }
-      throw SystemCallError(call: "pthread_create", errno: result)
+      throw SystemCallError(call: "pthread_create", code: SystemErrorCode(rawValue: result))
     }
     if let handshake {
       handshake.wait(whileEqualTo: 0)
@@ -504,7 +504,7 @@ public final class Thread: @unchecked Sendable {
         // The thread applied nothing else and is ending without running the body.
         if joinable { checkOrDie(pthread_join(handle, nil), "pthread_join") }
         if isCritical { CriticalThreads.leave() }
-        throw SystemCallError(call: "setpriority", errno: Int32(outcome - 2))
+        throw SystemCallError(call: "setpriority", code: SystemErrorCode(rawValue: Int32(outcome - 2)))
       }
     }
     return handle

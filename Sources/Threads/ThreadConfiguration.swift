@@ -163,25 +163,25 @@ public struct ThreadConfiguration: Sendable, Hashable {
     let page = ThreadConfiguration.pageSize
     func roundedUp(_ value: Int, _ call: String) throws(SystemCallError) -> Int {
       let (sum, overflow) = value.addingReportingOverflow(page - 1)
-      if overflow { throw SystemCallError(call: call, errno: EINVAL) }
+      if overflow { throw SystemCallError(call: call, code: .invalidArgument) }
       return sum / page * page
     }
     guard stackSize >= ThreadConfiguration.minimumStackSize else {
-      throw SystemCallError(call: "pthread_attr_setstacksize", errno: EINVAL)
+      throw SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)
     }
     let stack = try roundedUp(stackSize, "pthread_attr_setstacksize")
     var guardBytes: Int? = nil
     if let guardSize {
-      guard guardSize >= 0 else { throw SystemCallError(call: "pthread_attr_setguardsize", errno: EINVAL) }
+      guard guardSize >= 0 else { throw SystemCallError(call: "pthread_attr_setguardsize", code: .invalidArgument) }
       guardBytes = try roundedUp(guardSize, "pthread_attr_setguardsize")
     }
     var nice: Int32? = nil
     if let relativePriority {
       guard relativePriority >= 0, relativePriority <= 1 else {  // false for NaN too
-        throw SystemCallError(call: "setpriority", errno: EINVAL)
+        throw SystemCallError(call: "setpriority", code: .invalidArgument)
       }
       switch schedulingPolicy {
-      case .fifo, .roundRobin: throw SystemCallError(call: "setpriority", errno: EINVAL)
+      case .fifo, .roundRobin: throw SystemCallError(call: "setpriority", code: .invalidArgument)
       case .normal, nil: break
       }
       nice = ThreadConfiguration.niceValue(forRelativePriority: relativePriority)
@@ -189,7 +189,7 @@ public struct ThreadConfiguration: Sendable, Hashable {
     switch schedulingPolicy {
     case .fifo(let priority), .roundRobin(let priority):
       guard ThreadSchedulingPolicy.realTimePriorityRange.contains(priority) else {
-        throw SystemCallError(call: "pthread_attr_setschedparam", errno: EINVAL)
+        throw SystemCallError(call: "pthread_attr_setschedparam", code: .invalidArgument)
       }
     case .normal, nil: break
     }
@@ -197,7 +197,7 @@ public struct ThreadConfiguration: Sendable, Hashable {
     if let cpuAffinity {
       let capacity = Int(tk_cpu_set_capacity())
       guard !cpuAffinity.isEmpty, cpuAffinity.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
-        throw SystemCallError(call: "pthread_attr_setaffinity_np", errno: EINVAL)
+        throw SystemCallError(call: "pthread_attr_setaffinity_np", code: .invalidArgument)
       }
       cpus = cpuAffinity.map { Int32($0) }
     }

@@ -45,7 +45,7 @@ struct Table2_2Tests {
   @Test func sizeRules() throws {
     var attributes = ThreadConfiguration()
     attributes.stackSize = 8 * 1024
-    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", errno: EINVAL)) { try attributes.validate() }
+    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)) { try attributes.validate() }
     attributes.stackSize = 64 * 1024 + 1
     let size = try Thread.spawn(configuration: attributes) { try Thread.currentStackSize().stackSize }.join()
     // Rounded up to the next page, never down (a sanitizer may add more on its own).

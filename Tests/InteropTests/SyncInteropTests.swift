@@ -37,7 +37,7 @@ struct SyncInteropTests {
     #expect(counter.load(ordering: .acquiring) == standard.load(ordering: .sequentiallyConsistent))
     let deadline: MonotonicInstant = .after(.seconds(1))
     #expect(!deadline.hasPassed)
-    let error = SystemCallError(call: "pthread_create", errno: EAGAIN)
+    let error = SystemCallError(call: "pthread_create", code: .tryAgain)
     #expect(error.code == .tryAgain)
     // The orderings have names of their own: no module selector needed beside Synchronization's.
     let ordering: (MemoryOrder.Load, MemoryOrder.Store, MemoryOrder.Update) = (.relaxed, .releasing, .full)

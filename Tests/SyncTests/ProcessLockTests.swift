@@ -84,7 +84,7 @@ struct ProcessLockTests {
     #expect(try holder.tryLock())
     #expect(try breaker.breakLock())
     #expect(try breaker.tryLock(), "free after the break")
-    #expect(throws: SystemCallError(call: "ProcessLock.unlock", errno: EPERM)) {
+    #expect(throws: SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)) {
       try holder.unlock()
     }
     #expect(!holder.isHeldByThisObject)
@@ -114,7 +114,7 @@ struct ProcessLockTests {
   func missingDirectory() throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }
-    #expect(throws: SystemCallError(call: "access", errno: ENOENT)) {
+    #expect(throws: SystemCallError(call: "access", code: .noSuchFileOrDirectory)) {
       _ = try ProcessLock(path: scratch.path + "/no/such/dir/x.lock")
     }
     let file = scratch.path + "/plain"
@@ -141,7 +141,7 @@ struct ProcessLockTests {
         _ = try lock.tryLock()
       }
     } else {
-      #expect(throws: SystemCallError(call: "access", errno: EACCES)) {
+      #expect(throws: SystemCallError(call: "access", code: .permissionDenied)) {
         _ = try ProcessLock(path: readOnly + "/x.lock")
       }
     }
@@ -179,7 +179,7 @@ struct ProcessLockTests {
     let lock = try ProcessLock(path: path) { (existing, new) throws(SystemCallError) -> Bool in
       _ = try FileCalls.link(existing, new)
       if reportedErrno == EEXIST { return false }
-      throw SystemCallError(call: "link", errno: reportedErrno)
+      throw SystemCallError(call: "link", code: SystemErrorCode(rawValue: reportedErrno))
     }
     let other = try ProcessLock(path: path)
     #expect(try lock.tryLock(), "the lock file is this object's record: it holds the lock")
@@ -199,9 +199,9 @@ struct ProcessLockTests {
     defer { scratch.remove() }
     let path = scratch.path + "/failed.lock"
     let lock = try ProcessLock(path: path) { (_, _) throws(SystemCallError) -> Bool in
-      throw SystemCallError(call: "link", errno: EIO)
+      throw SystemCallError(call: "link", code: .ioError)
     }
-    #expect(throws: SystemCallError(call: "link", errno: EIO)) { _ = try lock.tryLock() }
+    #expect(throws: SystemCallError(call: "link", code: .ioError)) { _ = try lock.tryLock() }
     #expect(!lock.isHeldByThisObject)
     #expect(Self.entries(of: scratch.path).isEmpty)
   }

@@ -21,10 +21,10 @@ func onThread<Value: Sendable>(
 func expectEINVAL(_ call: String, _ edit: (inout ThreadConfiguration) -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
   var configuration = ThreadConfiguration()
   edit(&configuration)
-  #expect(throws: SystemCallError(call: call, errno: EINVAL), sourceLocation: sourceLocation) {
+  #expect(throws: SystemCallError(call: call, code: .invalidArgument), sourceLocation: sourceLocation) {
     try configuration.validate()
   }
-  #expect(throws: SystemCallError(call: call, errno: EINVAL), sourceLocation: sourceLocation) {
+  #expect(throws: SystemCallError(call: call, code: .invalidArgument), sourceLocation: sourceLocation) {
     try Thread.spawn(configuration: configuration) {}.join()
   }
 }
@@ -175,7 +175,7 @@ struct PriorityConfigurationTests {
       $0.relativePriority = 0.5
       $0.schedulingPolicy = .fifo(priority: 1)
     }
-    #expect(throws: SystemCallError(call: "setpriority", errno: EINVAL)) {
+    #expect(throws: SystemCallError(call: "setpriority", code: .invalidArgument)) {
       try Thread.setCurrentRelativePriority(2)
     }
   }
@@ -197,7 +197,7 @@ struct PriorityConfigurationTests {
         let applied = try onThread(configuration) { try ThreadSchedulingPolicy.ofCurrentThread() }
         #expect(applied == policy)
       } catch let error as SystemCallError {
-        #expect(error == SystemCallError(call: "pthread_create", errno: EPERM))
+        #expect(error == SystemCallError(call: "pthread_create", code: .operationNotPermitted))
       }
     }
   }
@@ -243,7 +243,7 @@ struct AffinityConfigurationTests {
   @Test func offlineCPUIsRefusedByTheKernel() {
     var configuration = ThreadConfiguration()
     configuration.cpuAffinity = [1000]  // valid number, no such CPU online here
-    #expect(throws: SystemCallError(call: "pthread_create", errno: EINVAL)) {
+    #expect(throws: SystemCallError(call: "pthread_create", code: .invalidArgument)) {
       try Thread.spawn(configuration: configuration) {}.join()
     }
   }
@@ -277,7 +277,7 @@ struct CreationFailureTests {
     var configuration = ThreadConfiguration()
     configuration.stackSize = 1
     let thread = Thread(configuration: configuration) { latch.open() }
-    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", errno: EINVAL)) { try thread.start() }
+    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)) { try thread.start() }
     configuration.stackSize = 64 * 1024
     thread.configuration = configuration
     try thread.start()
@@ -303,7 +303,7 @@ func childWithoutSchedulingPermission() -> Int32 {
     try Thread.spawn(configuration: configuration) {}.join()
     return 1
   } catch {
-    if error != SystemCallError(call: "pthread_create", errno: EPERM) { return 2 }
+    if error != SystemCallError(call: "pthread_create", code: .operationNotPermitted) { return 2 }
   }
   var raised = ThreadConfiguration()
   raised.relativePriority = 1.0
@@ -311,13 +311,13 @@ func childWithoutSchedulingPermission() -> Int32 {
     try Thread.spawn(configuration: raised) {}.join()
     return 3
   } catch {
-    if error != SystemCallError(call: "setpriority", errno: EACCES) { return 4 }
+    if error != SystemCallError(call: "setpriority", code: .permissionDenied) { return 4 }
   }
   do throws(SystemCallError) {
     try Thread.detach(configuration: raised) {}
     return 5
   } catch {
-    if error != SystemCallError(call: "setpriority", errno: EACCES) { return 6 }
+    if error != SystemCallError(call: "setpriority", code: .permissionDenied) { return 6 }
   }
   return 0
 }
@@ -331,6 +331,6 @@ func childWithoutThreadAllowance() -> Int32 {
     try Thread.spawn {}.join()
     return 1
   } catch {
-    return error == SystemCallError(call: "pthread_create", errno: EAGAIN) ? 0 : 2
+    return error == SystemCallError(call: "pthread_create", code: .tryAgain) ? 0 : 2
   }
 }

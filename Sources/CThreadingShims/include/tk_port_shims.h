@@ -1,9 +1,10 @@
 // Socket calls the RunLoop ports need that Swift imports awkwardly or not at all: glibc
 // exposes `struct ucred` and `accept4` only under _GNU_SOURCE, `sockaddr_un` is a fixed C
 // array, and SOCK_STREAM/SOCK_CLOEXEC arrive as an enum Swift cannot OR together. The
-// out-of-line functions are in port_shims.c, which defines _GNU_SOURCE. Every function
-// returns its result (0, a descriptor or a byte count) or a negative errno, never setting a
-// result through `errno` alone, so Swift callers check one value.
+// functions are in port_shims.c, which defines _GNU_SOURCE. Every function returns its
+// result (0, a descriptor or a byte count) or a negated errno, the C target's one error
+// convention (see tk_runloop_shims.h). The epoll and eventfd calls the named ports use are
+// the run loop's, in tk_runloop_shims.h.
 #ifndef TK_PORT_SHIMS_H
 #define TK_PORT_SHIMS_H
 
@@ -53,49 +54,10 @@ ssize_t tk_receive(int fd, void *bytes, size_t count);
 /// the remaining time). Returns the revents (0 = timed out) or -errno.
 int tk_poll_one(int fd, short events, const struct timespec *deadline);
 
-/// poll() on `count` descriptors until the absolute CLOCK_MONOTONIC `deadline` (NULL waits
-/// forever), restarting after EINTR with the same absolute deadline. Returns the number of
-/// ready entries (0 = timed out) or -errno.
-int tk_poll_many(struct pollfd *entries, unsigned long count, const struct timespec *deadline);
-
 /// open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) then flock(LOCK_EX |
 /// LOCK_NB). Returns the locked descriptor, -EWOULDBLOCK when another open file description
 /// (in this or another process) holds the lock, or -errno. The kernel drops the lock when
 /// the descriptor is closed or its process dies, which makes it a crash-proof name claim.
 int tk_claim_lock_file(const char *path);
-
-/// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Returns the descriptor or -errno.
-int tk_port_eventfd(void);
-
-/// Interest flags for the tk_port_epoll_* calls (the EPOLLIN / EPOLLOUT / EPOLLERR / EPOLLHUP /
-/// EPOLLONESHOT / EPOLLET bits).
-enum {
-  TK_PORT_READABLE = 0x001,
-  TK_PORT_WRITABLE = 0x004,
-  TK_PORT_ERROR = 0x008,
-  TK_PORT_HANGUP = 0x010,
-  TK_PORT_ONE_SHOT = 1 << 30,
-  TK_PORT_EDGE_TRIGGERED = (int)(1u << 31),
-};
-
-/// epoll_create1(EPOLL_CLOEXEC). Returns the descriptor or -errno.
-int tk_port_epoll_create(void);
-
-/// epoll_ctl(EPOLL_CTL_ADD) of `fd` with interest `events` (TK_PORT_* bits) and `token` as
-/// its user data. Returns 0 or -errno.
-int tk_port_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
-
-/// epoll_ctl(EPOLL_CTL_MOD): changes the interest of `fd` (0 = report nothing but keep the
-/// registration). Returns 0 or -errno.
-int tk_port_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
-
-/// epoll_ctl(EPOLL_CTL_DEL). Returns 0 or -errno.
-int tk_port_epoll_remove(int epfd, int fd);
-
-/// epoll_wait until the absolute CLOCK_MONOTONIC `deadline` (NULL waits forever; a passed
-/// deadline polls), restarting after EINTR with the time left. Stores up to `capacity` ready
-/// tokens and their TK_PORT_* event bits. Returns how many (0 = timed out) or -errno.
-int tk_port_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
-                       const struct timespec *deadline);
 
 #endif

@@ -1,8 +1,10 @@
-// Linux calls the RunLoop module needs in a shape Swift can use: `struct epoll_event` is packed
-// on x86-64 (Swift cannot import its layout reliably), and the epoll/eventfd/timerfd flags are
-// enum constants glibc re-#defines. Every function returns the kernel's result with a
-// negative errno instead of setting `errno`, so Swift callers check one value. EINTR is
-// retried only where a retry is harmless (reads and writes of eventfd/timerfd counters).
+// The epoll, eventfd and timerfd calls of the run loops and the named ports, in a shape Swift
+// can use: `struct epoll_event` is packed on x86-64 (Swift cannot import its layout
+// reliably), and the epoll/eventfd/timerfd flags are enum constants glibc re-#defines.
+// Error convention (the whole C target's): every function returns a non-negative result or
+// a negated errno, so Swift callers check one value (through `shimCall`). EINTR is retried
+// only where a retry is harmless (counter reads and writes, waits with an absolute
+// deadline), never for close.
 #ifndef TK_RUNLOOP_SHIMS_H
 #define TK_RUNLOOP_SHIMS_H
 
@@ -14,47 +16,50 @@
 #include <time.h>
 #include <unistd.h>
 
+/// Interest and readiness flags for the tk_epoll_* calls (the EPOLLIN / EPOLLOUT / EPOLLERR /
+/// EPOLLHUP / EPOLLONESHOT / EPOLLET bits as plain constants).
+enum {
+  TK_EPOLL_READABLE = 0x001,
+  TK_EPOLL_WRITABLE = 0x004,
+  TK_EPOLL_ERROR = 0x008,
+  TK_EPOLL_HANGUP = 0x010,
+  TK_EPOLL_ONE_SHOT = 1 << 30,
+  TK_EPOLL_EDGE_TRIGGERED = (int)(1u << 31),
+};
+
 /// epoll_create1(EPOLL_CLOEXEC). Returns the descriptor or -errno.
 static inline int tk_epoll_create(void) {
   int fd = epoll_create1(EPOLL_CLOEXEC);
   return fd >= 0 ? fd : -errno;
 }
 
-/// Adds `fd` to `epfd` for readability (level-triggered), tagging its events with `token`.
-/// Returns 0 or -errno.
-static inline int tk_epoll_add_readable(int epfd, int fd, uint64_t token) {
-  struct epoll_event event;
-  event.events = EPOLLIN;
-  event.data.u64 = token;
+/// epoll_ctl(EPOLL_CTL_ADD) of `fd` with interest `events` (TK_EPOLL_* bits) and `token` as
+/// its user data. Returns 0 or -errno.
+static inline int tk_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
+  struct epoll_event event = {.events = events, .data.u64 = token};
   return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
 }
 
-/// Adds `fd` to `epfd` for readability, edge-triggered (EPOLLET): each new readiness (for an
-/// eventfd: each write) is reported once, without reading the descriptor. Returns 0 or -errno.
-static inline int tk_epoll_add_edge_triggered(int epfd, int fd, uint64_t token) {
-  struct epoll_event event;
-  event.events = EPOLLIN | EPOLLET;
-  event.data.u64 = token;
-  return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 ? 0 : -errno;
+/// epoll_ctl(EPOLL_CTL_MOD): changes the interest of `fd` (0 = report nothing but keep the
+/// registration). Returns 0 or -errno.
+static inline int tk_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
+  struct epoll_event event = {.events = events, .data.u64 = token};
+  return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) == 0 ? 0 : -errno;
 }
 
-/// Removes `fd` from `epfd`. Returns 0 or -errno.
+/// epoll_ctl(EPOLL_CTL_DEL) of `fd`. Returns 0 or -errno.
 static inline int tk_epoll_remove(int epfd, int fd) {
   struct epoll_event event = {0};
   return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &event) == 0 ? 0 : -errno;
 }
 
-/// epoll_wait for at most `capacity` (<= 64) events; stores each ready event's token in
-/// `tokens`. `timeout_ms` is 0 (poll) or -1 (block; precise deadlines come from a timerfd).
-/// Returns the number of events, or -errno (-EINTR when a signal interrupted the wait).
-static inline int tk_epoll_wait_tokens(int epfd, uint64_t *tokens, int capacity, int timeout_ms) {
-  struct epoll_event events[64];
-  if (capacity > 64) capacity = 64;
-  int n = epoll_wait(epfd, events, capacity, timeout_ms);
-  if (n < 0) return -errno;
-  for (int i = 0; i < n; i++) tokens[i] = events[i].data.u64;
-  return n;
-}
+/// epoll_wait until the absolute CLOCK_MONOTONIC `deadline`: NULL waits forever, a deadline
+/// of zero polls without reading the clock, any other passed deadline polls. Restarts after
+/// EINTR with the time left. Stores up to `capacity` (at most 64) ready tokens, and their
+/// TK_EPOLL_* bits when `events` is not NULL. Returns how many (0 = timed out) or -errno.
+/// Implemented in runloop_shims.c.
+int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
+                  const struct timespec *deadline);
 
 /// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Returns the descriptor or -errno.
 static inline int tk_eventfd_create(void) {

@@ -3,9 +3,8 @@ import Sync
 
 /// The Linux wait primitive of one run loop (DESIGN.md): one epoll set holding one eventfd
 /// for explicit wake-ups and one CLOCK_MONOTONIC timerfd armed (absolute time) to the
-/// earliest instant the loop must wake at. Port and descriptor sources (issue 6) join the
-/// same epoll set through ``addMember(descriptor:token:)`` with tokens at or above
-/// ``firstMemberToken``.
+/// earliest instant the loop must wake at. Port and descriptor sources join the same epoll
+/// set (`DescriptorMember`) with tokens at or above ``firstMemberToken``.
 ///
 /// Thread safety: the descriptors are immutable after `init`; `signalWakeUp` may be called
 /// from any thread (a write to an eventfd is atomic); everything else is called by the run
@@ -15,7 +14,7 @@ final class EpollBackend {
   static let wakeUpToken: UInt64 = 0
   /// The token epoll reports for the timerfd.
   static let timerToken: UInt64 = 1
-  /// The first token available to epoll members added by sources (issue 6).
+  /// The first token available to epoll members added by sources.
   static let firstMemberToken: UInt64 = 2
   /// How many ready events one wait collects; all of them are handled in one pass.
   static let eventCapacity: Int32 = 64
@@ -27,28 +26,33 @@ final class EpollBackend {
   let readyTokens: UnsafeMutablePointer<UInt64>
 
   init() throws(SystemCallError) {
-    let epoll = tk_epoll_create()
-    guard epoll >= 0 else { throw SystemCallError(call: "epoll_create1", errno: -epoll) }
-    let wake = tk_eventfd_create()
-    guard wake >= 0 else {
+    let epoll = try shimCall("epoll_create1") { tk_epoll_create() }
+    let wake: Int32
+    let timer: Int32
+    do throws(SystemCallError) {
+      wake = try shimCall("eventfd") { tk_eventfd_create() }
+    } catch {
       _ = tk_close(epoll)
-      throw SystemCallError(call: "eventfd", errno: -wake)
+      throw error
     }
-    let timer = tk_timerfd_create_monotonic()
-    guard timer >= 0 else {
+    do throws(SystemCallError) {
+      timer = try shimCall("timerfd_create") { tk_timerfd_create_monotonic() }
+    } catch {
       _ = tk_close(epoll)
       _ = tk_close(wake)
-      throw SystemCallError(call: "timerfd_create", errno: -timer)
+      throw error
     }
-    // Edge-triggered: every eventfd write is reported once, so a wake-up costs one write and
-    // no read (the counter cannot reach its 2^64 - 2 limit at one write per wake-up).
-    var result = tk_epoll_add_edge_triggered(epoll, wake, EpollBackend.wakeUpToken)
-    if result == 0 { result = tk_epoll_add_readable(epoll, timer, EpollBackend.timerToken) }
-    guard result == 0 else {
+    do throws(SystemCallError) {
+      // Edge-triggered: every eventfd write is reported once, so a wake-up costs one write and
+      // no read (the counter cannot reach its 2^64 - 2 limit at one write per wake-up).
+      let edgeTriggered = UInt32(TK_EPOLL_READABLE) | UInt32(bitPattern: TK_EPOLL_EDGE_TRIGGERED.rawValue)
+      _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, wake, edgeTriggered, EpollBackend.wakeUpToken) }
+      _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, timer, UInt32(TK_EPOLL_READABLE), EpollBackend.timerToken) }
+    } catch {
       _ = tk_close(epoll)
       _ = tk_close(wake)
       _ = tk_close(timer)
-      throw SystemCallError(call: "epoll_ctl", errno: -result)
+      throw error
     }
     epollDescriptor = epoll
     wakeUpDescriptor = wake
@@ -59,11 +63,10 @@ final class EpollBackend {
   deinit {
     readyTokens.deallocate()
     for descriptor in [timerDescriptor, wakeUpDescriptor, epollDescriptor] {
+      // EBADF here would mean someone closed our descriptor: a bug, never ignored. EINTR is
+      // not retried: Linux releases the descriptor either way.
       let result = tk_close(descriptor)
-      // EBADF here would mean someone closed our descriptor: a bug, never ignored.
-      if result != 0 && result != -EINTR {
-        fatalError("RunLoop: close(\(descriptor)) failed: \(SystemCallError(call: "close", errno: -result))")
-      }
+      if result != -EINTR { _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("close(\(descriptor))") { result } } }
     }
   }
 
@@ -71,43 +74,39 @@ final class EpollBackend {
   func signalWakeUp() {
     let result = tk_eventfd_signal(wakeUpDescriptor)
     // The counter cannot overflow (wake-ups are coalesced), so any failure is a broken fd.
-    if result != 0 { fatalError("RunLoop: \(SystemCallError(call: "write(eventfd)", errno: -result))") }
+    // Checked inline rather than through shimCall: this is every wake-up's path.
+    if result != 0 {
+      fatalError("RunLoop: \(SystemCallError(call: "write(eventfd)", code: SystemErrorCode(rawValue: -result)))")
+    }
   }
 
   /// Consumes the timerfd's expiration count. Owning thread only.
   func drainTimer() {
     let result = tk_counter_fd_drain(timerDescriptor)
-    if result != 0 && result != -EAGAIN {
-      fatalError("RunLoop: \(SystemCallError(call: "read(timerfd)", errno: -result))")
-    }
+    if result != -EAGAIN { _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("read(timerfd)") { result } } }
   }
 
   /// Arms the timerfd to expire at `deadline` (absolute, CLOCK_MONOTONIC, nanosecond
   /// precision), or disarms it for `.distantFuture`. Called with the run loop's lock held.
   func armTimer(at deadline: MonotonicInstant) {
-    let result = tk_timerfd_arm_absolute(timerDescriptor, deadline.nanoseconds)
-    if result != 0 { fatalError("RunLoop: \(SystemCallError(call: "timerfd_settime", errno: -result))") }
+    _ = mustSucceed("RunLoop") { () throws(SystemCallError) in
+      try shimCall("timerfd_settime") { tk_timerfd_arm_absolute(timerDescriptor, deadline.nanoseconds) }
+    }
   }
 
   /// Waits for ready members; `block` false polls. Returns how many tokens were stored in
-  /// ``readyTokens`` (0 when interrupted by a signal: the loop simply re-checks). Owning
-  /// thread only, without the run loop's lock.
+  /// ``readyTokens`` (0 for a poll that found none). A signal does not end the wait: the
+  /// shim waits again, and a wake-up written by a signal handler is reported as any other.
+  /// Owning thread only, without the run loop's lock.
   func wait(block: Bool) -> Int {
-    let count = tk_epoll_wait_tokens(epollDescriptor, readyTokens, EpollBackend.eventCapacity, block ? -1 : 0)
-    if count == -EINTR { return 0 }
-    if count < 0 { fatalError("RunLoop: \(SystemCallError(call: "epoll_wait", errno: -count))") }
+    var poll = timespec(tv_sec: 0, tv_nsec: 0)
+    let count = mustSucceed("RunLoop") { () throws(SystemCallError) in
+      try shimCall("epoll_wait") {
+        block
+          ? tk_epoll_wait(epollDescriptor, readyTokens, nil, EpollBackend.eventCapacity, nil)
+          : tk_epoll_wait(epollDescriptor, readyTokens, nil, EpollBackend.eventCapacity, &poll)
+      }
+    }
     return Int(count)
-  }
-
-  /// Adds a descriptor source's fd to the epoll set (seam for issue 6). Any thread.
-  func addMember(descriptor: Int32, token: UInt64) throws(SystemCallError) {
-    let result = tk_epoll_add_readable(epollDescriptor, descriptor, token)
-    if result != 0 { throw SystemCallError(call: "epoll_ctl", errno: -result) }
-  }
-
-  /// Removes a descriptor source's fd from the epoll set (seam for issue 6). Any thread.
-  func removeMember(descriptor: Int32) throws(SystemCallError) {
-    let result = tk_epoll_remove(epollDescriptor, descriptor)
-    if result != 0 { throw SystemCallError(call: "epoll_ctl", errno: -result) }
   }
 }

@@ -43,13 +43,13 @@ public final class FileDescriptorSource: Hashable, Sendable, CustomStringConvert
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// Data can be read (or a connection accepted) without blocking.
-    public static let readable = Events(rawValue: UInt32(TK_PORT_READABLE))
+    public static let readable = Events(rawValue: UInt32(TK_EPOLL_READABLE))
     /// Data can be written without blocking.
-    public static let writable = Events(rawValue: UInt32(TK_PORT_WRITABLE))
+    public static let writable = Events(rawValue: UInt32(TK_EPOLL_WRITABLE))
     /// An error is pending on the descriptor (reported, never requested).
-    public static let error = Events(rawValue: UInt32(TK_PORT_ERROR))
+    public static let error = Events(rawValue: UInt32(TK_EPOLL_ERROR))
     /// The peer hung up (reported, never requested).
-    public static let hangUp = Events(rawValue: UInt32(TK_PORT_HANGUP))
+    public static let hangUp = Events(rawValue: UInt32(TK_EPOLL_HANGUP))
   }
 
   /// The watched descriptor (not owned: never closed by the source).

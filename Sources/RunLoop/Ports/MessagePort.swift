@@ -281,7 +281,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     return runLoopMember.obtain { () -> DescriptorMember? in
       let descriptor = listener.readinessDescriptor
       if descriptor < 0 { return nil }
-      return DescriptorMember(descriptor: descriptor, interest: UInt32(TK_PORT_READABLE)) { [weak self] _ in
+      return DescriptorMember(descriptor: descriptor, interest: UInt32(TK_EPOLL_READABLE)) { [weak self] _ in
         guard let self else { return }
         do {
           _ = try listener.serveOnce(before: .distantPast)

@@ -54,7 +54,7 @@ final class FutexWord: @unchecked Sendable {
   /// Wakes every thread waiting on the word.
   func wakeAll() {
     let result = tk_futex_wake(address, Int32.max)
-    if result < 0 { fatalError("\(SystemCallError(call: "futex", errno: -result))") }
+    if result < 0 { fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))") }
   }
 
   /// Blocks while the word equals `value` (re-checking after every wake-up or signal).
@@ -63,7 +63,7 @@ final class FutexWord: @unchecked Sendable {
       let result = tk_futex_wait(address, value, nil)
       switch -result {
       case 0, EAGAIN, EINTR: continue
-      default: fatalError("\(SystemCallError(call: "futex", errno: -result))")
+      default: fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))")
       }
     }
   }

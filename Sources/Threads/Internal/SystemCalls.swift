@@ -5,17 +5,19 @@ import Sync
   import Glibc
 #endif
 
-/// Turns a pthread-style result (0 or an errno) into a thrown ``SystemCallError``.
+/// Turns a pthread-style result (0 or an errno) into a thrown ``SystemCallError``, through
+/// Sync's `pthreadCall`.
 @inline(__always)
 func check(_ result: Int32, _ call: String) throws(SystemCallError) {
-  if result != 0 { throw SystemCallError(call: call, errno: result) }
+  try pthreadCall(call) { result }
 }
 
 /// For calls whose failure leaves no way to continue correctly (destroying an attribute
-/// object, joining a valid handle): stops the process with the call and the errno.
+/// object, joining a valid handle): stops the process with the call and the error code,
+/// through Sync's `pthreadCall` and `mustSucceed`.
 @usableFromInline
 func checkOrDie(_ result: Int32, _ call: String) {
-  if result != 0 { fatalError("\(SystemCallError(call: call, errno: result))") }
+  mustSucceed("Threads") { () throws(SystemCallError) in try pthreadCall(call) { result } }
 }
 
 /// Reports a programming error in the use of a Threads type. Stops the process in debug and

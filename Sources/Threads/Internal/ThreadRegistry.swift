@@ -112,7 +112,7 @@ enum CriticalThreads {
       if count <= own { return }
       let result = tk_futex_wait(running.address, count, nil)
       if result != 0, -result != EAGAIN, -result != EINTR {
-        fatalError("\(SystemCallError(call: "futex", errno: -result))")
+        fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))")
       }
     }
   }

@@ -37,7 +37,7 @@ enum WordLock {
     while UInt32.atomicExchange(2, at: word, ordering: .acquiring) != 0 {
       let result = tk_futex_wait(word, 2, nil)
       if result != 0, -result != EAGAIN, -result != EINTR {
-        fatalError("\(SystemCallError(call: "futex", errno: -result))")
+        fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))")
       }
     }
   }
@@ -54,7 +54,7 @@ enum WordLock {
   @inline(never)
   static func wakeOne(_ word: UnsafeMutablePointer<UInt32>) {
     let result = tk_futex_wake(word, 1)
-    if result < 0 { fatalError("\(SystemCallError(call: "futex", errno: -result))") }
+    if result < 0 { fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))") }
   }
 
   @inlinable

@@ -37,7 +37,7 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// Protects `interest`, `loops`.
   private let lock = Sync.Mutex()
-  /// TK_PORT_READABLE / TK_PORT_WRITABLE bits the handler wants (0 = disabled).
+  /// TK_EPOLL_READABLE / TK_EPOLL_WRITABLE bits the handler wants (0 = disabled).
   private var interest: UInt32
   /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
   /// the member.
@@ -46,7 +46,7 @@ final class DescriptorMember: @unchecked Sendable {
   private let handler: @Sendable (_ ready: UInt32) -> Void
 
   /// Creates a member for `descriptor`, initially interested in `interest`; `handler` gets
-  /// the ready TK_PORT_* bits on the run-loop thread.
+  /// the ready TK_EPOLL_* bits on the run-loop thread.
   init(descriptor: Int32, interest: UInt32, handler: @escaping @Sendable (_ ready: UInt32) -> Void) {
     self.descriptor = descriptor
     self.interest = interest
@@ -105,11 +105,13 @@ final class DescriptorMember: @unchecked Sendable {
       return (true, interest)
     }
     guard first else { return }
-    let result = tk_port_epoll_add(
-      runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(events), token)
-    if result != 0 {
+    do throws(SystemCallError) {
+      _ = try shimCall("epoll_ctl") {
+        tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(events), token)
+      }
+    } catch {
       // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
-      fatalError("FileDescriptorSource misuse: descriptor \(descriptor) cannot be watched: \(SystemCallError(call: "epoll_ctl", errno: -result))")
+      fatalError("FileDescriptorSource misuse: descriptor \(descriptor) cannot be watched: \(error)")
     }
     // Polling passes must ask epoll too, and sleeps must be in epoll, now that it holds a
     // member.
@@ -125,11 +127,13 @@ final class DescriptorMember: @unchecked Sendable {
       return true
     }
     guard last else { return }
-    let result = tk_port_epoll_remove(runLoop.backend.epollDescriptor, descriptor)
-    // ENOENT/EBADF: the descriptor was closed before the source was invalidated; closing
-    // already took it out of the epoll set, so there is nothing left to remove.
-    if result != 0 && result != -ENOENT && result != -EBADF {
-      fatalError("RunLoop: \(SystemCallError(call: "epoll_ctl(EPOLL_CTL_DEL)", errno: -result))")
+    do throws(SystemCallError) {
+      _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
+    } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+      // The descriptor was closed before the source was invalidated; closing already took
+      // it out of the epoll set, so there is nothing left to remove.
+    } catch {
+      fatalError("RunLoop: \(error)")
     }
     runLoop.memberRemoved()
   }
@@ -141,12 +145,13 @@ final class DescriptorMember: @unchecked Sendable {
     var handled = false
     if events != 0 {
       var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: events), revents: 0)
-      let ready = poll(&entry, 1, 0)
+      // A zero-timeout poll: retrying after a signal asks the same question again.
+      let ready = mustSucceed("RunLoop") { () throws(SystemCallError) in
+        try systemCall("poll", retryingInterrupts: true) { poll(&entry, 1, 0) }
+      }
       if ready > 0 {
         handler(UInt32(UInt16(bitPattern: entry.revents)))
         handled = true
-      } else if ready < 0 && errno != EINTR {
-        fatalError("RunLoop: \(SystemCallError(call: "poll", errno: errno))")
       }
     }
     // Re-arm after the handler, in every loop: whatever is still ready is reported again.
@@ -157,16 +162,20 @@ final class DescriptorMember: @unchecked Sendable {
   }
 
   private func rearm(in runLoop: RunLoop, interest: UInt32) {
-    let result = tk_port_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
-    // ENOENT: removed meanwhile (cancelled on another thread); EBADF: closed by its owner.
-    if result != 0 && result != -ENOENT && result != -EBADF {
-      fatalError("RunLoop: \(SystemCallError(call: "epoll_ctl(EPOLL_CTL_MOD)", errno: -result))")
+    do throws(SystemCallError) {
+      _ = try shimCall("epoll_ctl(EPOLL_CTL_MOD)") {
+        tk_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
+      }
+    } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+      // Removed meanwhile (cancelled on another thread), or closed by its owner.
+    } catch {
+      fatalError("RunLoop: \(error)")
     }
   }
 
   private static func armed(_ interest: UInt32) -> UInt32 {
     // One-shot even with no interest: epoll reports errors and hang-ups regardless of the mask.
-    interest | UInt32(TK_PORT_ONE_SHOT)
+    interest | UInt32(TK_EPOLL_ONE_SHOT)
   }
 
   // MARK: - Token registry

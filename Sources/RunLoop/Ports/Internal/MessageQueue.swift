@@ -108,8 +108,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     lock()
     defer { unlock() }
     if readiness >= 0 { return readiness }
-    let descriptor = tk_port_eventfd()
-    if descriptor < 0 { throw SystemCallError(call: "eventfd", errno: -descriptor) }
+    let descriptor = try shimCall("eventfd") { tk_eventfd_create() }
     readiness = descriptor
     if count > 0 || invalidated {
       signalled = false
@@ -266,19 +265,19 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   private func raiseReadiness() {
     if signalled || readiness < 0 { return }
     signalled = true
-    var one: UInt64 = 1
-    let written = write(readiness, &one, 8)
     // An eventfd write of 1 fails only when the counter would overflow, which `signalled`
     // rules out; anything else is a broken descriptor.
-    if written != 8 { fatalError("write(eventfd) for a port queue failed: errno \(errno)") }
+    _ = mustSucceed("RunLoop: port queue") { () throws(SystemCallError) in
+      try shimCall("write(eventfd)") { tk_eventfd_signal(readiness) }
+    }
   }
 
   private func lowerReadiness() {
     if !signalled { return }
     signalled = false
-    var value: UInt64 = 0
-    let read = Glibc.read(readiness, &value, 8)
-    if read != 8 { fatalError("read(eventfd) for a port queue failed: errno \(errno)") }
+    _ = mustSucceed("RunLoop: port queue") { () throws(SystemCallError) in
+      try shimCall("read(eventfd)") { tk_counter_fd_drain(readiness) }
+    }
   }
 
   private func lock() {
@@ -299,9 +298,11 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
 /// Closes a descriptor the toolkit owns. EINTR still closes it on Linux (and must not be
 /// retried); EBADF means the toolkit closed it twice, a bug.
 func closeDescriptor(_ descriptor: Int32) {
-  if close(descriptor) != 0 {
-    let error = errno
-    if error == EBADF { fatalError("close(\(descriptor)) failed: EBADF (closed twice)") }
+  do throws(SystemCallError) {
+    _ = try systemCall("close(\(descriptor))") { close(descriptor) }
+  } catch where error.code == .badFileDescriptor {
+    fatalError("\(error): closed twice")
+  } catch {
     // EINTR / EIO: the descriptor is released anyway on Linux; nothing to retry.
   }
 }

@@ -94,37 +94,45 @@ final class NamedPortListener: @unchecked Sendable {
     self.limits = limits
     self.replySendTimeout = replySendTimeout
     self.handler = handler
-    let claimed = tk_claim_lock_file(directory.lockPath(for: name))
-    if claimed < 0 {
-      if -claimed == EWOULDBLOCK {
-        throw PortError(
-          .invalid, cause: SystemCallError(call: "flock", errno: EWOULDBLOCK),
-          detail: "port name \"\(name)\" is registered by another process")
-      }
-      throw PortError(.transportError, cause: SystemCallError(call: "open", errno: -claimed), detail: "cannot claim port name \"\(name)\"")
+    let claimed: Int32
+    do throws(SystemCallError) {
+      claimed = try shimCall("open") { tk_claim_lock_file(directory.lockPath(for: name)) }
+    } catch where error.code == .wouldBlock {
+      throw PortError(
+        .invalid, cause: SystemCallError(call: "flock", code: .wouldBlock),
+        detail: "port name \"\(name)\" is registered by another process")
+    } catch {
+      throw PortError(.transportError, cause: error, detail: "cannot claim port name \"\(name)\"")
     }
     lockDescriptor = claimed
-    let wake = tk_port_eventfd()
-    if wake < 0 {
+    let wake: Int32
+    do throws(SystemCallError) {
+      wake = try shimCall("eventfd") { tk_eventfd_create() }
+    } catch {
       closeDescriptor(claimed)
-      throw PortError(.transportError, cause: SystemCallError(call: "eventfd", errno: -wake), detail: "cannot create a wake-up descriptor")
+      throw PortError(.transportError, cause: error, detail: "cannot create a wake-up descriptor")
     }
     wakeDescriptor = wake
-    let epoll = tk_port_epoll_create()
-    if epoll < 0 {
+    let epoll: Int32
+    do throws(SystemCallError) {
+      epoll = try shimCall("epoll_create1") { tk_epoll_create() }
+    } catch {
       closeDescriptor(wake)
       closeDescriptor(claimed)
-      throw PortError(.transportError, cause: SystemCallError(call: "epoll_create1", errno: -epoll), detail: "cannot create the port's epoll set")
+      throw PortError(.transportError, cause: error, detail: "cannot create the port's epoll set")
     }
     epollDescriptor = epoll
     // Holding the claim, any socket file already there is a dead owner's leftover.
     let path = directory.socketPath(for: name)
-    if unlink(path) != 0 && errno != ENOENT {
-      let error = errno
+    do throws(SystemCallError) {
+      _ = try systemCall("unlink") { unlink(path) }
+    } catch where error.code == .noSuchFileOrDirectory {
+      // Nothing left behind.
+    } catch {
       closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
-      throw PortError(.transportError, cause: SystemCallError(call: "unlink", errno: error), detail: "cannot remove the stale socket \(path)")
+      throw PortError(.transportError, cause: error, detail: "cannot remove the stale socket \(path)")
     }
     let socket: UnixSocket
     do {
@@ -135,14 +143,17 @@ final class NamedPortListener: @unchecked Sendable {
       closeDescriptor(claimed)
       throw PortError(.transportError, cause: error, detail: "cannot listen at \(path)")
     }
-    var added = tk_port_epoll_add(epoll, wake, UInt32(TK_PORT_READABLE), NamedPortListener.wakeToken)
-    if added == 0 { added = tk_port_epoll_add(epoll, socket.descriptor, UInt32(TK_PORT_READABLE), NamedPortListener.listenerToken) }
-    if added != 0 {
+    do throws(SystemCallError) {
+      _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, wake, UInt32(TK_EPOLL_READABLE), NamedPortListener.wakeToken) }
+      _ = try shimCall("epoll_ctl") {
+        tk_epoll_add(epoll, socket.descriptor, UInt32(TK_EPOLL_READABLE), NamedPortListener.listenerToken)
+      }
+    } catch {
       _ = unlink(path)
       closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
-      throw PortError(.transportError, cause: SystemCallError(call: "epoll_ctl", errno: -added), detail: "cannot watch \(path)")
+      throw PortError(.transportError, cause: error, detail: "cannot watch \(path)")
     }
     listener = socket
   }
@@ -192,8 +203,9 @@ final class NamedPortListener: @unchecked Sendable {
       let closedListener = listener
       listener = nil
       releaseClaimLocked()
-      var one: UInt64 = 1
-      if write(wakeDescriptor, &one, 8) != 8 { fatalError("write(eventfd) failed: errno \(errno)") }
+      _ = mustSucceed("RunLoop: port wake-up") { () throws(SystemCallError) in
+        try shimCall("write(eventfd)") { tk_eventfd_signal(wakeDescriptor) }
+      }
       mutex.unlock()
       // Closed here unless `acceptPending` holds it; then it closes when that lets go.
       withExtendedLifetime(closedListener) {}
@@ -237,17 +249,21 @@ final class NamedPortListener: @unchecked Sendable {
     let capacity = 16
     var tokens = [UInt64](repeating: 0, count: capacity)
     var events = [UInt32](repeating: 0, count: capacity)
-    let ready: Int32 = tokens.withUnsafeMutableBufferPointer { tokenBuffer in
-      events.withUnsafeMutableBufferPointer { eventBuffer in
-        if deadline == .distantFuture {
-          return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), nil)
+    let ready = Result { () throws(SystemCallError) -> Int32 in
+      try shimCall("epoll_wait") {
+        tokens.withUnsafeMutableBufferPointer { tokenBuffer in
+          events.withUnsafeMutableBufferPointer { eventBuffer in
+            if deadline == .distantFuture {
+              return tk_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), nil)
+            }
+            var time = deadline.timespec
+            return tk_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), &time)
+          }
         }
-        var time = deadline.timespec
-        return tk_port_epoll_wait(epoll, tokenBuffer.baseAddress, eventBuffer.baseAddress, Int32(capacity), &time)
       }
     }
     var handled = 0
-    for token in tokens.prefix(Int(max(ready, 0))) {
+    for token in tokens.prefix(Int((try? ready.get()) ?? 0)) {
       switch token {
       case NamedPortListener.wakeToken:
         break  // written only by invalidate(), which is handled below
@@ -264,8 +280,8 @@ final class NamedPortListener: @unchecked Sendable {
     let closed = invalidated ? closeAllLocked() : []
     mutex.unlock()
     withExtendedLifetime(closed) {}
-    if ready < 0 {
-      throw PortError(.transportError, cause: SystemCallError(call: "epoll_wait", errno: -ready), detail: "waiting for messages failed")
+    if case .failure(let error) = ready {
+      throw PortError(.transportError, cause: error, detail: "waiting for messages failed")
     }
     if becameInvalid && handled == 0 { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
     return handled
@@ -314,18 +330,21 @@ final class NamedPortListener: @unchecked Sendable {
         continue
       }
       let peer = Peer(socket: socket, credentials: credentials, limits: limits)
-      let added: Int32? = mutex.withLock {
+      let added: Result<Int32, SystemCallError>? = mutex.withLock {
         // Invalidated meanwhile: refuse (the socket closes as it goes out of scope).
         if invalidated { return nil }
-        let result = tk_port_epoll_add(
-          epollDescriptor, socket.descriptor, UInt32(TK_PORT_READABLE),
-          UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
-        if result == 0 { peers[socket.descriptor] = peer }
+        let result = Result { () throws(SystemCallError) -> Int32 in
+          try shimCall("epoll_ctl") {
+            tk_epoll_add(
+              epollDescriptor, socket.descriptor, UInt32(TK_EPOLL_READABLE),
+              UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
+          }
+        }
+        if case .success = result { peers[socket.descriptor] = peer }
         return result
       }
-      guard let added else { return }
-      if added != 0 {
-        report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(SystemCallError(call: "epoll_ctl", errno: -added))"))
+      if case .failure(let error) = added {
+        report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(error)"))
       }
     }
   }
@@ -398,8 +417,9 @@ final class NamedPortListener: @unchecked Sendable {
       guard peers.removeValue(forKey: peer.socket.descriptor) != nil else { return }
       // Closing the socket would also remove it from the set, but only once every duplicate
       // of the descriptor is closed; removing it explicitly keeps the set exact.
-      let removed = tk_port_epoll_remove(epollDescriptor, peer.socket.descriptor)
-      if removed != 0 { fatalError("epoll_ctl(EPOLL_CTL_DEL) of a port peer failed: errno \(-removed)") }
+      _ = mustSucceed("RunLoop: removing a port peer") { () throws(SystemCallError) in
+        try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(epollDescriptor, peer.socket.descriptor) }
+      }
     }
     if let reason { report(PeerRejection(credentials: peer.credentials, reason: reason)) }
   }

@@ -48,36 +48,35 @@ struct PortDirectory: Sendable, Equatable {
   static func prepare(path: String = PortDirectory.defaultPath) throws(PortError) -> PortDirectory {
     if path.utf8.count > maximumPathLength || !path.hasPrefix("/") {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "mkdir", errno: ENAMETOOLONG),
+        .transportError, cause: SystemCallError(call: "mkdir", code: .fileNameTooLong),
         detail: "port directory \(path) must be absolute and at most \(maximumPathLength) bytes")
     }
-    if mkdir(path, 0o700) != 0 {
-      let error = errno
-      if error != EEXIST {
-        throw PortError(
-          .transportError, cause: SystemCallError(call: "mkdir", errno: error),
-          detail: "cannot create the port directory \(path)")
-      }
+    do throws(SystemCallError) {
+      _ = try systemCall("mkdir") { mkdir(path, 0o700) }
+    } catch where error.code == .fileExists {
+      // Verified below.
+    } catch {
+      throw PortError(.transportError, cause: error, detail: "cannot create the port directory \(path)")
     }
     var status = stat()
-    if lstat(path, &status) != 0 {
-      throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", errno: errno),
-        detail: "cannot inspect the port directory \(path)")
+    do throws(SystemCallError) {
+      _ = try systemCall("lstat") { lstat(path, &status) }
+    } catch {
+      throw PortError(.transportError, cause: error, detail: "cannot inspect the port directory \(path)")
     }
     if status.st_mode & S_IFMT != S_IFDIR {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", errno: EACCES),
+        .transportError, cause: SystemCallError(call: "lstat", code: .permissionDenied),
         detail: "port directory \(path) is not a directory (or is a symbolic link)")
     }
     if status.st_uid != geteuid() {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", errno: EPERM),
+        .transportError, cause: SystemCallError(call: "lstat", code: .operationNotPermitted),
         detail: "port directory \(path) is owned by uid \(status.st_uid), not by uid \(geteuid())")
     }
     if status.st_mode & 0o077 != 0 {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", errno: EACCES),
+        .transportError, cause: SystemCallError(call: "lstat", code: .permissionDenied),
         detail: "port directory \(path) has mode 0\(String(status.st_mode & 0o777, radix: 8)): group or others may access it")
     }
     return PortDirectory(path: path)

@@ -62,9 +62,8 @@ final class UnixSocket {
   /// A socket listening at `path` (which must not exist).
   static func listen(at path: String, backlog: Int32 = 128) throws(SystemCallError) -> UnixSocket {
     let socket = try makeSocket()
-    let bound = tk_unix_bind(socket.descriptor, path)
-    if bound != 0 { throw SystemCallError(call: "bind", errno: -bound) }
-    if Glibc.listen(socket.descriptor, backlog) != 0 { throw SystemCallError(call: "listen", errno: errno) }
+    _ = try shimCall("bind") { tk_unix_bind(socket.descriptor, path) }
+    _ = try systemCall("listen") { Glibc.listen(socket.descriptor, backlog) }
     return socket
   }
 
@@ -73,11 +72,13 @@ final class UnixSocket {
   static func connect(to path: String, before deadline: MonotonicInstant) throws(SystemCallError) -> UnixSocket {
     while true {
       let socket = try makeSocket()
-      let result = tk_unix_connect(socket.descriptor, path)
-      if result == 0 { return socket }
-      // A full backlog on a non-blocking AF_UNIX socket fails with EAGAIN; nothing can be
-      // polled for it, so back off briefly and retry until the deadline.
-      if result != -EAGAIN || deadline.hasPassed { throw SystemCallError(call: "connect", errno: -result) }
+      do throws(SystemCallError) {
+        _ = try shimCall("connect") { tk_unix_connect(socket.descriptor, path) }
+        return socket
+      } catch where error.code == .tryAgain && !deadline.hasPassed {
+        // A full backlog on a non-blocking AF_UNIX socket fails with EAGAIN; nothing can be
+        // polled for it, so back off briefly and retry until the deadline.
+      }
       var pause = timespec(tv_sec: 0, tv_nsec: 200_000)
       _ = nanosleep(&pause, nil)  // an early return (EINTR) only retries sooner
     }
@@ -86,29 +87,28 @@ final class UnixSocket {
   /// A connected pair of sockets (`socketpair`).
   static func pair() throws(SystemCallError) -> (UnixSocket, UnixSocket) {
     var descriptors: (Int32, Int32) = (-1, -1)
-    let result = withUnsafeMutableBytes(of: &descriptors) {
-      tk_unix_stream_socketpair($0.baseAddress!.assumingMemoryBound(to: Int32.self))
+    _ = try shimCall("socketpair") {
+      withUnsafeMutableBytes(of: &descriptors) {
+        tk_unix_stream_socketpair($0.baseAddress!.assumingMemoryBound(to: Int32.self))
+      }
     }
-    if result != 0 { throw SystemCallError(call: "socketpair", errno: -result) }
     return (UnixSocket(descriptor: descriptors.0), UnixSocket(descriptor: descriptors.1))
   }
 
   private static func makeSocket() throws(SystemCallError) -> UnixSocket {
-    let descriptor = tk_unix_stream_socket()
-    if descriptor < 0 { throw SystemCallError(call: "socket", errno: -descriptor) }
-    return UnixSocket(descriptor: descriptor)
+    UnixSocket(descriptor: try shimCall("socket") { tk_unix_stream_socket() })
   }
 
   /// Accepts one pending connection, or returns nil when none is pending.
   func accept() throws(SystemCallError) -> UnixSocket? {
     while true {
-      let accepted = tk_unix_accept(descriptor)
-      if accepted >= 0 { return UnixSocket(descriptor: accepted) }
-      switch -accepted {
-      case EAGAIN, EWOULDBLOCK: return nil
-      // The connection died between arriving and being accepted: try the next one.
-      case EINTR, ECONNABORTED, EPROTO: continue
-      default: throw SystemCallError(call: "accept4", errno: -accepted)
+      do throws(SystemCallError) {
+        return UnixSocket(descriptor: try shimCall("accept4") { tk_unix_accept(descriptor) })
+      } catch where error.code == .tryAgain || error.code == .wouldBlock {
+        return nil
+      } catch where [.interrupted, SystemErrorCode(rawValue: ECONNABORTED), .protocolError].contains(error.code) {
+        // The connection died between arriving and being accepted: try the next one.
+        continue
       }
     }
   }
@@ -116,8 +116,9 @@ final class UnixSocket {
   /// The kernel-recorded credentials of the peer.
   func peerCredentials() throws(SystemCallError) -> PeerCredentials {
     var credentials = PeerCredentials(processID: 0, userID: 0, groupID: 0)
-    let result = tk_peer_credentials(descriptor, &credentials.processID, &credentials.userID, &credentials.groupID)
-    if result != 0 { throw SystemCallError(call: "getsockopt(SO_PEERCRED)", errno: -result) }
+    _ = try shimCall("getsockopt(SO_PEERCRED)") {
+      tk_peer_credentials(descriptor, &credentials.processID, &credentials.userID, &credentials.groupID)
+    }
     return credentials
   }
 
@@ -125,18 +126,17 @@ final class UnixSocket {
   func sendAll(_ bytes: [UInt8], before deadline: MonotonicInstant) throws(TransferFailure) {
     var offset = 0
     while offset < bytes.count {
-      let sent = bytes.withUnsafeBytes { buffer in
-        tk_send_nosignal(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-      }
-      if sent >= 0 {
-        offset += sent
-        continue
-      }
-      switch Int32(-sent) {
-      case EINTR: continue
-      case EAGAIN, EWOULDBLOCK: try waitUntil(.writable, before: deadline)
-      case EPIPE, ECONNRESET: throw .peerClosed
-      default: throw .system(SystemCallError(call: "send", errno: Int32(-sent)))
+      do throws(SystemCallError) {
+        offset += try shimCall("send") {
+          bytes.withUnsafeBytes { buffer in tk_send_nosignal(descriptor, buffer.baseAddress! + offset, buffer.count - offset) }
+        }
+      } catch {
+        switch error.code {
+        case .interrupted: continue
+        case .tryAgain, .wouldBlock: try waitUntil(.writable, before: deadline)
+        case .brokenPipe, .connectionReset: throw .peerClosed
+        default: throw .system(error)
+        }
       }
     }
   }
@@ -146,10 +146,12 @@ final class UnixSocket {
   /// and the descriptor stays valid (never reused) until the object is released. Safe from
   /// any thread while another one uses the socket.
   func shutdownBothWays() {
-    if Glibc.shutdown(descriptor, Int32(SHUT_RDWR)) != 0 {
-      let error = errno
-      // ENOTCONN: the peer is already gone (or the socket listens); nothing to end.
-      if error != ENOTCONN { fatalError("shutdown(\(descriptor)) of a port socket failed: errno \(error)") }
+    do throws(SystemCallError) {
+      _ = try systemCall("shutdown(\(descriptor))") { Glibc.shutdown(descriptor, Int32(SHUT_RDWR)) }
+    } catch where error.code == .socketNotConnected {
+      // The peer is already gone (or the socket listens); nothing to end.
+    } catch {
+      fatalError("RunLoop: shutdown of a port socket: \(error)")
     }
   }
 
@@ -157,15 +159,19 @@ final class UnixSocket {
   /// is available yet. Throws `.peerClosed` at end of stream.
   func receiveAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(TransferFailure) -> Int? {
     while true {
-      let received = tk_receive(descriptor, buffer.baseAddress!, buffer.count)
-      if received > 0 { return received }
-      if received == 0 { throw .peerClosed }
-      switch Int32(-received) {
-      case EINTR: continue
-      case EAGAIN, EWOULDBLOCK: return nil
-      case ECONNRESET: throw .peerClosed
-      default: throw .system(SystemCallError(call: "recv", errno: Int32(-received)))
+      let received: Int
+      do throws(SystemCallError) {
+        received = try shimCall("recv") { tk_receive(descriptor, buffer.baseAddress!, buffer.count) }
+      } catch {
+        switch error.code {
+        case .interrupted: continue
+        case .tryAgain, .wouldBlock: return nil
+        case .connectionReset: throw .peerClosed
+        default: throw .system(error)
+        }
       }
+      if received == 0 { throw .peerClosed }
+      return received
     }
   }
 
@@ -179,13 +185,14 @@ final class UnixSocket {
   func waitUntil(_ readiness: Readiness, before deadline: MonotonicInstant) throws(TransferFailure) {
     let events = Int16(readiness == .readable ? POLLIN : POLLOUT)
     let result: Int32
-    if deadline == .distantFuture {
-      result = tk_poll_one(descriptor, events, nil)
-    } else {
+    do throws(SystemCallError) {
       var time = deadline.timespec
-      result = tk_poll_one(descriptor, events, &time)
+      result = try shimCall("ppoll") {
+        deadline == .distantFuture ? tk_poll_one(descriptor, events, nil) : tk_poll_one(descriptor, events, &time)
+      }
+    } catch {
+      throw .system(error)
     }
-    if result < 0 { throw .system(SystemCallError(call: "ppoll", errno: -result)) }
     if result == 0 { throw .timedOut }
   }
 }
