@@ -45,7 +45,7 @@ final class EpollBackend {
     do throws(SystemCallError) {
       // Edge-triggered: every eventfd write is reported once, so a wake-up costs one write and
       // no read (the counter cannot reach its 2^64 - 2 limit at one write per wake-up).
-      let edgeTriggered = UInt32(TK_EPOLL_READABLE) | UInt32(bitPattern: TK_EPOLL_EDGE_TRIGGERED.rawValue)
+      let edgeTriggered = UInt32(TK_EPOLL_READABLE) | UInt32(truncatingIfNeeded: TK_EPOLL_EDGE_TRIGGERED)
       _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, wake, edgeTriggered, EpollBackend.wakeUpToken) }
       _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, timer, UInt32(TK_EPOLL_READABLE), EpollBackend.timerToken) }
     } catch {
