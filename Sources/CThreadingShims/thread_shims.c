@@ -4,8 +4,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <time.h>
@@ -79,33 +77,6 @@ int tk_thread_get_stack(size_t *stack_size, size_t *guard_size) {
   if (result == 0) result = pthread_attr_getguardsize(&attributes, guard_size);
   int destroyed = pthread_attr_destroy(&attributes);
   return result != 0 ? result : destroyed;
-}
-
-int tk_thread_get_stack_range(void **low, size_t *stack_size) {
-  pthread_attr_t attributes;
-  int result = pthread_getattr_np(pthread_self(), &attributes);
-  if (result != 0) return result;
-  result = pthread_attr_getstack(&attributes, low, stack_size);
-  int destroyed = pthread_attr_destroy(&attributes);
-  return result != 0 ? result : destroyed;
-}
-
-long tk_resident_pages(void *address, size_t length) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0) return -EINVAL;
-  uintptr_t start = (uintptr_t)address & ~((uintptr_t)page - 1);
-  size_t pages = ((uintptr_t)address + length - start + (size_t)page - 1) / (size_t)page;
-  unsigned char *vector = malloc(pages);
-  if (vector == NULL) return -ENOMEM;
-  if (mincore((void *)start, pages * (size_t)page, vector) != 0) {
-    int error = errno;
-    free(vector);
-    return -error;
-  }
-  long resident = 0;
-  for (size_t i = 0; i < pages; i++) resident += vector[i] & 1;
-  free(vector);
-  return resident;
 }
 
 int tk_thread_get_scheduling(int *policy, int *priority) {

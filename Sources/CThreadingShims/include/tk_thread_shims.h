@@ -42,13 +42,6 @@ int tk_thread_get_nice(int *nice);
 /// pthread_getattr_np(pthread_self()) -> the stack size and guard size of the calling thread.
 int tk_thread_get_stack(size_t *stack_size, size_t *guard_size);
 
-/// pthread_getattr_np(pthread_self()) -> the lowest address and size of the calling thread's
-/// stack (without its guard).
-int tk_thread_get_stack_range(void **low, size_t *stack_size);
-
-/// How many pages of [address, address + length) are resident (mincore), or -errno.
-long tk_resident_pages(void *address, size_t length);
-
 /// The scheduling policy and priority of the calling thread (pthread_getschedparam).
 int tk_thread_get_scheduling(int *policy, int *priority);
 

@@ -4,8 +4,6 @@ import Threads
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// The seam between a thread and its run loop: a `Threads.ThreadLocal` holding the thread's

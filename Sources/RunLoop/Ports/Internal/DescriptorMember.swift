@@ -3,8 +3,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// A file descriptor watched by run loops: the machinery behind ``FileDescriptorSource`` and

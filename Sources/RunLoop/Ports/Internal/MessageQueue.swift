@@ -3,8 +3,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// A bounded first-in first-out queue of messages between threads, with send and receive

@@ -2,8 +2,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// The sending side of a named message port: a connection to the listener registered under

@@ -3,8 +3,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// A peer the listener refused or dropped, for the owner's report.

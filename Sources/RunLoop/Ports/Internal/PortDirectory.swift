@@ -3,8 +3,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// The per-user directory that holds named ports' sockets and name-claim lock files.

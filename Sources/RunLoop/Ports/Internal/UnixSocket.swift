@@ -3,8 +3,6 @@ import Sync
 
 #if canImport(Glibc)
   import Glibc
-#elseif canImport(Musl)
-  import Musl
 #endif
 
 /// Who is at the other end of a Unix-domain socket, as the kernel recorded it at connect
