@@ -9,7 +9,7 @@ import Threads
 /// Every thread has exactly one run loop, created on first use through ``current`` and
 /// released when the thread ends; the main thread's run loop is reachable from any thread as
 /// ``main``. A run loop does nothing until its own thread runs it, in one concrete mode
-/// (``RunLoopMode``), with ``run()``, ``run(until:)`` or
+/// (``RunLoopMode``), with ``run()``, ``run(before:)`` or
 /// ``run(mode:before:returnAfterSourceHandled:)``.
 ///
 /// **One pass** (observers see exactly this, see ``RunLoopActivity``): entry (once per run
@@ -139,19 +139,23 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
   var armedDeadline: MonotonicInstant = .distantFuture
-  /// How many descriptor members (issue 6) are in the epoll set; with none, a polling pass
+  /// How many descriptor members are in the epoll set; with none, a polling pass
   /// needs no epoll_wait. Protected by `lock`.
   var memberCount = 0
   /// Descriptor members' sources this loop signalled after its epoll wait reported them,
   /// until they fire (in a run of one of their modes) or stop being signalled. Protected by
   /// `lock`.
   var readySources: [RunLoopSource] = []
-  /// Set when a wait reported a descriptor member (issue 6), so the same pass delivers it.
+  /// Set when a wait reported a descriptor member, so the same pass delivers it.
   /// Read and written only by the thread running the loop.
   var descriptorMembersReady = false
   /// Set by `wait` when it consumed a wake-up (`wakeUpPending`), so the pass can pass it on
   /// to outer activations. Read and written only by the thread running the loop.
   var consumedWakeUp = false
+
+  /// Set once by `RunLoopThread`: the common modes count as never empty, so the thread's
+  /// runs wait for work instead of returning finished. Protected by `lock`.
+  var keepsCommonModesAlive = false
 
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)
@@ -177,7 +181,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     }
   }
 
-  /// The calling thread's run loop, created on first use; throws the ``SystemCallError`` of
+  /// The calling thread's run loop, created on first use; throws the ``/Sync/SystemCallError`` of
   /// the descriptor call that failed when it cannot be created.
   public static func currentOrThrow() throws(SystemCallError) -> RunLoop {
     try CurrentRunLoopStorage.current()
@@ -560,11 +564,18 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// (``RunLoopMode/common`` means every common mode), after the blocks queued before it.
   /// Each pass runs every queued block whose mode matches. Does NOT wake a sleeping loop
   /// (Core Foundation's rule): the block runs when the loop next makes a pass; use
-  /// ``performAndWakeUp(inModes:_:)`` for prompt execution. A queued block keeps its mode
+  /// ``performAndWakeUp(inModes:_:)`` for prompt execution, ``performAndWait(inModes:_:)``
+  /// to wait for it. Never blocks and cannot fail. A queued block keeps its mode
   /// non-empty, so a run in it does not return finished before the block ran.
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     enqueue(QueuedBlock(modes: modes, block: block))
+  }
+
+  /// Makes the common modes count as never empty (an internal keep-alive item), for
+  /// `RunLoopThread`.
+  func keepCommonModesAlive() {
+    lock.withLock { keepsCommonModesAlive = true }
   }
 
   /// Queues `item` (see ``perform(inModes:_:)``).
@@ -596,7 +607,8 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Queues `block` like ``perform(inModes:_:)`` and wakes the loop so a sleeping loop runs it
-  /// promptly. (`CFRunLoopPerformBlock` + `CFRunLoopWakeUp`)
+  /// promptly. Never blocks and cannot fail (a loop whose thread has ended drops the block
+  /// unrun). (`CFRunLoopPerformBlock` + `CFRunLoopWakeUp`)
   public func performAndWakeUp(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     perform(inModes: modes, block)
     wakeUp()
@@ -704,8 +716,25 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Unlike Foundation's `run(until:)`, a stop ends it.
   @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
   @discardableResult
-  public func run(until deadline: MonotonicInstant) -> RunLoopRunResult {
+  public func run(before deadline: MonotonicInstant) -> RunLoopRunResult {
     run(mode: .default, before: deadline, returnAfterSourceHandled: false)
+  }
+
+  /// Runs the loop in the default mode for at most `timeout` (monotonic clock); see
+  /// ``run(before:)``.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(timeout: Duration) -> RunLoopRunResult {
+    run(mode: .default, timeout: timeout, returnAfterSourceHandled: false)
+  }
+
+  /// Deprecated: renamed ``run(before:)`` (the toolkit's time rule: `before:` takes a
+  /// deadline), which this forwards to.
+  @available(*, deprecated, renamed: "run(before:)")
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(until deadline: MonotonicInstant) -> RunLoopRunResult {
+    run(before: deadline)
   }
 
   /// Runs the loop in `mode` for at most `timeout` (monotonic clock). A zero or negative
@@ -781,9 +810,11 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Whether a run in `mode` has nothing that could ever end a wait: no sources, no timers, no
-  /// queued blocks for it. Called with `lock` held.
+  /// queued blocks for it, and no keep-alive item (a common mode of a `RunLoopThread`'s loop).
+  /// Called with `lock` held.
   func isEmpty(_ mode: ModeItems) -> Bool {
     guard mode.hasNoSourcesOrTimers else { return false }
+    if keepsCommonModesAlive && (mode === defaultItems || commonModeNames.contains(mode.name)) { return false }
     return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
   }
 
@@ -907,7 +938,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
       }
-      // Step 9 for port-based sources (issue 6): deliver what the wait reported in this pass.
+      // Step 9 for port-based sources: deliver what the wait reported in this pass.
       var portHandled = false
       if descriptorMembersReady {
         descriptorMembersReady = false
@@ -1128,7 +1159,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
         backend.drainTimer()
         armedDeadline = .distantPast
       default:
-        // Descriptor sources and ports (issue 6): signal the member's source.
+        // Descriptor sources and ports: signal the member's source.
         descriptorTokenReady(backend.readyTokens[index])
         descriptorMembersReady = true
       }

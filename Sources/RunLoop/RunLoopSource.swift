@@ -3,10 +3,11 @@ import Sync
 /// A custom (version-0) input source: signalled by hand, fired by every run loop it is in.
 ///
 /// A client thread hands work to the run loop's thread by recording it somewhere the
-/// `perform` callback can find it (see Listings 3-3..3-9), then calling ``signal()`` and
-/// ``RunLoop/wakeUp()``: the loop wakes, and in its next pass fires each signalled source of
-/// the mode it runs in, lower ``order`` first. `signal` alone does not wake a sleeping loop
-/// (Core Foundation's rule); a signal is consumed by the first run loop that notices it.
+/// `perform` callback can find it (see Listings 3-3..3-9), then calling ``signalAndWakeUp()``
+/// (or Core Foundation's two calls, ``signal()`` and ``RunLoop/wakeUp()`` on the right loop):
+/// the loop wakes, and in its next pass fires each signalled source of the mode it runs in,
+/// lower ``order`` first. `signal` alone does not wake a sleeping loop (Core Foundation's
+/// rule); a signal is consumed by the first run loop that notices it.
 ///
 /// - `schedule(runLoop, mode)` is called (on the thread that adds the source, without any
 ///   run-loop lock held) each time the source enters a mode of a run loop; adding it to
@@ -23,7 +24,7 @@ import Sync
 /// let source = RunLoopSource(order: 0, perform: { drainCommands() })
 /// RunLoop.current.add(source, forMode: .default)
 /// // another thread:
-/// enqueue(command); source.signal(); runLoop.wakeUp()
+/// enqueue(command); source.signalAndWakeUp()
 /// ```
 ///
 /// Core Foundation equivalent: `CFRunLoopSourceCreate` with a version-0 context,
@@ -116,6 +117,19 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
     // the following `wakeUp()`'s read of the wake state after the signal (store buffering
     // against the loop clearing `wakeUpPending`, then checking sources; arm64 included).
     _ = state.fetchOr(RunLoopSource.signalledBit, ordering: .full)
+  }
+
+  /// Signals the source and wakes every run loop it has been added to, so the loop that runs
+  /// one of its modes fires it promptly: the usual way to hand a source work from another
+  /// thread. Takes only the source's own lock, to copy its list of run loops (never a run
+  /// loop's lock), and never waits for a run loop. A loop that is not running ignores the
+  /// wake-up and fires the source in its next run; a loop the source has since been removed
+  /// from makes one extra pass. Harmless on an invalidated source (it is in no run loop). (`CFRunLoopSourceSignal` followed by
+  /// `CFRunLoopWakeUp` on each of its run loops)
+  public func signalAndWakeUp() {
+    signal()
+    let loops: [RunLoop] = lock.withLock { runLoops.compactMap(\.value) }
+    for runLoop in loops { runLoop.wakeUp() }
   }
 
   /// Whether the source is signalled and not yet fired (false once invalidated).

@@ -71,6 +71,47 @@ import TestSupport
     #expect(source.isSignalled)
   }
 
+  @Test func signalAndWakeUpWakesASleepingLoopThatFiresTheSource() {
+    let loopBox = Box<RunLoop?>(nil)
+    let log = Recorder<String>()
+    let source = recordingSource("source", into: log)
+    let thread = TestThread.spawn {
+      RunLoop.current.add(source, forMode: .default)
+      loopBox.value = RunLoop.current
+      // Long enough that only the wake-up can end the run with a handled source in time.
+      log.append("\(RunLoop.current.run(mode: .default, timeout: .seconds(50), returnAfterSourceHandled: true))")
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    source.signalAndWakeUp()
+    thread.join()
+    #expect(log.snapshot == ["source", "handledSource"])
+  }
+
+  @Test func signalAndWakeUpWakesEveryRunLoopTheSourceIsIn() {
+    let source = RunLoopSource(perform: {})
+    let loops = Recorder<RunLoop>()
+    let wokenLoops = Recorder<Int>()
+    let threads = (0..<2).map { index in
+      TestThread.spawn {
+        let runLoop = RunLoop.current
+        runLoop.add(source, forMode: .default)
+        runLoop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in wokenLoops.append(index) }, forMode: .default)
+        loops.append(runLoop)
+        while runLoop.run(mode: .default, timeout: .seconds(50)) != .stopped {}
+      }
+    }
+    waitUntil { loops.snapshot.count == 2 && loops.snapshot.allSatisfy(\.isWaiting) }
+    source.signalAndWakeUp()
+    // Both sleeping loops wake, though only one of them can fire the source.
+    waitUntil { Set(wokenLoops.snapshot) == [0, 1] }
+    for loop in loops.snapshot {
+      waitUntil { loop.isWaiting }
+      loop.stop()
+    }
+    for thread in threads { thread.join() }
+    #expect(Set(wokenLoops.snapshot) == [0, 1])
+  }
+
   @Test func aSourceInTwoRunLoopsFiresOncePerSignal() {
     let fired = Box(0)
     let source = RunLoopSource(perform: { fired.update { $0 += 1 } })

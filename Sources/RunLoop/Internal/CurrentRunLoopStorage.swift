@@ -36,7 +36,7 @@ enum CurrentRunLoopStorage {
       runLoop = try RunLoop(ownerTag: tk_thread_self())
     }
     slot.value = runLoop
-    ThreadRunLoops.register(runLoop, threadID: Thread.current.id)  // perform(on:) (issue 6)
+    ThreadRunLoops.register(runLoop, threadID: Thread.current.id)  // perform(on:)
     // An exit request ends every run, current and later, so
     // `while !Thread.current.isExitRequested { runLoop.run(...) }` finishes promptly. A
     // request made before this point runs the handler at once.

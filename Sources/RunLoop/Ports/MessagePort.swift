@@ -178,6 +178,12 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// concurrent sends on one remote port are serialised. `replyPortName` travels with the
   /// message (the check-in pattern of Listings 3-17..3-19).
   ///
+  /// The two durations are two different limits, as in `CFMessagePortSendRequest`, not one
+  /// deadline split in two: `sendTimeout` bounds handing the message over (a stuck or full
+  /// peer), `receiveTimeout` the wait for the peer's reply. The reply's deadline is the send's
+  /// deadline plus `receiveTimeout`, so the peer always gets at least `receiveTimeout` for
+  /// its work however long the hand-over took.
+  ///
   /// Throws ``PortError`` with the guide's code: ``PortStatus/sendTimeout``,
   /// ``PortStatus/receiveTimeout`` (the port stays usable; a late reply is discarded),
   /// ``PortStatus/invalid`` (already invalid), ``PortStatus/becameInvalid`` (the peer closed
@@ -231,6 +237,14 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
       if !listener.isValid { fireInvalidation() }
       throw error
     }
+  }
+
+  /// Waits at most `timeout` (monotonic clock) for messages and handles them on the calling
+  /// thread; see ``serve(before:)``.
+  @available(*, noasync, message: "blocks until messages arrive")
+  @discardableResult
+  public func serve(timeout: Duration) throws(PortError) -> Int {
+    try serve(before: .after(timeout))
   }
 
   /// Invalidates the port: a local port's name is unregistered at once and every connected

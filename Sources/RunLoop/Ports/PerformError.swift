@@ -1,8 +1,9 @@
-/// Why a perform request that waits until done did not run its block.
+/// Why a perform request did not run its block.
 ///
-/// Thrown by ``RunLoop/perform(inModes:waitUntilDoneBefore:_:)`` and
-/// ``RunLoop/perform(on:inModes:waitUntilDone:_:)``. A request that fails this way has not
-/// run and never will.
+/// Thrown by the waiting requests (``RunLoop/performAndWait(inModes:before:_:)`` and its
+/// `timeout:` and unbounded twins, the `on: Thread` statics, ``RunLoopThread``'s
+/// forwarders), and as ``noRunLoop`` by every `on: Thread` request. A request that fails this
+/// way has not run and never will.
 public enum PerformError: Error, Hashable, Sendable, CustomStringConvertible {
   /// The deadline passed before the target run loop ran the block (its thread is busy, or
   /// not running its loop in one of the request's modes). The request is withdrawn.

@@ -77,7 +77,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// Created on the first call (ports that are only received from, or only scheduled in run
   /// loops, never pay for it); owned by the port: watch it, never read or close it.
   ///
-  /// Throws ``SystemCallError`` when the system refuses the `eventfd` (`EMFILE`, `ENFILE`).
+  /// Throws ``/Sync/SystemCallError`` when the system refuses the `eventfd` (`EMFILE`, `ENFILE`).
   public func readinessDescriptor() throws(SystemCallError) -> Int32 {
     try queue.readinessDescriptor()
   }
@@ -126,6 +126,13 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     case .invalid:
       throw PortError(.becameInvalid, detail: "port invalidated")
     }
+  }
+
+  /// Takes the oldest message, waiting at most `timeout` (monotonic clock) for one; see
+  /// ``receive(before:)``.
+  @available(*, noasync, message: "blocks until a message arrives")
+  public func receive(timeout: Duration) throws(PortError) -> PortMessage {
+    try receive(before: .after(timeout))
   }
 
   /// Takes the oldest message if one waits; never blocks. Returns nil when none waits;

@@ -36,7 +36,7 @@ public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
     self.detail = detail
   }
 
-  /// The guide's numeric result code (``PortStatus/rawValue``), for example -1.
+  /// The guide's numeric result code (`rawValue`), for example -1.
   public var code: Int32 { status.rawValue }
 
   /// `"<status>: <detail>"`, followed by the system call error when there is one.

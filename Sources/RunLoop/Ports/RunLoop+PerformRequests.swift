@@ -1,66 +1,57 @@
 import Sync
 import Threads
 
-/// Perform requests (the guide's Table 3-2): run a block on the main thread, on another
-/// thread, or on this thread after a delay, through the target's run loop.
+/// Perform requests (the guide's Table 3-2): run a block on a run loop's thread - this one,
+/// the main thread's (``RunLoop/main``), or a given thread's - the next time it makes a pass
+/// in one of the request's modes (by default ``RunLoopMode/common``).
 ///
-/// A request is a block queued on the target run loop for the given modes (by default
-/// ``RunLoopMode/common``) and the loop is woken; the block runs on the target's thread the
-/// next time its loop makes a pass in one of those modes. Requests to one target run in the
-/// order they were made, and every queued request runs in each pass. Nothing creates a
-/// thread: a target that never runs its loop never runs the request.
+/// **The perform rule.** Each spelling has one behaviour, named by its verb:
 ///
-/// **Waiting until done** blocks the caller until the block has run; when the target is the
-/// calling thread's own run loop, the block runs at once instead (the guide's rule), so
-/// waiting on yourself never deadlocks. The deadline variants
-/// (``perform(inModes:waitUntilDoneBefore:_:)``, ``perform(on:inModes:waitUntilDone:_:)``
-/// with a deadline) throw ``PerformError`` instead of waiting forever when the target does
-/// not run its loop, has ended, or has none; without a deadline, waiting on a thread that
-/// never runs its loop waits forever, as in Cocoa.
+/// | call | queues | wakes the loop | blocks the caller | fails by |
+/// |---|---|---|---|---|
+/// | ``perform(inModes:_:)`` | yes | no (Core Foundation's rule) | never | - |
+/// | ``performAndWakeUp(inModes:_:)`` | yes | yes | never | - |
+/// | ``performAndWait(inModes:before:_:)``, ``performAndWait(inModes:timeout:_:)`` | yes | yes | until the block ran or the limit passed | throwing ``PerformError`` |
+/// | ``performAndWait(inModes:_:)`` | yes | yes | until the block ran | throwing ``PerformError/targetExited`` |
+///
+/// The `on: Thread` statics (``perform(on:inModes:_:)``, ``performAndWakeUp(on:inModes:_:)``,
+/// ``performAndWait(on:inModes:before:_:)``, ...) are the same three shapes for the run loop
+/// of a thread, and also throw ``PerformError/noRunLoop`` when that thread has none
+/// (``RunLoopThread`` is a thread that always has one). ``perform(afterDelay:inModes:_:)``
+/// runs a block on this loop after a delay and returns a handle that cancels it.
+///
+/// Requests to one loop run in the order they were queued, and every queued request runs in
+/// each pass. Nothing creates a thread: a loop that never runs never runs the request.
+/// Waiting on the caller's own run loop runs the block at once instead (the guide's rule),
+/// so it never deadlocks. A waiting request that times out is withdrawn: it is taken out of
+/// the queue and never runs (one that had already started is waited for, and counts as run).
 ///
 /// ```swift
 /// // On a worker thread: publish a result on the main thread and go on.
-/// RunLoop.performOnMain(waitUntilDone: false) { model.update(result) }
+/// RunLoop.main.performAndWakeUp { model.update(result) }
 ///
 /// // Ask the worker to do something, waiting at most a second.
-/// try RunLoop.perform(on: worker, waitUntilDoneBefore: .after(.seconds(1))) { cache.flush() }
+/// try worker.runLoop.performAndWait(timeout: .seconds(1)) { cache.flush() }
 ///
 /// // Coalesce: only the last request within 100 ms runs.
-/// RunLoop.current.cancelPerformRequests(target: view, action: "redraw", argument: nil)
-/// RunLoop.current.perform(afterDelay: .milliseconds(100), target: view, action: "redraw") { view.redraw() }
+/// pendingRedraw?.cancel()
+/// pendingRedraw = RunLoop.current.perform(afterDelay: .milliseconds(100)) { view.redraw() }
 /// ```
 extension RunLoop {
   // MARK: On this run loop's thread
 
-  /// Queues `block` on this run loop for `modes` and wakes it; with `waitUntilDone`, blocks
-  /// the caller until the block ran (runs it at once when this is the caller's run loop).
-  /// Without a deadline the wait is unbounded: use ``perform(inModes:waitUntilDoneBefore:_:)``
-  /// when the target might not run its loop.
-  /// (`performSelector:onThread:withObject:waitUntilDone:modes:`)
-  @available(*, noasync, message: "may block until the target run loop runs the block")
-  public func perform(inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void) {
-    if !waitUntilDone {
-      performAndWakeUp(inModes: modes, block)
-      return
-    }
-    do {
-      try perform(inModes: modes, waitUntilDoneBefore: .distantFuture, block)
-    } catch {
-      // Only a thread that ends with the request queued gets here: the block never ran.
-      fatalError("RunLoop.perform(waitUntilDone:): \(error); use perform(inModes:waitUntilDoneBefore:_:) to handle it")
-    }
-  }
-
-  /// Queues `block` on this run loop for `modes`, wakes it, and waits until the block ran or
-  /// `deadline` (monotonic clock) passed; runs it at once when this is the caller's run loop.
+  /// Queues `block` on this run loop for `modes`, wakes the loop, and waits until the block
+  /// ran or `deadline` (monotonic clock) passed; runs it at once when this is the caller's
+  /// run loop. Blocks the caller.
   ///
-  /// Throws ``PerformError/timedOut`` when the deadline passed first (the request is
-  /// withdrawn, taken out of the loop's queue, and will not run; if it had already started,
-  /// the call waits for it to end and returns normally), ``PerformError/targetExited`` when
-  /// the loop's thread ended with the request unrun.
+  /// - Throws: ``PerformError/timedOut`` when the deadline passed first (the request is
+  ///   withdrawn, taken out of the loop's queue, and will not run; if it had already
+  ///   started, the call waits for it to end and returns normally);
+  ///   ``PerformError/targetExited`` when the loop's thread ended with the request unrun.
+  ///   (`performSelector:onThread:withObject:waitUntilDone:YES modes:`, bounded)
   @available(*, noasync, message: "blocks until the target run loop runs the block")
-  public func perform(
-    inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
+  public func performAndWait(
+    inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
     if isOwnedByCurrentThread {
@@ -85,11 +76,138 @@ extension RunLoop {
     }
   }
 
-  // MARK: On the main thread or a given thread
+  /// Queues `block` on this run loop for `modes`, wakes the loop, and waits at most
+  /// `timeout` (monotonic clock) until the block ran; see
+  /// ``performAndWait(inModes:before:_:)``, which this forwards to. Blocks the caller.
+  ///
+  /// - Throws: ``PerformError/timedOut`` (the request is withdrawn) or
+  ///   ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public func performAndWait(
+    inModes modes: [RunLoopMode] = [.common], timeout: Duration, _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try performAndWait(inModes: modes, before: .after(timeout), block)
+  }
 
-  /// Runs `block` on the main thread through its run loop, in `modes`; with `waitUntilDone`
-  /// waits until it ran (at once when called on the main thread).
-  /// (`performSelectorOnMainThread:withObject:waitUntilDone:modes:`)
+  /// Queues `block` on this run loop for `modes`, wakes the loop, and waits without a limit
+  /// until the block ran; runs it at once when this is the caller's run loop. Blocks the
+  /// caller for as long as the loop does not run one of `modes` (forever if it never does):
+  /// use ``performAndWait(inModes:timeout:_:)`` when the target might not run its loop.
+  ///
+  /// - Throws: ``PerformError/targetExited`` when the loop's thread ended with the request
+  ///   unrun. (`performSelector:onThread:withObject:waitUntilDone:YES modes:`)
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public func performAndWait(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void)
+    throws(PerformError)
+  {
+    try performAndWait(inModes: modes, before: .distantFuture, block)
+  }
+
+  // MARK: On a given thread
+
+  /// Queues `block` on `thread`'s run loop for `modes` without waking it (as
+  /// ``perform(inModes:_:)``): it runs at the loop's next pass. Never blocks.
+  ///
+  /// - Throws: ``PerformError/noRunLoop`` when the thread has no run loop (it never asked
+  ///   for ``RunLoop/current``, or it has ended).
+  public static func perform(
+    on thread: Thread, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
+    runLoop.perform(inModes: modes, block)
+  }
+
+  /// Queues `block` on `thread`'s run loop for `modes` and wakes it (as
+  /// ``performAndWakeUp(inModes:_:)``). Never blocks.
+  ///
+  /// - Throws: ``PerformError/noRunLoop`` when the thread has no run loop.
+  ///   (`performSelector:onThread:withObject:waitUntilDone:NO modes:`)
+  public static func performAndWakeUp(
+    on thread: Thread, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
+    runLoop.performAndWakeUp(inModes: modes, block)
+  }
+
+  /// Runs `block` on `thread` through its run loop and waits until it ran or `deadline`
+  /// passed (as ``performAndWait(inModes:before:_:)``; at once when `thread` is the caller).
+  ///
+  /// - Throws: ``PerformError/noRunLoop``, ``PerformError/timedOut`` or
+  ///   ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public static func performAndWait(
+    on thread: Thread, inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
+    _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
+    try runLoop.performAndWait(inModes: modes, before: deadline, block)
+  }
+
+  /// Runs `block` on `thread` through its run loop and waits at most `timeout` until it ran
+  /// (as ``performAndWait(inModes:timeout:_:)``).
+  ///
+  /// - Throws: ``PerformError/noRunLoop``, ``PerformError/timedOut`` or
+  ///   ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public static func performAndWait(
+    on thread: Thread, inModes modes: [RunLoopMode] = [.common], timeout: Duration,
+    _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try performAndWait(on: thread, inModes: modes, before: .after(timeout), block)
+  }
+
+  /// Runs `block` on `thread` through its run loop and waits without a limit until it ran
+  /// (as ``performAndWait(inModes:_:)``).
+  ///
+  /// - Throws: ``PerformError/noRunLoop`` or ``PerformError/targetExited``.
+  ///   (`performSelector:onThread:withObject:waitUntilDone:YES modes:`)
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public static func performAndWait(
+    on thread: Thread, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try performAndWait(on: thread, inModes: modes, before: .distantFuture, block)
+  }
+
+  /// The run loop of `thread`, if it has asked for one and is still alive (the main
+  /// thread's always exists).
+  public static func runLoop(of thread: Thread) -> RunLoop? {
+    ThreadRunLoops.runLoop(of: thread)
+  }
+
+  // MARK: Deprecated spellings
+
+  /// Deprecated: use ``performAndWakeUp(inModes:_:)`` (`waitUntilDone: false`) or
+  /// ``performAndWait(inModes:_:)`` (`waitUntilDone: true`). Forwards to them; with
+  /// `waitUntilDone` it stops the process when the loop's thread ends with the request unrun
+  /// (the replacement throws ``PerformError/targetExited`` instead).
+  @available(*, deprecated, message: "use performAndWakeUp(inModes:_:) or performAndWait(inModes:_:)")
+  @available(*, noasync, message: "may block until the target run loop runs the block")
+  public func perform(inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void) {
+    if !waitUntilDone {
+      performAndWakeUp(inModes: modes, block)
+      return
+    }
+    do {
+      try performAndWait(inModes: modes, before: .distantFuture, block)
+    } catch {
+      fatalError("RunLoop.perform(waitUntilDone:): \(error); use performAndWait(inModes:_:) to handle it")
+    }
+  }
+
+  /// Deprecated: renamed ``performAndWait(inModes:before:_:)``, which this forwards to.
+  @available(*, deprecated, renamed: "performAndWait(inModes:before:_:)")
+  @available(*, noasync, message: "blocks until the target run loop runs the block")
+  public func perform(
+    inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
+    _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try performAndWait(inModes: modes, before: deadline, block)
+  }
+
+  /// Deprecated: use ``RunLoop/main``'s ``performAndWakeUp(inModes:_:)`` or
+  /// ``performAndWait(inModes:_:)``. Forwards to ``perform(inModes:waitUntilDone:_:)`` on the
+  /// main run loop (so `waitUntilDone` stops the process when the request cannot run).
+  @available(*, deprecated, message: "use RunLoop.main.performAndWakeUp(inModes:_:) or RunLoop.main.performAndWait(inModes:_:)")
   @available(*, noasync, message: "may block until the main run loop runs the block")
   public static func performOnMain(
     inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void
@@ -97,51 +215,40 @@ extension RunLoop {
     RunLoop.main.perform(inModes: modes, waitUntilDone: waitUntilDone, block)
   }
 
-  /// Runs `block` on the main thread through its run loop and waits until it ran or
-  /// `deadline` passed (at once when called on the main thread). Throws
-  /// ``PerformError/timedOut`` when the main thread does not run its loop in one of `modes`
-  /// before the deadline (the request is withdrawn).
+  /// Deprecated: use ``RunLoop/main``'s ``performAndWait(inModes:before:_:)``, which this
+  /// forwards to.
+  @available(*, deprecated, message: "use RunLoop.main.performAndWait(inModes:before:_:)")
   @available(*, noasync, message: "blocks until the main run loop runs the block")
   public static func performOnMain(
     inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    try RunLoop.main.perform(inModes: modes, waitUntilDoneBefore: deadline, block)
+    try RunLoop.main.performAndWait(inModes: modes, before: deadline, block)
   }
 
-  /// Runs `block` on `thread` through its run loop, in `modes`; with `waitUntilDone` waits
-  /// until it ran (at once when `thread` is the caller). Throws ``PerformError/noRunLoop``
-  /// when the thread has no run loop (it must have asked for ``RunLoop/current`` first),
-  /// and ``PerformError/targetExited`` when it ends with the request unrun.
-  /// (`performSelector:onThread:withObject:waitUntilDone:modes:`)
+  /// Deprecated: use ``performAndWakeUp(on:inModes:_:)`` (`waitUntilDone: false`) or
+  /// ``performAndWait(on:inModes:_:)`` (`waitUntilDone: true`), which this forwards to.
+  @available(*, deprecated, message: "use performAndWakeUp(on:inModes:_:) or performAndWait(on:inModes:_:)")
   @available(*, noasync, message: "may block until the target run loop runs the block")
   public static func perform(
     on thread: Thread, inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
     if waitUntilDone {
-      try runLoop.perform(inModes: modes, waitUntilDoneBefore: .distantFuture, block)
+      try performAndWait(on: thread, inModes: modes, block)
     } else {
-      runLoop.performAndWakeUp(inModes: modes, block)
+      try performAndWakeUp(on: thread, inModes: modes, block)
     }
   }
 
-  /// Runs `block` on `thread` through its run loop and waits until it ran or `deadline`
-  /// passed; throws ``PerformError`` (`.noRunLoop`, `.timedOut`, `.targetExited`).
+  /// Deprecated: renamed ``performAndWait(on:inModes:before:_:)``, which this forwards to.
+  @available(*, deprecated, renamed: "performAndWait(on:inModes:before:_:)")
   @available(*, noasync, message: "blocks until the target run loop runs the block")
   public static func perform(
     on thread: Thread, inModes modes: [RunLoopMode] = [.common], waitUntilDoneBefore deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
-    try runLoop.perform(inModes: modes, waitUntilDoneBefore: deadline, block)
-  }
-
-  /// The run loop of `thread`, if it has asked for one and is still alive (the main
-  /// thread's always exists).
-  public static func runLoop(of thread: Thread) -> RunLoop? {
-    ThreadRunLoops.runLoop(of: thread)
+    try performAndWait(on: thread, inModes: modes, before: deadline, block)
   }
 
   // MARK: After a delay

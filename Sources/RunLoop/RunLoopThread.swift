@@ -1,0 +1,177 @@
+import Sync
+import Threads
+
+/// A thread that runs its run loop until told to stop: the common home for work handed over
+/// with perform requests, sources, timers and ports.
+///
+/// ``start(name:configuration:)`` returns once the new thread's run loop exists and has made
+/// its first pass, so requests made right after it (``RunLoop/performAndWait(inModes:_:)``,
+/// ``RunLoop/performAndWait(on:inModes:_:)``, adding a source) are served; no start-up
+/// handshake of your own is needed. The thread runs its loop in ``RunLoopMode/default`` until
+/// ``stop()``; the loop's common modes are kept alive by an internal item, so the loop waits
+/// for work even while it has no source or timer of yours, and never returns `finished`.
+///
+/// Why this type exists: a run loop whose mode has nothing in it (no source, timer or queued
+/// block) ends a run at once with ``RunLoopRunResult/finished`` - the toolkit's one deviation
+/// from Core Foundation here, which sleeps until the deadline instead - and a thread's run
+/// loop exists only once the thread asked for ``RunLoop/current``. A hand-made serving thread
+/// therefore needs a dummy source to keep running, and its clients need a handshake before
+/// ``RunLoop/performAndWait(on:inModes:_:)`` stops throwing ``PerformError/noRunLoop``.
+///
+/// ```swift
+/// let worker = try RunLoopThread.start(name: "io")
+/// try worker.runLoop.performAndWait { openFiles() }
+/// worker.runLoop.performAndWakeUp { flush() }
+/// worker.stop()   // ends the loop and joins the thread
+/// ```
+///
+/// The handle is not copyable: one owner stops it. Dropping it without ``stop()`` stops and
+/// joins the thread too (as C++'s `std::jthread`), so no serving thread outlives its handle
+/// unnoticed. A block running on the thread may call `RunLoop.current.stop()` (it ends the
+/// current run only; the thread runs its loop again) but must not drop or stop the handle
+/// (a thread cannot join itself: the process stops with a message).
+public struct RunLoopThread: ~Copyable, Sendable {
+  /// The thread's run loop: add sources, timers and ports to it, or queue blocks on it.
+  public let runLoop: RunLoop
+  private let core: Core
+
+  /// The thread's object (its name, identity and dictionary).
+  public var thread: Thread { core.joinable.thread }
+
+  private init(runLoop: RunLoop, core: Core) {
+    self.runLoop = runLoop
+    self.core = core
+  }
+
+  /// Starts a thread that runs its run loop until ``stop()``, and returns once that loop
+  /// exists and has made its first pass. Blocks the caller for the thread's start-up only.
+  ///
+  /// - Parameters:
+  ///   - name: The thread's name; overrides `configuration.name` when not nil.
+  ///   - configuration: Stack, priority, affinity and the other thread settings.
+  /// - Throws: `SystemCallError` when the thread cannot be created, or when its run loop's
+  ///   descriptors cannot be (the thread has then ended and been joined).
+  @available(*, noasync, message: "blocks until the new thread's run loop runs")
+  public static func start(
+    name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration()
+  ) throws(SystemCallError) -> RunLoopThread {
+    let started = Latch(count: 1)
+    let outcome = LockedValue<Result<RunLoop, SystemCallError>?>(nil)
+    let joinable = try Thread.spawn(name: name, configuration: configuration) { () throws(Never) -> Void in
+      let runLoop: RunLoop
+      do {
+        runLoop = try RunLoop.currentOrThrow()
+      } catch {
+        outcome.withLock { $0 = .failure(error) }
+        started.countDown()
+        return
+      }
+      runLoop.keepCommonModesAlive()
+      // Reported from the first pass, so the caller knows the loop runs.
+      runLoop.perform(inModes: [.default]) {
+        outcome.withLock { $0 = .success(runLoop) }
+        started.countDown()
+      }
+      // An exit request (from `stop`) ends every run, current and later (see
+      // `RunLoop`'s "Exit requests"); a `stop()` of the loop ends one run only.
+      while !Thread.current.isExitRequested {
+        _ = runLoop.run(mode: .default, before: .distantFuture)
+      }
+    }
+    started.wait()
+    let core = Core(joinable)
+    switch outcome.withLock({ $0 }) {
+    case .success(let runLoop)?:
+      return RunLoopThread(runLoop: runLoop, core: core)
+    case .failure(let error)?:
+      core.stopAndJoin()
+      throw error
+    case nil:
+      preconditionFailure("RunLoopThread.start: the latch opened without an outcome")
+    }
+  }
+
+  /// Stops the thread and waits for it to end: its current run returns, it runs its loop no
+  /// more, and its thread exits (the loop's remaining items are dropped: sources get their
+  /// `cancel` callbacks, and requests still queued fail with
+  /// ``PerformError/targetExited``). Blocks until the thread has ended. Calling it from the
+  /// thread itself stops the process (a thread cannot join itself).
+  @available(*, noasync, message: "blocks until the thread has ended")
+  public consuming func stop() {
+    core.stopAndJoin()
+  }
+
+  deinit {
+    core.stopAndJoin()
+  }
+
+  // MARK: Perform requests (forwarded to `runLoop`)
+
+  /// Queues `block` on the thread's run loop without waking it; see
+  /// ``RunLoop/perform(inModes:_:)``. Never blocks.
+  public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
+    runLoop.perform(inModes: modes, block)
+  }
+
+  /// Queues `block` on the thread's run loop and wakes it; see
+  /// ``RunLoop/performAndWakeUp(inModes:_:)``. Never blocks.
+  public func performAndWakeUp(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
+    runLoop.performAndWakeUp(inModes: modes, block)
+  }
+
+  /// Runs `block` on the thread and waits until it ran or `deadline` passed; see
+  /// ``RunLoop/performAndWait(inModes:before:_:)``.
+  ///
+  /// - Throws: ``PerformError/timedOut`` or ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the thread runs the block")
+  public func performAndWait(
+    inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
+    _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try runLoop.performAndWait(inModes: modes, before: deadline, block)
+  }
+
+  /// Runs `block` on the thread and waits at most `timeout` until it ran; see
+  /// ``RunLoop/performAndWait(inModes:timeout:_:)``.
+  ///
+  /// - Throws: ``PerformError/timedOut`` or ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the thread runs the block")
+  public func performAndWait(
+    inModes modes: [RunLoopMode] = [.common], timeout: Duration, _ block: @escaping @Sendable () -> Void
+  ) throws(PerformError) {
+    try runLoop.performAndWait(inModes: modes, timeout: timeout, block)
+  }
+
+  /// Runs `block` on the thread and waits without a limit until it ran; see
+  /// ``RunLoop/performAndWait(inModes:_:)``.
+  ///
+  /// - Throws: ``PerformError/targetExited``.
+  @available(*, noasync, message: "blocks until the thread runs the block")
+  public func performAndWait(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void)
+    throws(PerformError)
+  {
+    try runLoop.performAndWait(inModes: modes, block)
+  }
+}
+
+extension RunLoopThread {
+  /// The joinable thread and whether it was joined; owned by one `RunLoopThread` handle.
+  private final class Core: @unchecked Sendable {
+    // @unchecked: `joined` is touched only by the handle's single owner (the handle is not
+    // copyable; `stop` consumes it and `deinit` runs after it).
+    let joinable: JoinableThread<Void, Never>
+    private var joined = false
+
+    init(_ joinable: JoinableThread<Void, Never>) {
+      self.joinable = joinable
+    }
+
+    /// Requests the thread's exit (which ends every run of its loop) and joins it, once.
+    func stopAndJoin() {
+      if joined { return }
+      joined = true
+      joinable.thread.requestExit()
+      joinable.join()
+    }
+  }
+}
