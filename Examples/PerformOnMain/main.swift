@@ -30,12 +30,12 @@ do {
   worker = try Thread.spawn(name: "worker") { () throws(PerformError) in
     for index in 1...3 {
       // Blocks until the main thread ran the block (Cocoa's waitUntilDone:YES); the
-      // deadline turns a main thread that never runs its loop into an error, not a hang.
-      try RunLoop.performOnMain(waitUntilDoneBefore: .after(.seconds(60))) {
+      // time limit turns a main thread that never runs its loop into an error, not a hang.
+      try RunLoop.main.performAndWait(timeout: .seconds(60)) {
         log.withLock { $0.append("result \(index) handled on the main thread: \(Thread.current.isMainThread)") }
       }
     }
-    RunLoop.performOnMain(waitUntilDone: false) {
+    RunLoop.main.performAndWakeUp {
       log.withLock { $0.append("stop requested") }
       RunLoop.current.stop()
     }

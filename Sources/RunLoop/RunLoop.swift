@@ -153,6 +153,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// to outer activations. Read and written only by the thread running the loop.
   var consumedWakeUp = false
 
+  /// Set once by `threadDidExit`: nothing will ever run a block queued from then on, so
+  /// `enqueue` drops it. Protected by `lock`.
+  var threadHasEnded = false
   /// Set once by `RunLoopThread`: the common modes count as never empty, so the thread's
   /// runs wait for work instead of returning finished. Protected by `lock`.
   var keepsCommonModesAlive = false
@@ -239,6 +242,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       swap(&common.2, &commonObservers)
       swap(&queued, &blocks)
       swap(&ready, &readySources)
+      threadHasEnded = true
     }
     timers += common.1
     for timer in timers { timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } } }
@@ -579,15 +583,20 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   }
 
   /// Queues `item` (see ``perform(inModes:_:)``).
+  /// A loop whose thread has ended drops the block at once, after the lock is released (its
+  /// release tells a waiting request that it will never run).
   func enqueue(_ item: QueuedBlock) {
     let modes = item.modes
-    lock.withLock {
+    let refused: QueuedBlock? = lock.withLock {
+      if threadHasEnded { return item }
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
       for mode in modes where mode != .common && mode != .default && self.modes[mode] == nil {
         _ = modeItems(mode)
       }
       blocks.append(item)
+      return nil
     }
+    withExtendedLifetime(refused) {}
   }
 
   /// Removes the queued block that carries out `request` (a waiting perform request whose

@@ -27,7 +27,8 @@ import Threads
 ///
 /// The handle is not copyable: one owner stops it. Dropping it without ``stop()`` stops and
 /// joins the thread too (as C++'s `std::jthread`), so no serving thread outlives its handle
-/// unnoticed. A block running on the thread may call `RunLoop.current.stop()` (it ends the
+/// unnoticed, and the end of the handle's scope is the usual place it stops (no `defer` is
+/// needed). A block running on the thread may call `RunLoop.current.stop()` (it ends the
 /// current run only; the thread runs its loop again) but must not drop or stop the handle
 /// (a thread cannot join itself: the process stops with a message).
 public struct RunLoopThread: ~Copyable, Sendable {
@@ -59,7 +60,7 @@ public struct RunLoopThread: ~Copyable, Sendable {
     let outcome = LockedValue<Result<RunLoop, SystemCallError>?>(nil)
     let joinable = try Thread.spawn(name: name, configuration: configuration) { () throws(Never) -> Void in
       let runLoop: RunLoop
-      do {
+      do throws(SystemCallError) {
         runLoop = try RunLoop.currentOrThrow()
       } catch {
         outcome.withLock { $0 = .failure(error) }

@@ -38,7 +38,7 @@ import TestSupport
         if done == maximumChunks { moreWorkToDo = false }
 
         // Run the run loop but timeout immediately if the input source isn't waiting to fire.
-        runLoop.run(until: .now)
+        runLoop.run(before: .now)
 
         // Check to see if an input source handler changed the exitNow value.
         exitNow = threadDictionary["ThreadShouldExitNow", as: Bool.self] ?? false
@@ -64,7 +64,7 @@ import TestSupport
       while !Thread.current.isExitRequested {
         done += 1
         chunks.value = done
-        runLoop.run(until: .now)
+        runLoop.run(before: .now)
       }
       // A run after the request ends at once: the request ends the thread's runs, those in
       // progress and those it starts later.

@@ -28,7 +28,7 @@ import TestSupport
         second.append((timer.nextFireDate, .now))  // myDoFireTimer2
       }
 
-      myRunLoop.run(until: start + .milliseconds(300))
+      myRunLoop.run(before: start + .milliseconds(300))
       endBox.value = .now
     }.join()
 

@@ -29,7 +29,7 @@ import TestSupport
       var loopCount = 10
       repeat {
         // Run the run loop 10 times to let the timer fire.
-        myRunLoop.run(until: .after(.milliseconds(100)))
+        myRunLoop.run(before: .after(.milliseconds(100)))
         loopCount -= 1
       } while loopCount > 0
       elapsed.value = start.duration(to: .now)

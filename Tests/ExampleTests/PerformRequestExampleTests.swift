@@ -8,60 +8,25 @@ import TestSupport
 // (performSelectorOnMainThread:, performSelector:onThread:, performSelector:afterDelay:,
 // cancelPreviousPerformRequestsWithTarget:).
 
-/// A worker thread that runs its run loop until asked to stop.
-private final class PerformExampleWorker: Sendable {
-  let handle: JoinableThread<Void, Never>
-  private let runLoopBox: Box<RunLoop?>
-  private let stopFlag: Box<Bool>
-
-  init() throws {
-    let runLoopBox = Box<RunLoop?>(nil)
-    let stopFlag = Box(false)
-    handle = try Thread.spawn(name: "perform-example-worker") { () throws(Never) in
-      runLoopBox.value = RunLoop.current
-      // Something in the mode, so runs wait for requests instead of returning finished.
-      RunLoop.current.add(RunLoopSource(perform: {}), forMode: .default)
-      let giveUp = MonotonicInstant.after(.seconds(60))
-      while !stopFlag.value && !giveUp.hasPassed {
-        _ = RunLoop.current.run(mode: .default, before: giveUp, returnAfterSourceHandled: true)
-      }
-    }
-    self.runLoopBox = runLoopBox
-    self.stopFlag = stopFlag
-    waitUntil { runLoopBox.value != nil }
-  }
-
-  var thread: Thread { handle.thread }
-
-  /// Ends the worker's loop. Sent as a request rather than `stop()` from outside: a stop
-  /// that arrives between two runs would be lost, a queued request never is.
-  func stop() {
-    runLoopBox.value?.perform(waitUntilDone: false) { [stopFlag] in
-      stopFlag.value = true
-      RunLoop.current.stop()
-    }
-    handle.join()
-  }
-}
-
 @Suite("Perform requests (Table 3-2)", .timeLimit(.minutes(2)))
 struct PerformRequestExampleTests {
   @Test("performSelectorOnMainThread: workers hand results to the coordinating thread")
   func performOnMain() throws {
     // The test runner owns the process's main thread and never runs its run loop, so a
-    // coordinator thread stands in for it (RunLoop.performOnMain is perform(on:) aimed at
-    // RunLoop.main). What the real main thread would see is checked first: a deadline turns
-    // "the main thread is not running its loop" into an error, never a hang.
+    // coordinator thread stands in for it (the main thread is RunLoop.main's thread, asked
+    // the same way). What the real main thread would see is checked first: a time limit
+    // turns "the main thread is not running its loop" into an error, never a hang.
     #expect(throws: PerformError.timedOut) {
-      try RunLoop.performOnMain(waitUntilDoneBefore: .after(.milliseconds(20))) {}
+      try RunLoop.main.performAndWait(timeout: .milliseconds(20)) {}
     }
-    let coordinator = try PerformExampleWorker()
+    let coordinator = try RunLoopThread.start(name: "perform-example-worker")
+    let coordinatorThread = coordinator.thread
     let log = Recorder<String>()
     let workers = try (0..<3).map { index in
       try Thread.spawn { () throws(Never) in
         let result = "result \(index)"
         do {
-          try RunLoop.perform(on: coordinator.thread, waitUntilDone: true) {
+          try RunLoop.performAndWait(on: coordinatorThread) {
             log.append("\(result) handled on \(Thread.current.name ?? "?")")
           }
         } catch {
@@ -91,33 +56,33 @@ struct PerformRequestExampleTests {
 
   @Test("performSelector:onThread: with and without waiting")
   func performOnThread() throws {
-    let worker = try PerformExampleWorker()
-    defer { worker.stop() }
+    let worker = try RunLoopThread.start(name: "perform-example-worker")
     let log = Recorder<String>()
     for index in 0..<3 {
-      try RunLoop.perform(on: worker.thread, waitUntilDone: false) {
+      try RunLoop.performAndWakeUp(on: worker.thread) {
         log.append("queued \(index) on \(Thread.current.name ?? "?")")
       }
     }
-    try RunLoop.perform(on: worker.thread, waitUntilDone: true) { log.append("waited") }
+    try RunLoop.performAndWait(on: worker.thread) { log.append("waited") }
     // Requests run in the order made; the waiting one ran before the call returned.
     #expect(log.snapshot == [
       "queued 0 on perform-example-worker", "queued 1 on perform-example-worker",
       "queued 2 on perform-example-worker", "waited",
     ])
-    // A deadline turns "the target is busy" into an error instead of a hang.
+    // A time limit turns "the target is busy" into an error instead of a hang.
     let busy = Box(false)
-    try RunLoop.perform(on: worker.thread, waitUntilDone: false) {
+    try RunLoop.performAndWakeUp(on: worker.thread) {
       busy.value = true
       waitUntil { !busy.value }
     }
     waitUntil { busy.value }
     #expect(throws: PerformError.timedOut) {
-      try RunLoop.perform(on: worker.thread, waitUntilDoneBefore: .after(.milliseconds(20))) { log.append("withdrawn") }
+      try RunLoop.performAndWait(on: worker.thread, timeout: .milliseconds(20)) { log.append("withdrawn") }
     }
     busy.value = false
-    try RunLoop.perform(on: worker.thread, waitUntilDone: true) {}
+    try RunLoop.performAndWait(on: worker.thread) {}
     #expect(!log.snapshot.contains("withdrawn"))
+    worker.stop()
   }
 
   @Test("performSelector:afterDelay: and cancelPreviousPerformRequestsWithTarget:")

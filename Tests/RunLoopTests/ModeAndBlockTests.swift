@@ -109,13 +109,13 @@ import TestSupport
     }
   }
 
-  @Test func runUntilDeadlineAndRunReturn() {
+  @Test func runBeforeDeadlineAndRunReturn() {
     TestThread.run {
       let runLoop = RunLoop.current
-      #expect(runLoop.run(until: .after(.seconds(60))) == .finished)
+      #expect(runLoop.run(before: .after(.seconds(60))) == .finished)
       runLoop.add(RunLoopSource(perform: {}), forMode: .default)
       let deadline = MonotonicInstant.after(.milliseconds(10))
-      #expect(runLoop.run(until: deadline) == .timedOut)
+      #expect(runLoop.run(before: deadline) == .timedOut)
       #expect(deadline.hasPassed)
       runLoop.perform(inModes: [.default]) { RunLoop.current.stop() }
       runLoop.run()  // ends with the stop

@@ -5,82 +5,65 @@ import Testing
 import Threads
 import TestSupport
 
-/// A worker thread running its run loop in the default mode until told to stop.
-final class PortsLoopThread: @unchecked Sendable {
-  let thread: TestThread
-  private let published = Box<RunLoop?>(nil)
-  private let threadObject = Box<Thread?>(nil)
-  private let done = Box(false)
-
-  init() {
-    let published = published
-    let threadObject = threadObject
-    let done = done
-    thread = TestThread.spawn {
-      let runLoop = RunLoop.current
-      // Keeps the default mode non-empty so runs wait instead of finishing.
-      runLoop.add(RunLoopSource(perform: {}), forMode: .default)
-      threadObject.value = Thread.current
-      published.value = runLoop
-      let giveUp = MonotonicInstant.after(.seconds(120))
-      while !done.value && !giveUp.hasPassed {
-        _ = runLoop.run(mode: .default, before: giveUp)
-      }
-    }
-    waitUntil { published.value != nil }
-  }
-
-  var runLoop: RunLoop { published.value! }
-  var toolkitThread: Thread { threadObject.value! }
-
-  /// Ends the worker's loop through a request: a `stop()` that arrives between two runs
-  /// would be lost, a queued request never is.
-  func stop() {
-    runLoop.perform(waitUntilDone: false) { [done] in
-      done.value = true
-      RunLoop.current.stop()
-    }
-    thread.join()
-  }
-}
-
 @Suite("Ports: perform requests", .timeLimit(.minutes(2)))
 struct PortsPerformTests {
-  @Test("perform on another thread, waiting until done: runs there, before the call returns")
-  func waitUntilDone() throws {
-    let worker = PortsLoopThread()
-    defer { worker.stop() }
+  @Test("performAndWait on another thread: runs there, before the call returns")
+  func performAndWaitRunsOnTheTargetBeforeReturning() throws {
+    let worker = try RunLoopThread.start()  // stopped and joined at the end of the scope
     let ranOn = Box<UInt64?>(nil)
-    try RunLoop.perform(on: worker.toolkitThread, waitUntilDone: true) { ranOn.value = Thread.current.id }
-    #expect(ranOn.value == worker.toolkitThread.id)
+    try RunLoop.performAndWait(on: worker.thread) { ranOn.value = Thread.current.id }
+    #expect(ranOn.value == worker.thread.id)
     let again = Box(0)
-    worker.runLoop.perform(waitUntilDone: true) { again.value = 7 }
+    try worker.runLoop.performAndWait { again.value = 7 }
     #expect(again.value == 7)
+    try worker.runLoop.performAndWait(timeout: .seconds(60)) { again.value = 8 }
+    #expect(again.value == 8)
+    try RunLoop.performAndWait(on: worker.thread, timeout: .seconds(60)) { again.value = 9 }
+    #expect(again.value == 9)
   }
 
-  @Test("requests without waiting run later, in the order made, all of them")
-  func fifo() throws {
-    let worker = PortsLoopThread()
-    defer { worker.stop() }
+  @Test("performAndWakeUp requests run later, in the order made, all of them")
+  func performAndWakeUpRunsInOrder() throws {
+    let worker = try RunLoopThread.start()  // stopped and joined at the end of the scope
     let order = Recorder<Int>()
     for index in 0..<100 {
-      try RunLoop.perform(on: worker.toolkitThread, waitUntilDone: false) { order.append(index) }
+      if index.isMultiple(of: 2) {
+        try RunLoop.performAndWakeUp(on: worker.thread) { order.append(index) }
+      } else {
+        worker.runLoop.performAndWakeUp { order.append(index) }
+      }
     }
-    worker.runLoop.perform(waitUntilDone: true) {}
+    try worker.performAndWait {}
     #expect(order.snapshot == Array(0..<100))
   }
 
-  @Test("waiting on your own run loop runs the block at once")
-  func onSelf() throws {
-    let ran = Box(false)
-    RunLoop.current.perform(waitUntilDone: true) { ran.value = true }
-    #expect(ran.value)
-    try RunLoop.perform(on: Thread.current, waitUntilDone: true) { ran.value = false }
-    #expect(!ran.value)
+  @Test("perform(on:) queues without waking: a sleeping loop runs it only at its next pass")
+  func performOnThreadDoesNotWakeTheLoop() throws {
+    let worker = try RunLoopThread.start()  // stopped and joined at the end of the scope
+    let log = Recorder<String>()
+    waitUntil { worker.runLoop.isWaiting }
+    try RunLoop.perform(on: worker.thread) { log.append("queued") }
+    // Still asleep with the block queued: nothing woke it.
+    #expect(worker.runLoop.isWaiting)
+    #expect(log.snapshot.isEmpty)
+    worker.runLoop.wakeUp()
+    waitUntil { log.count == 1 }
+    #expect(log.snapshot == ["queued"])
   }
 
-  @Test("a thread whose loop does not run: the deadline variant times out, and the request is withdrawn")
-  func notRunning() throws {
+  @Test("waiting on your own run loop runs the block at once")
+  func performAndWaitOnSelfRunsAtOnce() throws {
+    let ran = Box(false)
+    try RunLoop.current.performAndWait { ran.value = true }
+    #expect(ran.value)
+    try RunLoop.performAndWait(on: Thread.current) { ran.value = false }
+    #expect(!ran.value)
+    try RunLoop.current.performAndWait(before: .distantPast) { ran.value = true }
+    #expect(ran.value)
+  }
+
+  @Test("a thread whose loop does not run: the bounded variant times out, and the request is withdrawn")
+  func performAndWaitTimesOutAndWithdrawsTheRequest() throws {
     let published = Box<RunLoop?>(nil)
     let release = Box(false)
     let worker = TestThread.spawn {
@@ -93,7 +76,7 @@ struct PortsPerformTests {
     let ran = Box(false)
     let start = MonotonicInstant.now
     #expect(throws: PerformError.timedOut) {
-      try published.value!.perform(waitUntilDoneBefore: start + .milliseconds(40)) { ran.value = true }
+      try published.value!.performAndWait(before: start + .milliseconds(40)) { ran.value = true }
     }
     #expect(MonotonicInstant.now - start >= .milliseconds(40))
     release.value = true
@@ -115,7 +98,7 @@ struct PortsPerformTests {
     var timedOut = 0
     for _ in 0..<200 {
       do {
-        try runLoop.perform(waitUntilDoneBefore: .after(.microseconds(50))) { _ = ran.increment(ordering: .relaxed) }
+        try runLoop.performAndWait(timeout: .microseconds(50)) { _ = ran.increment(ordering: .relaxed) }
       } catch {
         if error == .timedOut { timedOut += 1 }
       }
@@ -127,8 +110,8 @@ struct PortsPerformTests {
     #expect(ran.load(ordering: .relaxed) == 0)
   }
 
-  @Test("a thread that ends with a request queued: the waiter learns it, never hangs")
-  func targetExits() {
+  @Test("a thread that ends with a request queued: the unbounded waiter gets targetExited, never hangs")
+  func performAndWaitThrowsTargetExited() {
     let published = Box<RunLoop?>(nil)
     let worker = TestThread.spawn {
       let runLoop = RunLoop.current
@@ -140,10 +123,11 @@ struct PortsPerformTests {
     let outcome = Box<PerformError?>(nil)
     let runLoop = published.value!
     let waiter = TestThread.spawn {
-      do {
-        try runLoop.perform(waitUntilDoneBefore: .after(.seconds(60))) {}
+      do throws(PerformError) {
+        // Unbounded: the thread's end, not a deadline, ends the wait.
+        try runLoop.performAndWait {}
       } catch {
-        outcome.value = error as? PerformError
+        outcome.value = error
       }
     }
     worker.join()
@@ -151,8 +135,8 @@ struct PortsPerformTests {
     #expect(outcome.value == .targetExited)
   }
 
-  @Test("a thread without a run loop is refused")
-  func noRunLoop() {
+  @Test("a thread without a run loop is refused by every on: Thread request")
+  func performOnAThreadWithoutARunLoopThrowsNoRunLoop() {
     let threadBox = Box<Thread?>(nil)
     let gate = Box(false)
     let worker = TestThread.spawn {
@@ -160,9 +144,10 @@ struct PortsPerformTests {
       waitUntil { gate.value }
     }
     waitUntil { threadBox.value != nil }
-    #expect(throws: PerformError.noRunLoop) {
-      try RunLoop.perform(on: threadBox.value!, waitUntilDone: true) {}
-    }
+    let thread = threadBox.value!
+    #expect(throws: PerformError.noRunLoop) { try RunLoop.performAndWait(on: thread) {} }
+    #expect(throws: PerformError.noRunLoop) { try RunLoop.performAndWakeUp(on: thread) {} }
+    #expect(throws: PerformError.noRunLoop) { try RunLoop.perform(on: thread) {} }
     #expect(RunLoop.runLoop(of: threadBox.value!) == nil)
     gate.value = true
     worker.join()

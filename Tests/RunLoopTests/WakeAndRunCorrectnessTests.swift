@@ -33,7 +33,7 @@ struct WakeAndRunCorrectnessTests {
         requested.wait()
         results.append(runLoop.run(mode: .default, timeout: Self.bound))
         // Every later run of the thread ends at once too.
-        results.append(runLoop.run(until: .after(Self.bound)))
+        results.append(runLoop.run(before: .after(Self.bound)))
       }
       keepAlive.invalidate()
     }
