@@ -440,11 +440,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
   }
 
-  /// Removes an invalidated timer everywhere.
+  /// Removes an invalidated timer everywhere, and forgets being its owner (a re-armed timer
+  /// may join any run loop).
   func removeFromEveryMode(_ timer: RunLoopTimer) {
     lock.withLock {
       commonTimers.removeAll { $0 === timer }
       for mode in modes.values { _ = mode.remove(timer) }
+      timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
       rearmIfSleeping()
       wakeUpIfARunIsLeftEmpty()
     }

@@ -34,7 +34,12 @@ import Sync
 /// RunLoop.current.add(timer, forMode: .common)
 /// ```
 ///
-/// The API takes `Duration` and ``MonotonicInstant``, so NaN or infinite intervals cannot be
+/// **Changing a timer**: ``setNextFireDate(_:)``, ``interval`` and ``tolerance`` may be changed
+/// at any time (the loop re-plans at once, also while it sleeps); ``scheduledFireDate`` tells
+/// a callback which due instant it serves; an invalidated timer can be brought back with
+/// ``rearm(fireAt:_:)`` and added again.
+///
+/// The API takes `Duration` and ``/Sync/MonotonicInstant``, so NaN or infinite intervals cannot be
 /// expressed; the seconds-based initializer ``init(seconds:intervalSeconds:toleranceSeconds:_:)``
 /// rejects them (returns nil). A negative tolerance is treated as zero.
 ///
@@ -45,10 +50,39 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
 
   /// The period of a repeating timer; zero or less means one-shot. A positive interval
   /// given below one nanosecond reads as one nanosecond.
-  public let interval: Duration
+  ///
+  /// Settable at any time, from any thread. A repeating timer that has fired and waits for
+  /// its next period is re-planned at once: its next fire date becomes its last scheduled
+  /// fire date (``scheduledFireDate``) plus the new interval (already past: it fires at the
+  /// loop's next timer check), replacing a date set with ``setNextFireDate(_:)``. A timer that
+  /// has not fired yet keeps its first fire date; set from the timer's own callback, the new
+  /// interval places the next firing. Zero or less makes the timer one-shot: it is
+  /// invalidated after its next firing.
+  public var interval: Duration {
+    get { lock.withLock { intervalValue } }
+    set {
+      let value = newValue > .zero && newValue < .nanoseconds(1) ? .nanoseconds(1) : newValue
+      let loop: RunLoop? = lock.withLock {
+        intervalValue = value
+        guard valid, !firing, value > .zero, let last = lastScheduledFireDate else { return nil }
+        fireDate = last.advanced(by: value)
+        rearmed = true
+        return runLoop
+      }
+      loop?.timerScheduleDidChange(self)
+    }
+  }
 
   /// Protects every `var` below. Taken after the run loop's lock, never before.
   let lock = Mutex()
+  /// See ``interval``. Protected by `lock`.
+  var intervalValue: Duration
+  /// The scheduled instant of the latest firing (set just before the callback runs), nil
+  /// before the first one and after ``rearm(fireAt:_:)``. Protected by `lock`.
+  var lastScheduledFireDate: MonotonicInstant?
+  /// Counts ``rearm(fireAt:_:)`` calls, so a firing learns that its callback re-armed the
+  /// timer. Protected by `lock`.
+  var rearmCount: UInt64 = 0
   /// The block; nil once the timer is invalid, so its captures go with the invalidation.
   /// Protected by `lock`, but never released with it held (see `invalidate`).
   var callback: (@Sendable (RunLoopTimer) -> Void)?
@@ -85,7 +119,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
     self.fireDate = fireDate
-    self.interval = interval > .zero && interval < .nanoseconds(1) ? .nanoseconds(1) : interval
+    self.intervalValue = interval > .zero && interval < .nanoseconds(1) ? .nanoseconds(1) : interval
     self.toleranceValue = tolerance < .zero ? .zero : tolerance
     self.callback = block
   }
@@ -138,6 +172,15 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// Whether the timer repeats (its interval is positive).
   public var isRepeating: Bool { interval > .zero }
 
+  /// The instant the timer's latest firing was scheduled for (monotonic clock): during the
+  /// callback, the instant this firing was due at, which the callback cannot learn from
+  /// ``nextFireDate`` (a repeating timer's is moved to the next period only after the
+  /// callback, and a late firing is later than its due instant). Kept after the callback;
+  /// nil before the first firing and after ``rearm(fireAt:_:)``.
+  public var scheduledFireDate: MonotonicInstant? {
+    lock.withLock { lastScheduledFireDate }
+  }
+
   /// The instant the timer is next scheduled to fire (monotonic clock).
   /// (`CFRunLoopTimerGetNextFireDate`)
   public var nextFireDate: MonotonicInstant {
@@ -170,6 +213,45 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       }
       loop?.timerScheduleDidChange(self)
     }
+  }
+
+  /// Makes an invalidated timer valid again (after ``invalidate()`` returned, or after a
+  /// one-shot timer fired), with `block` as its callback, first firing at `date` and then
+  /// every ``interval`` if positive. The block is given again because invalidation released
+  /// the old one. Like a new timer, it is in no mode: add it to a run loop (any run loop) to
+  /// schedule it.
+  ///
+  /// From the timer's own callback it may also be called while the timer is still valid
+  /// (a one-shot timer is, until its callback returns): `date` and `block` replace the
+  /// current ones, the timer stays in its modes and fires at `date` (a one-shot timer is then
+  /// not invalidated after this firing). Elsewhere, re-arming a valid timer is misuse and
+  /// stops the process (use ``setNextFireDate(_:)`` to move its fire date). Core Foundation
+  /// has no counterpart (an invalidated `CFRunLoopTimer` stays invalid); libuv's
+  /// `uv_timer_start` on a stopped timer is the peer.
+  public func rearm(fireAt date: MonotonicInstant, _ block: @escaping @Sendable (RunLoopTimer) -> Void) {
+    let (revived, replaced, loop): (Bool, (@Sendable (RunLoopTimer) -> Void)?, RunLoop?) = lock.withLock {
+      guard !valid || firing else { return (false, nil, nil) }
+      // Moved out, to be released after the lock.
+      let replaced = callback
+      valid = true
+      callback = block
+      fireDate = date
+      rearmed = true
+      lastScheduledFireDate = nil
+      rearmCount &+= 1
+      return (true, replaced, runLoop)
+    }
+    if !revived {
+      runLoopMisuse("RunLoopTimer", "rearm: the timer is valid; use setNextFireDate(_:) to move its fire date")
+    }
+    withExtendedLifetime(replaced) {}
+    loop?.timerScheduleDidChange(self)
+  }
+
+  /// Makes an invalidated timer valid again, first firing `delay` from now; see
+  /// ``rearm(fireAt:_:)``.
+  public func rearm(after delay: Duration, _ block: @escaping @Sendable (RunLoopTimer) -> Void) {
+    rearm(fireAt: .after(delay), block)
   }
 
   /// Whether the timer can still fire. (`CFRunLoopTimerIsValid`)
@@ -223,18 +305,22 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the
   /// run loop's thread without its lock.
   func fireIfDue() {
-    let due: (MonotonicInstant, @Sendable (RunLoopTimer) -> Void)? = lock.withLock {
+    let due: (MonotonicInstant, UInt64, @Sendable (RunLoopTimer) -> Void)? = lock.withLock {
       guard valid && !firing && fireDate <= .now, let callback else { return nil }
       firing = true
-      return (fireDate, callback)
+      lastScheduledFireDate = fireDate
+      return (fireDate, rearmCount, callback)
     }
     // `block` keeps the block alive through an `invalidate()` from inside it; this frame
     // releases it, with no lock held.
-    guard let (scheduled, block) = due else { return }
+    guard let (scheduled, rearmsBefore, block) = due else { return }
     block(self)
     let oneShotDone: Bool = lock.withLock {
       firing = false
       guard valid else { return false }
+      // Re-armed by its callback: the new schedule stands.
+      guard rearmCount == rearmsBefore else { return false }
+      let interval = intervalValue
       guard interval > .zero else { return true }
       // setNextFireDate from the callback wins over the grid (as in Core Foundation).
       guard fireDate == scheduled else { return false }
@@ -269,7 +355,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
 
   /// `"RunLoopTimer(next: monotonic +12.3s, interval: 0.1 seconds, valid: true)"`.
   public var description: String {
-    let (next, isValid) = lock.withLock { (fireDate, valid) }
+    let (next, interval, isValid) = lock.withLock { (fireDate, intervalValue, valid) }
     return "RunLoopTimer(next: \(next), interval: \(interval), valid: \(isValid))"
   }
 }
