@@ -85,14 +85,15 @@ struct PerformRequestExampleTests {
     worker.stop()
   }
 
-  @Test("performSelector:afterDelay: and cancelPreviousPerformRequestsWithTarget:")
+  @Test("performSelector:afterDelay:, cancelled through the request's handle")
   func afterDelay() {
     final class Redrawer: Sendable {
       let log = Recorder<String>()
+      let pending = Box<DelayedPerform?>(nil)
       /// Coalesces redraw requests: each new one cancels the pending one.
       func setNeedsRedraw(_ reason: String) {
-        RunLoop.current.cancelPerformRequests(target: self, action: "redraw", argument: nil)
-        RunLoop.current.perform(afterDelay: .milliseconds(20), target: self, action: "redraw") { [self] in
+        pending.value?.cancel()
+        pending.value = RunLoop.current.perform(afterDelay: .milliseconds(20)) { [self] in
           log.append("redraw after \(reason)")
         }
       }
@@ -102,12 +103,12 @@ struct PerformRequestExampleTests {
     view.setNeedsRedraw("a")
     view.setNeedsRedraw("b")
     view.setNeedsRedraw("c")
-    RunLoop.current.perform(afterDelay: .milliseconds(10), target: view, action: "other") { view.log.append("other") }
+    RunLoop.current.perform(afterDelay: .milliseconds(10)) { view.log.append("other") }
     portExampleRunUntil { view.log.count == 2 }
     #expect(view.log.snapshot == ["other", "redraw after c"], "only the last redraw request ran")
     #expect(MonotonicInstant.now - start >= .milliseconds(20))
-    RunLoop.current.perform(afterDelay: .milliseconds(5), target: view, action: "late") { view.log.append("late") }
-    RunLoop.current.cancelPerformRequests(target: view)
+    let late = RunLoop.current.perform(afterDelay: .milliseconds(5)) { view.log.append("late") }
+    late.cancel()
     #expect(RunLoop.current.run(mode: .default, timeout: .milliseconds(30)) == .finished)
     #expect(!view.log.snapshot.contains("late"))
   }

@@ -15,9 +15,6 @@ private final class DeinitProbe: Sendable {
   deinit { action() }
 }
 
-/// A perform-request target.
-private final class Target: Sendable {}
-
 /// When a timer's or a queued block's closure, and what it captures, is released: at
 /// invalidation or cancellation, and never while a run loop lock is held (a capture's deinit
 /// may call the same run loop: with a lock held that would stop the process as a
@@ -182,40 +179,21 @@ struct CallbackLifetimeTests {
     #expect(log.snapshot == ["deinit"])
   }
 
-  @Test("cancelPerformRequests releases the request's block and captures at once")
+  @Test("cancelling a delayed perform releases the request's block and captures at once")
   func cancelledDelayedPerformReleasesItsBlockAtOnce() {
     TestThread.run {
       let runLoop = RunLoop.current
-      let target = Target()
       weak var weakProbe: DeinitProbe?
-      let timer: RunLoopTimer
+      let request: DelayedPerform
       do {
         let probe = DeinitProbe()
         weakProbe = probe
-        timer = runLoop.perform(afterDelay: .seconds(3_600), target: target, action: "flush") {
-          withExtendedLifetime(probe) {}
-        }
+        request = runLoop.perform(afterDelay: .seconds(3_600)) { withExtendedLifetime(probe) {} }
       }
       #expect(weakProbe != nil, "held by the pending request")
-      runLoop.cancelPerformRequests(target: target, action: "flush", argument: nil)
+      request.cancel()
       #expect(weakProbe == nil)
-      #expect(!timer.isValid)
-    }
-  }
-
-  @Test("invalidating the timer of a delayed perform releases its block and captures at once")
-  func invalidatedDelayedPerformReleasesItsBlockAtOnce() {
-    TestThread.run {
-      let runLoop = RunLoop.current
-      weak var weakProbe: DeinitProbe?
-      let timer: RunLoopTimer
-      do {
-        let probe = DeinitProbe()
-        weakProbe = probe
-        timer = runLoop.perform(afterDelay: .seconds(3_600), target: Target()) { withExtendedLifetime(probe) {} }
-      }
-      timer.invalidate()
-      #expect(weakProbe == nil)
+      #expect(!request.isPending)
     }
   }
 
@@ -236,29 +214,17 @@ struct CallbackLifetimeTests {
     }
   }
 
-  @Test(
-    "a delayed perform left by an ended thread is released outside the registry's lock, and its capture may make requests"
-  )
-  func delayedPerformOfAnEndedThreadIsReleasedOutsideTheRegistryLock() {
+  @Test("a delayed perform left by an ended thread is released when it ends, and its capture may make requests")
+  func delayedPerformOfAnEndedThreadIsReleasedWhenItEnds() {
     let log = Recorder<String>()
     TestThread.run {
       let probe = DeinitProbe {
-        // Makes and cancels a delayed request: both take the registry's lock.
-        let target = Target()
-        RunLoop.main.perform(afterDelay: .seconds(3_600), target: target) {}
-        RunLoop.main.cancelPerformRequests(target: target)
+        // Makes and cancels a delayed request on another run loop.
+        RunLoop.main.perform(afterDelay: .seconds(3_600)) {}.cancel()
         log.append("deinit")
       }
       RunLoop.current.perform(afterDelay: .seconds(3_600)) { withExtendedLifetime(probe) {} }
     }
-    // The thread ended with its request pending; the next request (this one, or one made
-    // meanwhile by another test) purges it, releasing the block.
-    TestThread.run {
-      let target = Target()
-      RunLoop.current.perform(afterDelay: .seconds(3_600), target: target) {}
-      RunLoop.current.cancelPerformRequests(target: target)
-    }
-    waitUntil { log.count == 1 }
     #expect(log.snapshot == ["deinit"])
   }
 }

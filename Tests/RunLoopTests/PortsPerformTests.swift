@@ -153,35 +153,44 @@ struct PortsPerformTests {
     worker.join()
   }
 
-  @Test("perform after a delay: never early; cancellation by target, and by target, action and argument")
-  func afterDelay() {
-    final class Target: Sendable {}
+  @Test("perform after a delay: never early; a cancelled request does not run")
+  func performAfterDelayNeverEarlyAndCancelledByHandle() {
     let runLoop = RunLoop.current
-    let target = Target()
-    let other = Target()
     let fired = Recorder<String>()
     let start = MonotonicInstant.now
     let firedAt = Box<MonotonicInstant?>(nil)
-    runLoop.perform(afterDelay: .milliseconds(30), target: target, action: "a", argument: 1) { fired.append("a1") }
-    runLoop.perform(afterDelay: .milliseconds(30), target: target, action: "a", argument: 2) { fired.append("a2") }
-    runLoop.perform(afterDelay: .milliseconds(30), target: target, action: "b") { fired.append("b") }
-    runLoop.perform(afterDelay: .milliseconds(30), target: other, action: "a", argument: 1) {
-      fired.append("other")
+    let kept = runLoop.perform(afterDelay: .milliseconds(30)) {
+      fired.append("kept")
       firedAt.value = .now
     }
-    runLoop.cancelPerformRequests(target: target, action: "a", argument: 1)
-    runLoop.perform(afterDelay: .milliseconds(10), target: target) { fired.append("plain") }
-    runLoop.cancelPerformRequests(target: target, action: "b", argument: nil)
-    let giveUp = MonotonicInstant.after(.seconds(60))
-    while fired.count < 3 && !giveUp.hasPassed {
-      _ = runLoop.run(mode: .default, before: giveUp, returnAfterSourceHandled: true)
-    }
-    #expect(Set(fired.snapshot) == ["a2", "other", "plain"])
+    let cancelled = runLoop.perform(afterDelay: .milliseconds(10)) { fired.append("cancelled") }
+    #expect(kept.isPending && cancelled.isPending)
+    #expect(kept.fireDate >= start + .milliseconds(30))
+    cancelled.cancel()
+    cancelled.cancel()  // harmless
+    #expect(!cancelled.isPending)
+    #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+    #expect(fired.snapshot == ["kept"])
     #expect(firedAt.value.map { $0 - start >= .milliseconds(30) } == true, "never early")
-    // Cancelling by target alone.
-    runLoop.perform(afterDelay: .milliseconds(5), target: target) { fired.append("late") }
-    runLoop.cancelPerformRequests(target: target)
-    #expect(runLoop.run(mode: .default, timeout: .milliseconds(20)) == .finished || fired.count == 3)
-    #expect(!fired.snapshot.contains("late"))
+    #expect(!kept.isPending)
+    kept.cancel()  // after it ran: harmless
+  }
+
+  @Test("cancelling a delayed request releases its block at once")
+  func cancellingADelayedPerformReleasesTheBlock() {
+    final class Capture: Sendable {
+      let released: Box<Bool>
+      init(_ released: Box<Bool>) { self.released = released }
+      deinit { released.value = true }
+    }
+    let released = Box(false)
+    let request: DelayedPerform
+    do {
+      let capture = Capture(released)
+      request = RunLoop.current.perform(afterDelay: .seconds(3600)) { _ = capture }
+    }
+    #expect(!released.value)
+    request.cancel()
+    #expect(released.value)
   }
 }

@@ -254,13 +254,32 @@ extension RunLoop {
   // MARK: After a delay
 
   /// Runs `block` on this run loop's thread after `delay` (never earlier), when the loop runs
-  /// in one of `modes`; a one-shot ``RunLoopTimer`` is returned (invalidate it to cancel).
-  /// `target`, `action` and `argument` identify the request for
-  /// ``cancelPerformRequests(target:)`` and ``cancelPerformRequests(target:action:argument:)``;
-  /// the target is not retained. (`performSelector:withObject:afterDelay:inModes:`)
+  /// in one of `modes`. Never blocks, never wakes the loop beyond what its timer needs, and
+  /// cannot fail; a loop that does not run in one of `modes` never runs it. Returns a handle
+  /// whose ``DelayedPerform/cancel()`` withdraws the request and releases `block` at once.
+  /// (`performSelector:withObject:afterDelay:inModes:`)
+  ///
+  /// ```swift
+  /// pendingRedraw?.cancel()   // coalesce: only the last request runs
+  /// pendingRedraw = RunLoop.current.perform(afterDelay: .milliseconds(100)) { view.redraw() }
+  /// ```
   @discardableResult
   public func perform(
-    afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], target: AnyObject? = nil,
+    afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
+  ) -> DelayedPerform {
+    let timer = RunLoopTimer(after: delay) { _ in block() }
+    for mode in modes { add(timer, forMode: mode) }
+    return DelayedPerform(timer: timer)
+  }
+
+  /// Deprecated: use ``perform(afterDelay:inModes:_:)`` and cancel through the
+  /// ``DelayedPerform`` it returns. Runs `block` after `delay`; `target`, `action` and
+  /// `argument` identify the request for ``cancelPerformRequests(target:)`` and
+  /// ``cancelPerformRequests(target:action:argument:)`` (the target is not retained).
+  @available(*, deprecated, message: "use perform(afterDelay:inModes:_:) and cancel() its DelayedPerform")
+  @discardableResult
+  public func perform(
+    afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], target: AnyObject,
     action: String? = nil, argument: AnyHashable? = nil, _ block: @escaping @Sendable () -> Void
   ) -> RunLoopTimer {
     let slot = DelayedEntrySlot()
@@ -269,29 +288,56 @@ extension RunLoop {
       block()
     }
     let entry = DelayedPerformRegistry.Entry(
-      runLoop: self, target: target.map(ObjectIdentifier.init), action: action, argument: argument, timer: timer)
+      runLoop: self, target: ObjectIdentifier(target), action: action, argument: argument, timer: timer)
     slot.entry = entry
     DelayedPerformRegistry.add(entry)
     for mode in modes { add(timer, forMode: mode) }
     return timer
   }
 
-  /// Cancels every delayed request on this run loop made with `target`.
-  /// (`cancelPreviousPerformRequestsWithTarget:`)
+  /// Deprecated: cancel through the ``DelayedPerform`` handle. Cancels every delayed
+  /// request on this run loop made with `target`. (`cancelPreviousPerformRequestsWithTarget:`)
+  @available(*, deprecated, message: "cancel() the DelayedPerform that perform(afterDelay:inModes:_:) returns")
   public func cancelPerformRequests(target: AnyObject) {
     let identity = ObjectIdentifier(target)
     for entry in DelayedPerformRegistry.take(on: self, where: { $0.target == identity }) { entry.timer.invalidate() }
   }
 
-  /// Cancels the delayed requests on this run loop made with `target`, `action` and an equal
-  /// `argument` (nil matches requests made without one).
-  /// (`cancelPreviousPerformRequestsWithTarget:selector:object:`)
+  /// Deprecated: cancel through the ``DelayedPerform`` handle. Cancels the delayed requests
+  /// on this run loop made with `target`, `action` and an equal `argument` (nil matches
+  /// requests made without one). (`cancelPreviousPerformRequestsWithTarget:selector:object:`)
+  @available(*, deprecated, message: "cancel() the DelayedPerform that perform(afterDelay:inModes:_:) returns")
   public func cancelPerformRequests(target: AnyObject, action: String, argument: AnyHashable?) {
     let identity = ObjectIdentifier(target)
     let taken = DelayedPerformRegistry.take(on: self) {
       $0.target == identity && $0.action == action && $0.argument == argument
     }
     for entry in taken { entry.timer.invalidate() }
+  }
+}
+
+/// A delayed perform request (``RunLoop/perform(afterDelay:inModes:_:)``), to cancel it.
+///
+/// Copies refer to the same request. Dropping the handle does not cancel the request.
+public struct DelayedPerform: Sendable, Hashable {
+  let timer: RunLoopTimer
+
+  /// Withdraws the request if it has not run: it will not run, and its block (with what it
+  /// captures) is released before this returns, or, when called from the block itself, as
+  /// soon as it returns. Harmless once the block ran or after an earlier cancel. Callable
+  /// from any thread; never waits for the run loop.
+  public func cancel() {
+    timer.invalidate()
+  }
+
+  /// Whether the request is still to run: false once it ran or was cancelled.
+  public var isPending: Bool {
+    timer.isValid
+  }
+
+  /// The instant the block is due at (monotonic clock).
+  public var fireDate: MonotonicInstant {
+    timer.nextFireDate
   }
 }
 
