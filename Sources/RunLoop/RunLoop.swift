@@ -32,7 +32,7 @@ import Threads
 /// ends its runs. A `stop` or `wakeUp` while the loop is not running is dropped, as in Core
 /// Foundation.
 ///
-/// **Exit requests**: once ``Threads/Thread/requestExit()`` was called for the loop's thread,
+/// **Exit requests**: once ``/Threads/Thread/requestExit()`` was called for the loop's thread,
 /// every active run of the loop (nested runs and the runs they are nested in) returns
 /// ``RunLoopRunResult/stopped`` at the end of its current pass (at once if it sleeps), and
 /// every later run returns ``RunLoopRunResult/stopped`` at once, without entry or exit

@@ -4,7 +4,7 @@
 //
 //   ports.roundtrip.inprocess  Port between two run-loop threads    vs raw eventfd ping-pong
 //                              (also: Port with blocking receive)      between two threads
-//   ports.perform.roundtrip    RunLoop.perform(on:waitUntilDone:)   vs the Port round trip
+//   ports.perform.roundtrip    RunLoop.performAndWait(on:)   vs the Port round trip
 //   ports.roundtrip.xprocess   MessagePort request/reply            vs raw Unix-socket
 //                              between two processes                   ping-pong, same two
 //
@@ -215,15 +215,15 @@ private func portsInProcessRows(_ harness: Harness) {
         }
       }
     }),
-    (.toolkit("RunLoop.perform(on:waitUntilDone:)"), { iterations in
+    (.toolkit("RunLoop.performAndWait(on:)"), { iterations in
       for _ in 0..<iterations {
-        do { try RunLoop.perform(on: performTarget, waitUntilDone: true) {} } catch { fatalError("perform: \(error)") }
+        do { try RunLoop.performAndWait(on: performTarget) {} } catch { fatalError("perform: \(error)") }
       }
     }),
   ])
   // The perform goal is stated against the port round trip: show both under one id.
   harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.Port (run loops)"), group: group, nanoseconds: samples[1])
-  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.perform(on:waitUntilDone:)"), group: group, nanoseconds: samples[4])
+  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.performAndWait(on:)"), group: group, nanoseconds: samples[4])
 
   var value = stopValue
   portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
