@@ -3,7 +3,8 @@
 
 import Foundation
 
-/// One row as written to JSON (the DESIGN.md contract plus group, unit, method and values).
+/// One row as written to JSON (the fields every report promises: benchmark, subject, median_ns,
+/// min_ns, max_ns, samples; plus group, unit, method and values).
 struct JSONRow: Codable {
   var benchmark: String
   var subject: String

@@ -14,7 +14,7 @@ import Threads
 
 /// Registers the RunLoop benchmark rows.
 func registerRunLoopBenchmarks(_ harness: Harness) {
-  // Measure in a multithreaded process (see PERFORMANCE.md).
+  // Measure in a multithreaded process (glibc takes single-threaded shortcuts otherwise).
   joinOneThread()
   benchmarkPerformBlock(harness)
   benchmarkCrossThreadWake(harness)

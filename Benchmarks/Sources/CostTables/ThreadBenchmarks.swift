@@ -37,7 +37,8 @@ func registerThreadBenchmarks(_ harness: Harness) {
   let group = "Table 2-1"
   let stackSize = ThreadConfiguration.defaultStackSize
 
-  // Make the process multithreaded before measuring anything (PERFORMANCE.md).
+  // Make the process multithreaded before measuring anything: glibc skips the atomic
+  // instructions of its locks while a process has one thread, which no real user sees.
   _ = try? Threads.Thread.spawn {}.join()
 
   // MARK: create-to-start, interleaved subject by subject

@@ -1,7 +1,7 @@
 import CThreadingShims
 import Sync
 
-/// The Linux wait primitive of one run loop (DESIGN.md): one epoll set holding one eventfd
+/// The Linux wait primitive of one run loop: one epoll set holding one eventfd
 /// for explicit wake-ups and one CLOCK_MONOTONIC timerfd armed (absolute time) to the
 /// earliest instant the loop must wake at. Port and descriptor sources join the same epoll
 /// set (`DescriptorMember`) with tokens at or above ``firstMemberToken``.
