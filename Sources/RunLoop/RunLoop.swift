@@ -68,9 +68,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// The wait primitive (epoll + eventfd + timerfd).
   let backend: EpollBackend
-  /// The owning thread's `tk_thread_self()` value; 0 for the main run loop until the main
-  /// thread first asks for it. Written once.
-  let ownerTag: AtomicInteger<UInt>
+  /// The owning thread's `tk_thread_identity()` (never reused by a later thread, so a thread
+  /// created after the owner ended cannot pass for it); 0 for the main run loop until the
+  /// main thread first asks for it. Written once.
+  let ownerTag: AtomicInteger<UInt64>
 
   /// Protects every `var` below, and the contents of the `ModeItems` and `Activation`
   /// objects they reference. Never held while a callback runs. Lock order: this lock, then
@@ -163,7 +164,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)
 
-  init(ownerTag: UInt) throws(SystemCallError) {
+  init(ownerTag: UInt64) throws(SystemCallError) {
     backend = try EpollBackend()
     self.ownerTag = AtomicInteger(ownerTag)
     modes[.default] = defaultItems
@@ -202,13 +203,13 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
 
   /// Records the main thread as the owner of the main run loop created by another thread.
   func claimOwnership() {
-    _ = ownerTag.compareAndSwap(expected: 0, desired: tk_thread_self(), ordering: .full)
+    _ = ownerTag.compareAndSwap(expected: 0, desired: tk_thread_identity(), ordering: .full)
   }
 
   /// Whether the calling thread owns this run loop.
   var isOwnedByCurrentThread: Bool {
     let owner = ownerTag.load(ordering: .acquiring)
-    if owner == tk_thread_self() { return true }
+    if owner == tk_thread_identity() { return true }
     if owner == 0 && CurrentRunLoopStorage.isMainThread {
       claimOwnership()
       return true

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
 import RunLoop
 import Testing
 import TestSupport
@@ -23,6 +26,30 @@ import TestSupport
       let slot = Slot()
       TestThread.run { slot.runLoop = RunLoop.current }
       runOnce(slot.runLoop!, mode: .default)
+    }
+  }
+
+  @Test func runningTheRunLoopOfAnEndedThreadFromALaterThreadWithItsPthreadIsRefused() async {
+    await #expect(processExitsWith: .failure) {
+      final class Slot: @unchecked Sendable {
+        var runLoop: RunLoop?
+        var handle = pthread_t()
+      }
+      // glibc gives a joined thread's descriptor, and so its pthread_t, to the next thread
+      // with the same stack size: try until the later thread has the ended one's handle.
+      for attempt in 1...50 {
+        let slot = Slot()
+        TestThread.run {
+          slot.runLoop = RunLoop.current
+          slot.handle = pthread_self()
+        }
+        TestThread.run {
+          if pthread_equal(pthread_self(), slot.handle) != 0 || attempt == 50 {
+            runOnce(slot.runLoop!, mode: .default)
+            exit(0)  // the loop was run by a thread that does not own it
+          }
+        }
+      }
     }
   }
 

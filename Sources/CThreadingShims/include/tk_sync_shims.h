@@ -1,7 +1,9 @@
 // Linux calls the Sync module needs that Swift cannot import directly: `syscall` is variadic,
 // and the pause instruction has no Swift spelling. Every function returns the kernel's
 // result unchanged, with a negative errno instead of setting `errno`, so Swift callers check
-// one value.
+// one value. The futex calls leave `errno` as they found it, as glibc's pthread calls do:
+// C code that reads errno after one of the toolkit's lock or wait calls must not see a
+// timeout or a retry of ours.
 #ifndef TK_SYNC_SHIMS_H
 #define TK_SYNC_SHIMS_H
 
@@ -21,16 +23,22 @@ static inline int tk_futex_wait(uint32_t *address, uint32_t expected,
                                 const struct timespec *deadline) {
   // FUTEX_WAIT_BITSET takes an absolute timeout measured on CLOCK_MONOTONIC (unlike
   // FUTEX_WAIT, whose timeout is relative), so a wall-clock jump never moves it.
+  int saved = errno;
   long r = syscall(SYS_futex, address, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
                    deadline, NULL, FUTEX_BITSET_MATCH_ANY);
-  return r == 0 ? 0 : -errno;
+  int error = r == 0 ? 0 : errno;
+  errno = saved;
+  return -error;
 }
 
 /// Wakes at most `count` threads sleeping on `address`. Returns how many were woken, or
 /// -errno.
 static inline int tk_futex_wake(uint32_t *address, int count) {
+  int saved = errno;
   long r = syscall(SYS_futex, address, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count, NULL, NULL, 0);
-  return r >= 0 ? (int)r : -errno;
+  int result = r >= 0 ? (int)r : -errno;
+  errno = saved;
+  return result;
 }
 
 /// The calling thread's kernel thread id.
@@ -52,18 +60,21 @@ static inline int64_t tk_monotonic_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
 }
 
+/// The calling thread's identity for lock ownership: a 64-bit number from a process-wide
+/// counter, assigned on the thread's first call and never given to another thread of the
+/// process (unlike `pthread_t`, which glibc reuses for a thread created after one has
+/// ended). Never 0, so 0 can mean "no owner". Kept in an initial-exec thread-local, so after
+/// the first call it costs one thread-relative load and a predicted branch.
+extern __thread uint64_t tk_thread_identity_value __attribute__((tls_model("initial-exec")));
 
-/// The calling thread's `pthread_t` as an integer, without a call: on x86-64 glibc keeps
-/// the thread's own descriptor address at %fs:16, which is what `pthread_self()` returns.
-/// Used as the owner tag of locks.
-static inline uintptr_t tk_thread_self(void) {
-#if defined(__x86_64__) && defined(__GLIBC__)
-  uintptr_t self;
-  __asm__("movq %%fs:16, %0" : "=r"(self));
-  return self;
-#else
-  return (uintptr_t)pthread_self();
-#endif
+/// Assigns the calling thread its identity (the slow path of `tk_thread_identity`).
+uint64_t tk_thread_identity_assign(void);
+
+/// The calling thread's identity (see `tk_thread_identity_value`).
+static inline uint64_t tk_thread_identity(void) {
+  uint64_t identity = tk_thread_identity_value;
+  if (__builtin_expect(identity != 0, 1)) return identity;
+  return tk_thread_identity_assign();
 }
 
 #endif

@@ -33,7 +33,7 @@ enum CurrentRunLoopStorage {
       runLoop = try main()
       runLoop.claimOwnership()
     } else {
-      runLoop = try RunLoop(ownerTag: tk_thread_self())
+      runLoop = try RunLoop(ownerTag: tk_thread_identity())
     }
     slot.value = runLoop
     ThreadRunLoops.register(runLoop, threadID: Thread.current.id)  // perform(on:)
@@ -51,7 +51,7 @@ enum CurrentRunLoopStorage {
     defer { mainLock.unlock() }
     if let mainRunLoop { return mainRunLoop }
     // Owner tag 0: the main thread claims it when it first asks for its current run loop.
-    let runLoop = try RunLoop(ownerTag: isMainThread ? tk_thread_self() : 0)
+    let runLoop = try RunLoop(ownerTag: isMainThread ? tk_thread_identity() : 0)
     mainRunLoop = runLoop
     return runLoop
   }

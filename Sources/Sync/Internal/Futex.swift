@@ -52,9 +52,12 @@ func reportMisuse(_ type: String, _ message: String) -> Never {
   fatalError("\(type) misuse: \(message)")
 }
 
-/// The calling thread's owner tag for locks (its `pthread_t`, read without a call).
+/// The calling thread's owner tag for locks: a number no other thread of the process ever
+/// gets, even after this one ends (a `pthread_t` is reused by a later thread, which would
+/// then pass for the owner of a lock an ended thread still holds). Never 0. One
+/// thread-local load after the thread's first call.
 @inlinable
 @inline(__always)
 func currentThreadTag() -> UInt64 {
-  UInt64(tk_thread_self())
+  tk_thread_identity()
 }

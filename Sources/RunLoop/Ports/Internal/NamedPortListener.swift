@@ -56,8 +56,8 @@ final class NamedPortListener: @unchecked Sendable {
   private var peers: [Int32: Peer] = [:]
   private var invalidated = false
   private var serving = false
-  /// The `tk_thread_self()` of the thread in a serving pass (meaningful while `serving`).
-  private var servingThread: UInt = 0
+  /// The `tk_thread_identity()` of the thread in a serving pass (meaningful while `serving`).
+  private var servingThread: UInt64 = 0
   private var closedAll = false
   private var handler: Handler
   private var rejectionHandler: ((PeerRejection) -> Void)?
@@ -241,7 +241,7 @@ final class NamedPortListener: @unchecked Sendable {
         fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once")
       }
       serving = true
-      servingThread = tk_thread_self()
+      servingThread = tk_thread_identity()
       epoll = epollDescriptor
     }
     let capacity = 16
@@ -288,7 +288,7 @@ final class NamedPortListener: @unchecked Sendable {
   /// Whether the calling thread is inside a serving pass of this port (its handler is
   /// running on this thread, directly or in a run loop).
   var isBeingServedByCallingThread: Bool {
-    mutex.withLock { serving && servingThread == tk_thread_self() }
+    mutex.withLock { serving && servingThread == tk_thread_identity() }
   }
 
   /// Answers a request on the calling thread without the socket, as a serving pass would:
