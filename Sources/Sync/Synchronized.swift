@@ -2,9 +2,11 @@
 /// `@synchronized(obj) { ... }`.
 ///
 /// Any class instance can serve as the key; nothing about the object is touched except its
-/// address. Two calls with the same object exclude each other; the same thread may nest
-/// calls on the same object (the section is recursive); the section is left, and the lock
-/// released, however `body` exits, including by throwing (the error type flows through).
+/// address. Two calls with the same object exclude each other; calls with different objects
+/// never do (each object in use has a lock of its own), so sections on objects that a
+/// program never nests cannot deadlock each other. The same thread may nest calls on the
+/// same object (the section is recursive); the section is left, and the lock released,
+/// however `body` exits, including by throwing (the error type flows through).
 ///
 /// ```swift
 /// func addItem(_ item: Item) {
@@ -12,80 +14,191 @@
 /// }
 /// ```
 ///
-/// **The stripe trade-off.** Instead of one lock per object (which would need a global,
-/// locked map from object to lock, with its own contention and clean-up), the object's
-/// address selects one of ``synchronizedStripeCount`` recursive mutexes in a fixed table.
-/// That keeps the uncontended cost to a hash and one mutex acquisition, and needs no
-/// clean-up when objects die. The price: two unrelated objects may land on the same stripe,
-/// and then their sections serialize each other (slower, never incorrect on its own). A
-/// thread that holds one object's section and *waits for another thread* that needs a
-/// different object's section can deadlock if both objects share a stripe, so, as the guide
-/// advises for every lock, never block on another thread inside a `synchronized` body. For
-/// long or blocking critical sections, give the state its own ``Mutex``.
+/// **Per-object locks.** As in the Objective-C runtime, a process-wide side table maps each
+/// object that is inside (or waiting for) a section to a recursive lock, with a count of the
+/// threads using it; the entry leaves the table when its last user leaves, so the table
+/// holds only the objects in use and nothing about an object outlives its sections. The
+/// table is split into ``SynchronizedTable/bucketCount`` buckets by address, each guarded by
+/// a short internal lock that is never held while waiting for an object's lock, so unrelated
+/// objects only ever share a few instructions' worth of bookkeeping. Entering costs two
+/// short bucket sections and one lock acquisition; for hot state, give it its own ``Mutex``.
 ///
-/// Blocks while another thread holds the stripe. The Objective-C runtime functions it
-/// replaces are `objc_sync_enter` and `objc_sync_exit`.
+/// Blocks while another thread is inside a section on the same object. The Objective-C
+/// runtime functions it replaces are `objc_sync_enter` and `objc_sync_exit`.
 @inlinable
 public func synchronized<Result, Failure: Error>(
   _ object: AnyObject, _ body: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
-  let stripe = SynchronizedStripes.stripe(for: object)
-  SynchronizedStripes.enter(stripe)
-  defer { SynchronizedStripes.exit(stripe) }
+  // `object` is borrowed for the whole call, so its address cannot be reused by another
+  // object while the section (and its table entry) exists.
+  let section = SynchronizedTable.enter(object)
+  defer { SynchronizedTable.exit(section) }
   return try body()
 }
 
-/// The number of lock stripes ``synchronized(_:_:)`` spreads objects over. Two objects
-/// collide with probability about 1 in this number.
-public let synchronizedStripeCount = 128
-
-/// The stripe table behind ``synchronized(_:_:)``: recursive futex locks (the
-/// ``RecursiveMutex`` algorithm) in one allocation that lives for the whole process. Plain
-/// lock words rather than `RecursiveMutex` objects, so that entering a section costs no
-/// reference counting.
+/// One object's entry in the ``SynchronizedTable``: its recursive lock and how many threads
+/// are using it (inside the section or waiting for it).
 @usableFromInline
-enum SynchronizedStripes {
-  // nonisolated(unsafe): written once by the lazy global initializer (swift_once), then
-  // only read; each stripe's words are reached only through atomics or by their holder.
+struct SynchronizedEntry {
+  /// The object's address; meaningful while `users > 0`. Guarded by the bucket lock.
+  var key: UInt
+  /// Threads between `enter` and `exit` for `key`. Guarded by the bucket lock.
+  var users: Int
+  /// The next entry in the bucket's list (or its free list). Guarded by the bucket lock.
+  var next: UnsafeMutablePointer<SynchronizedEntry>?
+  /// The object's lock (the ``RecursiveMutex`` algorithm). Set once when the entry is
+  /// allocated; entries are recycled through the bucket's free list, never freed, so a
+  /// thread still waking a sleeper on it after its last `exit` touches valid memory.
+  let lock: FutexLock
+}
+
+/// A section opened by ``SynchronizedTable/enter(_:)``, closed by
+/// ``SynchronizedTable/exit(_:)``.
+@usableFromInline
+struct SynchronizedSection {
   @usableFromInline
-  nonisolated(unsafe) static let table: UnsafeMutablePointer<FutexLock> = {
-    let table = UnsafeMutablePointer<FutexLock>.allocate(capacity: synchronizedStripeCount)
-    for index in 0..<synchronizedStripeCount {
-      (table + index).initialize(to: FutexLock())
+  let entry: UnsafeMutablePointer<SynchronizedEntry>
+  @usableFromInline
+  let bucket: Int
+}
+
+/// The side table behind ``synchronized(_:_:)``: per-object recursive locks, created when an
+/// object's first user arrives and recycled when its last user leaves.
+///
+/// Each bucket is one cache line: a ``FutexLock`` (the bucket lock, held only for list
+/// bookkeeping), the head of its list of entries in use, and the head of its free list.
+/// Bucket locks are leaf locks: no other lock is taken, no user code runs and nothing is
+/// waited for while one is held (`enter` releases it before it acquires the object's lock).
+/// So a thread that is stuck waits for an object's lock, and only while another thread is
+/// inside that same object's section: sections deadlock only if two threads nest the same
+/// objects in opposite orders.
+///
+/// Memory ordering: every field of an entry but its lock words is read and written under
+/// the bucket lock (acquire/release), and the lock words are the ``RecursiveMutex``'s own.
+@usableFromInline
+enum SynchronizedTable {
+  /// How many buckets the table spreads objects over.
+  static let bucketCount = 64
+
+  /// Bytes per bucket: its lock words, then the list heads.
+  static let bucketSize = 64
+
+  // nonisolated(unsafe): written once by the lazy global initializer (swift_once), then only
+  // read; each bucket's words are reached through its lock's atomics or with it held.
+  nonisolated(unsafe) static let buckets: UnsafeMutableRawPointer = {
+    let base = UnsafeMutableRawPointer.allocate(byteCount: bucketCount * bucketSize, alignment: 64)
+    for index in 0..<bucketCount {
+      let bucket = base + index * bucketSize
+      _ = FutexLock(wordsAt: bucket)
+      (bucket + FutexLock.wordsSize).bindMemory(to: UnsafeMutablePointer<SynchronizedEntry>?.self, capacity: 2)
+        .initialize(repeating: nil, count: 2)
     }
-    return table
+    return base
   }()
 
-  /// The stripe for `object`: its address through a multiplicative (Fibonacci) hash, so
-  /// neighbouring allocations spread over the table; the top 7 bits of the product index
-  /// the 128 (2^7) stripes.
-  @inlinable
-  @inline(__always)
-  static func stripe(for object: AnyObject) -> FutexLock {
-    let address = UInt64(UInt(bitPattern: ObjectIdentifier(object)))
-    let index = Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> 57)
-    return table[index]
+  /// The bucket lock of bucket `index`.
+  static func bucketLock(_ index: Int) -> FutexLock {
+    FutexLock(existingWordsAt: buckets + index * bucketSize)
   }
 
-  /// Acquires `stripe`, or adds a level if the calling thread holds it already.
-  @inlinable
-  @inline(__always)
-  static func enter(_ stripe: FutexLock) {
-    if stripe.isHeldByCurrentThread {
-      stripe.depth.pointee += 1
-      return
-    }
-    _ = stripe.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
-    stripe.depth.pointee = 1
+  /// The list heads of bucket `index`: `[0]` entries in use, `[1]` free entries.
+  static func heads(_ index: Int) -> UnsafeMutablePointer<UnsafeMutablePointer<SynchronizedEntry>?> {
+    (buckets + index * bucketSize + FutexLock.wordsSize)
+      .assumingMemoryBound(to: UnsafeMutablePointer<SynchronizedEntry>?.self)
   }
 
-  /// Removes one level; releases `stripe` when none remain.
-  @inlinable
-  @inline(__always)
-  static func exit(_ stripe: FutexLock) {
-    stripe.depth.pointee -= 1
-    if stripe.depth.pointee == 0 {
-      stripe.release(checkOwner: false, typeName: "synchronized")
+  /// The bucket for an address: a multiplicative (Fibonacci) hash, so neighbouring
+  /// allocations spread over the table; the top 6 bits of the product pick one of the 64
+  /// (2^6) buckets.
+  static func bucket(for key: UInt) -> Int {
+    Int(truncatingIfNeeded: (UInt64(key) &* 0x9E37_79B9_7F4A_7C15) >> 58)
+  }
+
+  /// Registers the calling thread as a user of `object`'s entry (creating it if needed),
+  /// then acquires the object's lock, or adds a level if the calling thread holds it.
+  @usableFromInline
+  static func enter(_ object: AnyObject) -> SynchronizedSection {
+    let key = UInt(bitPattern: ObjectIdentifier(object))
+    let index = bucket(for: key)
+    let bucketLock = bucketLock(index)
+    let heads = heads(index)
+    _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+    var found = heads[0]
+    while let candidate = found, candidate.pointee.key != key {
+      found = candidate.pointee.next
     }
+    let entry: UnsafeMutablePointer<SynchronizedEntry>
+    if let found {
+      entry = found
+    } else {
+      if let free = heads[1] {
+        entry = free
+        heads[1] = free.pointee.next
+      } else {
+        entry = UnsafeMutablePointer<SynchronizedEntry>.allocate(capacity: 1)
+        entry.initialize(to: SynchronizedEntry(key: 0, users: 0, next: nil, lock: FutexLock()))
+      }
+      entry.pointee.key = key
+      entry.pointee.users = 0
+      entry.pointee.next = heads[0]
+      heads[0] = entry
+    }
+    entry.pointee.users += 1
+    let lock = entry.pointee.lock
+    bucketLock.release(checkOwner: false, typeName: "synchronized")
+
+    if lock.isHeldByCurrentThread {
+      lock.depth.pointee += 1
+    } else {
+      _ = lock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+      lock.depth.pointee = 1
+    }
+    return SynchronizedSection(entry: entry, bucket: index)
+  }
+
+  /// Removes one level of the object's lock (releasing it when none remain), then
+  /// unregisters the calling thread; the last user takes the entry out of the table.
+  @usableFromInline
+  static func exit(_ section: SynchronizedSection) {
+    let entry = section.entry
+    // `lock` is immutable; reading it needs no bucket lock.
+    let lock = entry.pointee.lock
+    lock.depth.pointee -= 1
+    if lock.depth.pointee == 0 {
+      lock.release(checkOwner: false, typeName: "synchronized")
+    }
+    let bucketLock = bucketLock(section.bucket)
+    let heads = heads(section.bucket)
+    _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+    entry.pointee.users -= 1
+    if entry.pointee.users == 0 {
+      if heads[0] == entry {
+        heads[0] = entry.pointee.next
+      } else {
+        var previous = heads[0]!
+        while previous.pointee.next != entry { previous = previous.pointee.next! }
+        previous.pointee.next = entry.pointee.next
+      }
+      entry.pointee.next = heads[1]
+      heads[1] = entry
+    }
+    bucketLock.release(checkOwner: false, typeName: "synchronized")
+  }
+
+  /// How many objects have an entry in the table (for tests): objects inside a section or
+  /// waited for.
+  static var entriesInUse: Int {
+    var count = 0
+    for index in 0..<bucketCount {
+      let bucketLock = bucketLock(index)
+      _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+      var entry = heads(index)[0]
+      while let current = entry {
+        count += 1
+        entry = current.pointee.next
+      }
+      bucketLock.release(checkOwner: false, typeName: "synchronized")
+    }
+    return count
   }
 }

@@ -2,7 +2,7 @@ import Glibc
 @testable import Sync
 import Testing
 
-@Suite("synchronized(obj)", .timeLimit(.minutes(2)))
+@Suite("synchronized(obj)", .serialized, .timeLimit(.minutes(2)))
 struct SynchronizedTests {
   final class Account: @unchecked Sendable {
     var balance = 0
@@ -48,15 +48,10 @@ struct SynchronizedTests {
     #expect(entered.value)
   }
 
-  @Test("different objects on different stripes do not block each other")
+  @Test("different objects never block each other")
   func differentObjects() {
-    // Pick a second object whose stripe differs from the first's (almost any object).
     let first = Account()
-    var candidates = [Account()]
-    while SynchronizedStripes.stripe(for: first).state == SynchronizedStripes.stripe(for: candidates.last!).state {
-      candidates.append(Account())
-    }
-    let second = candidates.last!
+    let second = Account()
     let entered = Latch(count: 1)
     let sawEntry = GuardedValue(false)
     synchronized(first) {
@@ -68,26 +63,70 @@ struct SynchronizedTests {
     #expect(sawEntry.value)
   }
 
-  @Test("objects sharing a stripe serialize each other (the documented trade-off), safely")
-  func sharedStripe() {
-    let first = Account()
-    var candidates = [Account()]
-    while SynchronizedStripes.stripe(for: first).state != SynchronizedStripes.stripe(for: candidates.last!).state {
-      candidates.append(Account())
+  @Test("nested sections on unrelated objects never deadlock, whatever their addresses")
+  func unrelatedNestingNeverDeadlocks() async {
+    await #expect(processExitsWith: .success) {
+      blocking { nestUnrelatedObjectsOnTwoThreads() }
     }
-    let second = candidates.last!
-    // Same thread: nesting two colliding objects is fine (the stripes are recursive).
-    let value = synchronized(first) { synchronized(second) { 1 } }
-    #expect(value == 1)
-    // Other thread: it cannot enter while this thread holds the shared stripe.
-    let probe = GuardedValue(true)
-    synchronized(first) {
-      runConcurrently(1) { _ in
-        let stripe = SynchronizedStripes.stripe(for: second)
-        probe.value = stripe.tryAcquire()
-        if probe.value { stripe.release(checkOwner: false, typeName: "test") }
+  }
+
+  @Test("an object's entry leaves the table when its last user leaves")
+  func entriesAreRemoved() {
+    let objects = (0..<100).map { _ in Account() }
+    let before = SynchronizedTable.entriesInUse
+    func nest(_ index: Int) {
+      guard index < objects.count else {
+        #expect(SynchronizedTable.entriesInUse == before + objects.count)
+        return
       }
+      synchronized(objects[index]) { synchronized(objects[index]) { nest(index + 1) } }
     }
-    #expect(!probe.value)
+    nest(0)
+    #expect(SynchronizedTable.entriesInUse == before)
+  }
+}
+
+/// A 128-way address hash (Fibonacci hashing, top 7 bits). Objects equal under it are the
+/// ones a fixed table of 128 striped locks would make share a lock: the case where nesting
+/// unrelated objects in opposite stripe orders deadlocks.
+private func stripe(of object: AnyObject) -> Int {
+  let address = UInt64(UInt(bitPattern: ObjectIdentifier(object)))
+  return Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> 57)
+}
+
+/// Exit-test body: one thread nests `a` then `b`, another `c` then `d`, where `a` and `d`
+/// share a stripe and so do `b` and `c` (sixteen such sets of four distinct objects). A
+/// watchdog ends the process with status 1 if the two threads have not finished within 20
+/// seconds, so a deadlock fails the test instead of hanging it.
+func nestUnrelatedObjectsOnTwoThreads() {
+  final class Object: Sendable {}
+  let pool = (0..<4_000).map { _ in Object() }
+  var byStripe: [Int: [Object]] = [:]
+  for object in pool { byStripe[stripe(of: object), default: []].append(object) }
+  let crowded = byStripe.values.filter { $0.count >= 2 }
+  precondition(crowded.count >= 2, "4000 objects over 128 stripes leave stripes with two objects")
+  var sets: [(a: Object, b: Object, c: Object, d: Object)] = []
+  for index in 0..<16 {
+    let first = crowded[index % crowded.count]
+    let second = crowded[(index + 1) % crowded.count]
+    sets.append((a: first[0], b: second[0], c: second[1], d: first[1]))
+  }
+  let quadruples = sets
+  let finished = Latch(count: 2)
+  runConcurrently(3) { index in
+    switch index {
+    case 0:
+      for _ in 0..<500 {
+        for set in quadruples { synchronized(set.a) { synchronized(set.b) {} } }
+      }
+      finished.countDown()
+    case 1:
+      for _ in 0..<500 {
+        for set in quadruples { synchronized(set.c) { synchronized(set.d) {} } }
+      }
+      finished.countDown()
+    default:
+      if !finished.wait(timeout: .seconds(20)) { _exit(1) }
+    }
   }
 }

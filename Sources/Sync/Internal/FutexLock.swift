@@ -53,6 +53,13 @@ struct FutexLock {
     depth.initialize(to: 0)
   }
 
+  /// The lock whose words ``init(wordsAt:)`` already initialized at the start of `block`.
+  init(existingWordsAt block: UnsafeMutableRawPointer) {
+    state = block.assumingMemoryBound(to: UInt32.self)
+    owner = (block + 8).assumingMemoryBound(to: UInt64.self)
+    depth = (block + 16).assumingMemoryBound(to: Int.self)
+  }
+
   /// Frees the block allocated by `init()`. The owning object calls this from `deinit`.
   func deallocate(typeName: String) {
     checkNotHeld(typeName: typeName)
