@@ -52,6 +52,11 @@ import Threads
 /// compare-and-swap and no system call, and a zero-timeout pass with nothing but timers,
 /// sources and blocks makes no system call at all.
 ///
+/// **After `fork()`**: a child process must not use any run loop it inherited from the
+/// parent (``current`` or ``main`` included), nor the parent's ports: the child shares the
+/// parent's epoll set, eventfd and timerfd, so its waits and wake-ups would mix with the
+/// parent's. A child that needs a run loop should `exec` a new program.
+///
 /// The type is named like Foundation's; a client importing both writes `RunLoop::RunLoop`.
 ///
 /// ```swift

@@ -251,8 +251,9 @@ public final class Thread: @unchecked Sendable {
         }
         if applied { return }
       }
-      let isCurrent = pthread_getspecific(ThreadRegistry.currentThreadKey) == Unmanaged.passUnretained(self).toOpaque()
-      guard isCurrent else {
+      // `current`, not the key's raw value: a thread that never asked for its object yet
+      // (the main thread setting `Thread.main.name` first thing) is adopted here.
+      guard Thread.current === self else {
         threadsMisuse(
           "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
       }
@@ -296,6 +297,13 @@ public final class Thread: @unchecked Sendable {
   /// Whether this thread is inside the body of a `finishBeforeExit` thread (exit handler).
   var isRunningCriticalBody: Bool {
     withLock { criticalBodyRunning }
+  }
+
+  /// ``isRunningCriticalBody`` read by this thread itself, without the lock: only the thread
+  /// itself writes the flag, so its own reads need no lock. The fork handler relies on this:
+  /// in a forked child the lock may be held by a thread that does not exist there.
+  var isRunningCriticalBodyAsSeenByItself: Bool {
+    criticalBodyRunning
   }
 
   // MARK: Exit requests (Listing 2-3)

@@ -105,6 +105,9 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// returning from `main`) until every such thread has returned from its body, whether it
   /// is joinable or detached. `_exit`, `quick_exit`, signals and crashes do not wait. A
   /// critical thread that itself calls `exit()` is not waited for (it would wait for itself).
+  /// A child process made by `fork()` has none of the parent's other threads, so its
+  /// `exit()` waits for none of them (only for the forking thread's own body, when a
+  /// critical thread forked and then returns from its body in the child).
   public var finishBeforeExit: Bool = false
 
   /// A configuration with the defaults: 512 KiB stack, system guard, no name, inherited

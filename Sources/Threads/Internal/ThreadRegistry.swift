@@ -78,12 +78,34 @@ enum CriticalThreads {
   /// How many critical threads have been launched and not yet finished their body.
   static let running = FutexWord(0)
 
-  /// Registers the exit handler once (swift_once makes this thread-safe).
+  /// Registers the exit handler and the fork handler once (swift_once makes this
+  /// thread-safe).
   static let registration: Void = {
+    _ = running
     if atexit({ CriticalThreads.waitForAll() }) != 0 {
       fatalError("atexit failed: cannot guarantee critical threads finish before exit")
     }
+    let forked = pthread_atfork(nil, nil, { CriticalThreads.processDidFork() })
+    if forked != 0 {
+      fatalError("pthread_atfork failed: \(SystemCallError(call: "pthread_atfork", errno: forked))")
+    }
   }()
+
+  /// In the child of `fork()`, which has only the thread that called it: the other
+  /// critical threads do not exist there and will never leave, so the count becomes the
+  /// forking thread's own (1 if it is itself inside a critical body, which leaves as usual
+  /// when that body returns in the child). Without this the child's `exit()` would wait
+  /// forever. Runs before `fork()` returns in the child, where no other thread can touch
+  /// the count: plain stores suffice.
+  static func processDidFork() {
+    running.store(isCallerInCriticalBody ? 1 : 0)
+  }
+
+  /// Whether the calling thread is itself running a critical body.
+  private static var isCallerInCriticalBody: Bool {
+    guard let value = pthread_getspecific(ThreadRegistry.currentThreadKey) else { return false }
+    return Unmanaged<Thread>.fromOpaque(value).takeUnretainedValue().isRunningCriticalBodyAsSeenByItself
+  }
 
   /// Counts a critical thread about to be created.
   static func enter() {
@@ -99,14 +121,7 @@ enum CriticalThreads {
 
   /// Blocks until every critical thread except possibly the calling one has finished.
   static func waitForAll() {
-    let own: UInt32
-    if let value = pthread_getspecific(ThreadRegistry.currentThreadKey),
-      Unmanaged<Thread>.fromOpaque(value).takeUnretainedValue().isRunningCriticalBody
-    {
-      own = 1
-    } else {
-      own = 0
-    }
+    let own: UInt32 = isCallerInCriticalBody ? 1 : 0
     while true {
       let count = running.load()
       if count <= own { return }
