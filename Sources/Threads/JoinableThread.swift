@@ -12,79 +12,100 @@ import Sync
 /// body to return and gives back its value, or rethrows its error with its static type
 /// (`Failure` is `Never` for a body that cannot throw, so no `try` is needed).
 ///
-/// Each handle is joined or detached exactly once. **Misuse stops the process**: joining
-/// twice, joining after ``detach()``, detaching twice or after joining, and a thread joining
-/// itself (which would wait forever). A handle released without being joined or detached
-/// detaches the thread (its error, if any, goes to ``Thread/detachedErrorHandler``).
+/// The handle is noncopyable, and ``join()`` and ``detach()`` consume it (as Rust's
+/// `JoinHandle::join(self)`): a second join, a join after a detach, or a second detach does
+/// not compile. Move the handle where it is needed (`consume`, an `Optional` you `take()`
+/// from, a noncopyable container); it cannot be put in an `Array`.
+///
+/// A handle dropped without ``join()`` or ``detach()`` (its last use goes out of scope)
+/// detaches the thread, as Rust does: the thread runs on, its resources are reclaimed when it
+/// ends, its result is dropped, and an error its body throws goes to
+/// ``Thread/detachedErrorHandler``. Call ``detach()`` to say so in the code.
+///
+/// A thread joining itself would wait forever; that stops the process (misuse).
 ///
 /// ```swift
-/// let halves = try [0, 1].map { half in
-///     try Thread.spawn(name: "sum-\(half)") { sum(of: data, half: half) }
-/// }
-/// let total = halves.map { $0.join() }.reduce(0, +)
+/// let low = try Thread.spawn(name: "sum-low") { sum(of: data, half: 0) }
+/// let high = try Thread.spawn(name: "sum-high") { sum(of: data, half: 1) }
+/// let total = low.join() + high.join()
 /// ```
 ///
 /// The corresponding C functions are `pthread_join` and `pthread_detach`.
-public final class JoinableThread<Value: Sendable, Failure: Error>: @unchecked Sendable {
-  // @unchecked: immutable; the join/detach state lives in `outcome`, under its lock.
+@frozen  // lets the inlinable `join()` end the handle with `discard self`
+public struct JoinableThread<Value: Sendable, Failure: Error>: ~Copyable, @unchecked Sendable {
+  // @unchecked: the stored references are to Sendable objects (`Thread`, `JoinOutcome`);
+  // they are unmanaged (retained by `init`, released by `join`, `detach` or `deinit`) so the
+  // consuming methods can end the handle with `discard self`, which requires trivially
+  // destroyed stored properties.
 
-  /// The thread's object: its name, id, dictionary and exit requests.
-  public let thread: Thread
-
+  @usableFromInline
+  let retainedThread: Unmanaged<Thread>
   @usableFromInline
   let handle: pthread_t
   @usableFromInline
-  let outcome: JoinOutcome<Value, Failure>
+  let retainedOutcome: Unmanaged<JoinOutcome<Value, Failure>>
 
   @usableFromInline
   init(thread: Thread, handle: pthread_t, outcome: JoinOutcome<Value, Failure>) {
-    self.thread = thread
+    retainedThread = .passRetained(thread)
     self.handle = handle
-    self.outcome = outcome
+    retainedOutcome = .passRetained(outcome)
   }
 
+  /// Dropped without a join or detach: detaches the thread.
   deinit {
-    if outcome.detach(thread: thread) == JoinState.joinable {
-      checkOrDie(pthread_detach(handle), "pthread_detach")
-    }
+    detachThread(handle, outcome: retainedOutcome, thread: retainedThread)
+  }
+
+  /// The thread's object: its name, id, dictionary, exit requests and exit handlers. Stays
+  /// usable after the handle is consumed (keep a reference before joining).
+  public var thread: Thread {
+    retainedThread.takeUnretainedValue()
   }
 
   /// Waits for the thread's body to finish and returns its value, or rethrows its error.
+  /// Consumes the handle.
   ///
-  /// Blocks the calling thread until the body returns. Stops the process when called twice,
-  /// after ``detach()``, or from the thread itself. The corresponding C function is
-  /// `pthread_join`.
+  /// Blocks the calling thread until the thread has ended: its body has returned and its
+  /// exit handlers (``Thread/onExit(_:)``) have run. Stops the process when called on the
+  /// thread itself (it would wait forever). The corresponding C function is `pthread_join`.
   @available(*, noasync, message: "blocks the thread until the joined thread ends")
   @inlinable
-  public func join() throws(Failure) -> Value {
+  public consuming func join() throws(Failure) -> Value {
+    let handle = self.handle
+    let outcome = retainedOutcome
+    retainedThread.release()
+    discard self
     if pthread_equal(handle, pthread_self()) != 0 {
       threadsMisuse("JoinableThread", "a thread cannot join itself (it would wait forever)")
     }
-    let previous = outcome.beginJoin()
-    if previous != JoinState.joinable {
-      threadsMisuse(
-        "JoinableThread",
-        previous == JoinState.joined
-          ? "join() called twice on the same thread" : "join() called on a detached thread")
-    }
     checkOrDie(pthread_join(handle, nil), "pthread_join")
-    return try outcome.take().get()
+    // pthread_join returned: the body has stored its outcome, and the thread has ended.
+    let result = outcome.takeUnretainedValue().take()
+    outcome.release()
+    return try result.get()
   }
 
   /// Lets the thread run on unjoined: its resources are reclaimed when it ends, and its
   /// result is dropped. An error its body throws (or has already thrown) goes to
-  /// ``Thread/detachedErrorHandler``. Never blocks.
-  ///
-  /// Stops the process when called twice or after ``join()``. The corresponding C function
-  /// is `pthread_detach`.
-  public func detach() {
-    let previous = outcome.detach(thread: thread)
-    if previous != JoinState.joinable {
-      threadsMisuse(
-        "JoinableThread",
-        previous == JoinState.joined
-          ? "detach() called on a joined thread" : "detach() called twice on the same thread")
-    }
-    checkOrDie(pthread_detach(handle), "pthread_detach")
+  /// ``Thread/detachedErrorHandler``. Never blocks; consumes the handle. The corresponding C
+  /// function is `pthread_detach`.
+  public consuming func detach() {
+    let handle = self.handle
+    let outcome = retainedOutcome
+    let thread = retainedThread
+    discard self
+    detachThread(handle, outcome: outcome, thread: thread)
   }
+}
+
+/// Detaches a spawned thread and releases the handle's references (`detach()` and a dropped
+/// handle).
+func detachThread<Value, Failure>(
+  _ handle: pthread_t, outcome: Unmanaged<JoinOutcome<Value, Failure>>, thread: Unmanaged<Thread>
+) {
+  outcome.takeUnretainedValue().detach(thread: thread.takeUnretainedValue())
+  checkOrDie(pthread_detach(handle), "pthread_detach")
+  outcome.release()
+  thread.release()
 }

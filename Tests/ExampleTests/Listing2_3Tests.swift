@@ -46,13 +46,14 @@ struct Listing2_3Tests {
       Listing2_3Tests.threadMainRoutine(ready: ready, chunksOfWork: .max)  // would never finish
     }
     while ready.load(ordering: .acquiring) == 0 { Thread.yield() }  // handler installed
-    job.thread.requestExit()
+    let jobThread = job.thread
+    jobThread.requestExit()
     guard case .exitRequested(let chunks) = job.join() else {
       Issue.record("the job ignored the exit flag")
       return
     }
     #expect(chunks >= 1)
-    #expect(job.thread.isExitRequested)
+    #expect(jobThread.isExitRequested)
   }
 
   @Test func longJobFinishesItsWorkWhenNobodyAsksItToStop() throws {

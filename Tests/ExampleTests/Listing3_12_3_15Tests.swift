@@ -68,7 +68,7 @@ private final class MainThreadController: Sendable {
   let results = Recorder<[UInt8]>()
 
   /// Listing 3-12.
-  func launchThread() -> JoinableThread<Void, Never>? {
+  func launchThread() throws -> JoinableThread<Void, Never> {
     let myPort = Port()
     self.myPort.value = myPort
     // This object handles incoming port messages.
@@ -76,7 +76,7 @@ private final class MainThreadController: Sendable {
     // Install the port as an input source on the current run loop.
     RunLoop.current.add(myPort, forMode: .default)
     // Start the worker, handing it the port.
-    return try? Thread.spawn { () throws(Never) in MyWorkerClass.launchThread(with: myPort) }
+    return try Thread.spawn { () throws(Never) in MyWorkerClass.launchThread(with: myPort) }
   }
 
   /// Listing 3-13: store the worker's port from the check-in message.
@@ -94,7 +94,7 @@ struct Listing3_12_3_15Tests {
   @Test("the worker checks in with its own port; the main thread then talks to it")
   func checkIn() throws {
     let controller = MainThreadController()
-    let worker = try #require(controller.launchThread())
+    let worker = try controller.launchThread()
     portExampleRunUntil { controller.distantPort.value != nil }
     let workerPort = try #require(controller.distantPort.value, "check-in message 100 arrived, carrying the worker's port")
     try workerPort.send(PortMessage(msgid: workMessage, payload: [1, 2, 3]), timeout: .seconds(10))

@@ -37,7 +37,7 @@ private func mainThreadResponseHandler(_ message: PortMessage, _ active: ActiveT
 }
 
 /// Listing 3-17: create the main port, install it, start the worker with the port's name.
-private func mySpawnThread(_ active: ActiveThreads, portName: String) throws -> (MessagePort, JoinableThread<Void, Never>) {
+private func mySpawnThread(_ active: ActiveThreads, portName: String) throws -> SpawnedServer {
   let myPort = try MessagePort.local(name: portName) { message in mainThreadResponseHandler(message, active) }
   // Create a run loop source for it and add it to the current run loop.
   RunLoop.current.add(myPort, forMode: .default)
@@ -47,7 +47,13 @@ private func mySpawnThread(_ active: ActiveThreads, portName: String) throws -> 
   let thread = try Thread.spawn(configuration: configuration) { () throws(Never) in
     serverThreadEntryPoint(mainPortName: portName, myPortName: "com.MyApp.Thread-\(Thread.current.id)-\(getpid())")
   }
-  return (myPort, thread)
+  return SpawnedServer(port: myPort, thread: thread)
+}
+
+/// The main port and the worker's handle (a tuple cannot hold the noncopyable handle).
+private struct SpawnedServer: ~Copyable {
+  let port: MessagePort
+  let thread: JoinableThread<Void, Never>
 }
 
 /// Listing 3-19: the worker's entry point (a thread here; a process below).
@@ -88,7 +94,9 @@ struct Listing3_17_3_19Tests {
   @Test("between the main thread and a worker thread")
   func twoThreads() throws {
     let active = ActiveThreads()
-    let (myPort, worker) = try mySpawnThread(active, portName: "com.myapp.MainThread-\(getpid())")
+    let spawned = try mySpawnThread(active, portName: "com.myapp.MainThread-\(getpid())")
+    let myPort = spawned.port
+    let worker = spawned.thread
     defer { myPort.invalidate() }
     portExampleRunUntil { active.ports.count == 1 }
     let workerPort = try #require(active.ports.snapshot.first, "the worker checked in with its port name")
@@ -104,7 +112,7 @@ struct Listing3_17_3_19Tests {
   func twoProcesses() async throws {
     let outcome = Recorder<String>()
     // The parent's "main thread" (a thread of its own, since this test awaits the child).
-    let parent = try Thread.spawn { () throws(Never) in
+    let parent = TestThread.spawn {
       let active = ActiveThreads()
       guard let myPort = try? MessagePort.local(name: "com.myapp.MainProcess-\(getpid())", handler: { message in
         mainThreadResponseHandler(message, active)

@@ -22,8 +22,8 @@ struct PerformRequestExampleTests {
     let coordinator = try RunLoopThread.start(name: "perform-example-worker")
     let coordinatorThread = coordinator.thread
     let log = Recorder<String>()
-    let workers = try (0..<3).map { index in
-      try Thread.spawn { () throws(Never) in
+    let workers = (0..<3).map { index in
+      TestThread.spawn {
         let result = "result \(index)"
         do {
           try RunLoop.performAndWait(on: coordinatorThread) {

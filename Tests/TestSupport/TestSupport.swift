@@ -11,27 +11,35 @@ import Threads
   import Glibc
 #endif
 
-/// A joinable toolkit thread for tests (`Threads.Thread.spawn`). Always join it.
-public final class TestThread: Sendable {
-  private let handle: JoinableThread<Void, Never>
+/// A joinable toolkit thread for tests (`Threads.Thread.spawn`). Always join it, once.
+public final class TestThread: @unchecked Sendable {
+  // @unchecked: `handle` is only touched with `lock` held.
+  /// The toolkit thread object (for exit requests).
+  public let thread: Thread
+  private let lock = Mutex()
+  private var handle: JoinableThread<Void, Never>?  // protected by lock; taken by join()
 
-  private init(_ handle: JoinableThread<Void, Never>) { self.handle = handle }
+  private init(_ handle: consuming JoinableThread<Void, Never>) {
+    thread = handle.thread
+    self.handle = consume handle
+  }
 
-  /// Starts `body` on a new thread.
-  public static func spawn(_ body: @escaping @Sendable () -> Void) -> TestThread {
+  /// Starts `body` on a new thread named `name`.
+  public static func spawn(name: String? = nil, _ body: @escaping @Sendable () -> Void) -> TestThread {
     do {
-      return TestThread(try Thread.spawn { () throws(Never) in body() })
+      return TestThread(try Thread.spawn(name: name) { () throws(Never) in body() })
     } catch {
       fatalError("Thread.spawn failed: \(error)")
     }
   }
 
-  /// The toolkit thread object (for exit requests).
-  public var thread: Thread { handle.thread }
-
-  /// Waits for the thread to end.
+  /// Waits for the thread to end. Stops the process when called twice.
   public func join() {
-    handle.join()
+    lock.lock()
+    let taken = handle.take()
+    lock.unlock()
+    guard let taken else { fatalError("TestThread.join called twice") }
+    taken.join()
   }
 
   /// Runs `body` on a new thread and waits for it.

@@ -82,10 +82,11 @@ struct StackConfigurationTests {
 struct NameConfigurationTests {
   @Test func shortNameReadsBackEverywhere() throws {
     let worker = try Thread.spawn(name: "io-worker") { (Thread.current.name, try Thread.currentKernelName()) }
+    let thread = worker.thread
     let (name, kernelName) = try worker.join()
     #expect(name == "io-worker")
     #expect(kernelName == "io-worker")
-    #expect(worker.thread.name == "io-worker")  // read from another thread: the thread's name, not ours
+    #expect(thread.name == "io-worker")  // read from another thread: the thread's name, not ours
   }
 
   @Test func longNameIsKeptWholeAndTruncatedForTheKernel() throws {
@@ -111,17 +112,19 @@ struct NameConfigurationTests {
       Thread.current.name = "after"
       return (Thread.current.name, try Thread.currentKernelName())
     }
+    let thread = worker.thread
     let (name, kernelName) = try worker.join()
     #expect(name == "after" && kernelName == "after")
-    #expect(worker.thread.name == "after")
+    #expect(thread.name == "after")
   }
 
   @Test func spawnNameOverridesConfigurationName() throws {
     var configuration = ThreadConfiguration()
     configuration.name = "from-configuration"
     let worker = try Thread.spawn(name: "from-argument", configuration: configuration) { Thread.current.name }
+    let thread = worker.thread
     #expect(worker.join() == "from-argument")
-    #expect(worker.thread.configuration.name == "from-argument")
+    #expect(thread.configuration.name == "from-argument")
   }
 }
 

@@ -14,14 +14,11 @@ final class ReleaseProbe: Sendable {
 struct ThreadDictionaryTests {
   @Test func eachThreadHasItsOwnDictionary() throws {
     Thread.current.threadDictionary["owner"] = "test"
-    let workers = try (0..<3).map { index in
-      try Thread.spawn { () -> (String?, Int?) in
-        let before = Thread.current.threadDictionary["owner", as: String.self]
-        Thread.current.threadDictionary["index"] = index
-        return (before, Thread.current.threadDictionary["index", as: Int.self])
-      }
+    let results = try spawnAll(0..<3) { index -> (String?, Int?) in
+      let before = Thread.current.threadDictionary["owner", as: String.self]
+      Thread.current.threadDictionary["index"] = index
+      return (before, Thread.current.threadDictionary["index", as: Int.self])
     }
-    let results = workers.map { $0.join() }
     #expect(results.map(\.0) == [nil, nil, nil])
     #expect(results.map(\.1) == [0, 1, 2])
     #expect(Thread.current.threadDictionary["owner", as: String.self] == "test")
@@ -36,9 +33,10 @@ struct ThreadDictionaryTests {
       Thread.current.threadDictionary["probe"] = ReleaseProbe(released)
       return Thread.current.threadDictionary.count
     }
+    let thread = worker.thread
     #expect(worker.join() == 1)
     #expect(released.load(ordering: .full) == 1)
-    #expect(worker.thread.threadDictionary.count == 0)
+    #expect(thread.threadDictionary.count == 0)
   }
 
   @Test func anotherThreadCanWriteThroughTheThreadObject() throws {
@@ -51,20 +49,18 @@ struct ThreadDictionaryTests {
     }
     started.wait()
     worker.thread.threadDictionary["stop"] = true
-    #expect(worker.join())
+    let stopped = worker.join()
+    #expect(stopped)
   }
 
   @Test func updateIsAtomic() throws {
     Thread.current.threadDictionary["counter"] = 0
     let target = Thread.current
-    let workers = try (0..<4).map { _ in
-      try Thread.spawn {
-        for _ in 0..<1000 {
-          target.threadDictionary.update { $0["counter"] = (($0["counter"] as? Int) ?? 0) + 1 }
-        }
+    _ = try spawnAll(0..<4) { _ in
+      for _ in 0..<1000 {
+        target.threadDictionary.update { $0["counter"] = (($0["counter"] as? Int) ?? 0) + 1 }
       }
     }
-    for worker in workers { worker.join() }
     #expect(Thread.current.threadDictionary["counter", as: Int.self] == 4000)
     #expect(Thread.current.threadDictionary.keys.contains("counter"))
     Thread.current.threadDictionary.removeAll()
@@ -76,15 +72,12 @@ struct ThreadLocalTests {
   @Test func eachThreadStartsFromTheInitialValue() throws {
     let local = ThreadLocal<Int>(initialValue: { 10 })
     local.value = 99
-    let workers = try (0..<3).map { index in
-      try Thread.spawn { () -> (Bool, Int, Int) in
-        let had = local.hasValue
-        let initial = local.value
-        local.value += index
-        return (had, initial, local.value)
-      }
+    let results = try spawnAll(0..<3) { index -> (Bool, Int, Int) in
+      let had = local.hasValue
+      let initial = local.value
+      local.value += index
+      return (had, initial, local.value)
     }
-    let results = workers.map { $0.join() }
     #expect(results.map(\.0) == [false, false, false])
     #expect(results.map(\.1) == [10, 10, 10])
     #expect(results.map(\.2) == [10, 11, 12])

@@ -21,20 +21,26 @@ struct SpawnTests {
 
   @Test func joinRethrowsTheTypedError() throws {
     let worker = try Thread.spawn { () throws(ParseError) -> Int in throw ParseError(line: 7) }
-    #expect(throws: ParseError(line: 7)) { try worker.join() }
+    do throws(ParseError) {
+      _ = try worker.join()
+      Issue.record("join() returned instead of rethrowing")
+    } catch {
+      #expect(error == ParseError(line: 7))
+    }
   }
 
   @Test func bodyRunsOnAnotherThread() throws {
     let joiner = Thread.current
     let worker = try Thread.spawn { Thread.current.id }
+    let thread = worker.thread
     let workerID = worker.join()
     #expect(workerID != joiner.id)
-    #expect(workerID == worker.thread.id)
+    #expect(workerID == thread.id)
   }
 
   @Test func manyThreadsEachReturnTheirOwnValue() throws {
-    let workers = try (0..<8).map { index in try Thread.spawn { index * index } }
-    #expect(workers.map { $0.join() } == (0..<8).map { $0 * $0 })
+    let values = try spawnAll(0..<8) { index in index * index }
+    #expect(values == (0..<8).map { $0 * $0 })
   }
 
   @Test func detachedThreadRuns() throws {
@@ -57,10 +63,11 @@ struct SpawnTests {
       done.open()
       return 1
     }
+    let thread = worker.thread
     worker.detach()
     release.open()
     done.wait()
-    #expect(worker.thread.id > 1)
+    #expect(thread.id > 1)
   }
 
   @Test func initThenStartAppliesConfigurationSetBeforeStart() throws {
@@ -93,9 +100,10 @@ struct SpawnTests {
     #expect(worker.thread.isExecuting)
     #expect(!worker.thread.isFinished)
     release.open()
+    let thread = worker.thread
     worker.join()
-    #expect(worker.thread.isFinished)
-    #expect(!worker.thread.isExecuting)
+    #expect(thread.isFinished)
+    #expect(!thread.isExecuting)
   }
 }
 
@@ -103,14 +111,16 @@ struct SpawnTests {
 struct IdentityTests {
   @Test func currentIsStableOnAThread() throws {
     let worker = try Thread.spawn { Thread.current === Thread.current }
-    #expect(worker.join())
+    let stopped = worker.join()
+    #expect(stopped)
     #expect(Thread.current === Thread.current)
   }
 
   @Test func spawnedThreadsCurrentIsItsObject() throws {
     let worker = try Thread.spawn { Thread.current }
+    let thread = worker.thread
     let inside = worker.join()
-    #expect(inside === worker.thread)
+    #expect(inside === thread)
   }
 
   @Test func mainThreadHasIDOneAndKnowsItIsMain() throws {
@@ -123,12 +133,9 @@ struct IdentityTests {
   }
 
   @Test func idsAreUniqueAndKernelIDsMatchGettid() throws {
-    let workers = try (0..<4).map { _ in
-      try Thread.spawn { () -> (UInt64, Int32?, Int32) in
-        (Thread.current.id, Thread.current.kernelThreadID, tk_gettid())
-      }
+    let results = try spawnAll(0..<4) { _ -> (UInt64, Int32?, Int32) in
+      (Thread.current.id, Thread.current.kernelThreadID, tk_gettid())
     }
-    let results = workers.map { $0.join() }
     #expect(Set(results.map(\.0)).count == 4)
     for result in results { #expect(result.1 == result.2) }
   }
@@ -238,10 +245,11 @@ struct SleepTests {
 struct ThreadIdentityTests {
   @Test func equalityIsIdentityAndDescriptionNamesTheThread() throws {
     let worker = try Thread.spawn(name: "decoder") { Thread.current }
+    let thread = worker.thread
     let inside = worker.join()
-    #expect(inside == worker.thread)
+    #expect(inside == thread)
     #expect(inside != Thread.main)
-    #expect(Set([inside, worker.thread, Thread.main]).count == 2)
+    #expect(Set([inside, thread, Thread.main]).count == 2)
     #expect(inside.description == "Thread \(inside.id) \"decoder\"")
     #expect(Thread.main.description.hasSuffix(" main") || Thread.main.name != nil)
   }

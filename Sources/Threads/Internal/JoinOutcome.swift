@@ -1,22 +1,17 @@
 import Sync
 
-/// The states of a `JoinableThread` handle.
-@usableFromInline
-enum JoinState {
-  @usableFromInline static let joinable: UInt32 = 0
-  @usableFromInline static let joined: UInt32 = 1
-  @usableFromInline static let detached: UInt32 = 2
-}
-
-/// Where a spawned thread leaves its result for the joiner, the handle's join/detach state,
-/// and the reporting of an error once the handle has been detached.
+/// Where a spawned thread leaves its result for the joiner, whether its handle was detached,
+/// and the reporting of an error once it has been.
 ///
-/// The join path (`complete`, `beginJoin`, `take`) is inlinable so it is specialized for the
-/// concrete `Value`/`Failure` in the caller: unspecialized, every access to the stored
-/// `Result` looked up generic metadata at run time (visible in profiles of create+join).
+/// The join path (`complete`, `take`) is inlinable so it is specialized for the concrete
+/// `Value`/`Failure` in the caller: unspecialized, every access to the stored `Result` looked
+/// up generic metadata at run time (visible in profiles of create+join).
+///
+/// The handle (`JoinableThread`) is noncopyable and consumed by its join or detach, so each
+/// outcome sees at most one of `take` and `detach`, never twice.
 @usableFromInline
 final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
-  // @unchecked: `result` and `state` are only touched with the word lock held.
+  // @unchecked: `result` and `isDetached` are only touched with the word lock held.
 
   /// [0] the `WordLock`, [1] unused: one allocation.
   @usableFromInline
@@ -25,7 +20,7 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   @usableFromInline
   @exclusivity(unchecked) var result: Result<Value, Failure>?
   @usableFromInline
-  @exclusivity(unchecked) var state = JoinState.joinable
+  @exclusivity(unchecked) var isDetached = false
 
   @usableFromInline
   init() {
@@ -41,22 +36,12 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   @inlinable
   func complete(_ outcome: Result<Value, Failure>) {
     WordLock.lock(lockWord)
-    let detached = state == JoinState.detached
+    let detached = isDetached
     if !detached { result = outcome }
     WordLock.unlock(lockWord)
     if detached, case .failure(let error) = outcome {
       DetachedErrors.report(error, from: Thread.current)
     }
-  }
-
-  /// Moves joinable -> joined; returns the previous state (the caller reports misuse).
-  @inlinable
-  func beginJoin() -> UInt32 {
-    WordLock.lock(lockWord)
-    let previous = state
-    if previous == JoinState.joinable { state = JoinState.joined }
-    WordLock.unlock(lockWord)
-    return previous
   }
 
   /// Called by the joiner after `pthread_join` returned (the result is there).
@@ -70,22 +55,17 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
     return taken
   }
 
-  /// Moves joinable -> detached and reports an error already stored; returns the previous
-  /// state (nothing changes unless it was joinable).
-  func detach(thread: Thread) -> UInt32 {
-    var stored: Result<Value, Failure>? = nil
+  /// Marks the outcome detached and reports an error already stored (on the calling thread;
+  /// a later one is reported by `complete` on the spawned thread).
+  func detach(thread: Thread) {
     WordLock.lock(lockWord)
-    let previous = state
-    if previous == JoinState.joinable {
-      state = JoinState.detached
-      stored = result
-      result = nil
-    }
+    isDetached = true
+    let stored = result
+    result = nil
     WordLock.unlock(lockWord)
     if case .failure(let error) = stored {
       DetachedErrors.report(error, from: thread)
     }
-    return previous
   }
 }
 
