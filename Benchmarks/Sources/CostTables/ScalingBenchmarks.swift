@@ -78,11 +78,9 @@ func registerScalingBenchmarks(_ harness: Harness) {
       let parked = Latch(count: count)
       var configuration = ThreadConfiguration()
       configuration.stackSize = ThreadConfiguration.minimumStackSize * 4
-      let sleepers = (0..<count).map { _ in
-        try! Threads.Thread.spawn(configuration: configuration) {
-          parked.countDown(by: 1)
-          release.wait()
-        }
+      let sleepers = SpawnedThreads(count: count, configuration: configuration) {
+        parked.countDown(by: 1)
+        release.wait()
       }
       parked.wait()
       let samples = (0..<(harness.quick ? 5 : 101)).map { _ in createToStartNanoseconds() }
@@ -90,7 +88,7 @@ func registerScalingBenchmarks(_ harness: Harness) {
         id: "thread.create-with-existing-\(count)", subject: .toolkit("Threads.Thread (create to start)"),
         group: group, nanoseconds: samples)
       for _ in 0..<count { release.signal() }
-      for sleeper in sleepers { sleeper.join() }
+      sleepers.joinAll()
     }
   }
 }

@@ -151,16 +151,14 @@ func registerThreadBenchmarks(_ harness: Harness) {
       let before = memoryCounters()
       let release = AtomicInteger<UInt32>(0)
       let started = AtomicInteger<Int>(0)
-      let threads = (0..<count).map { _ in
-        try! Threads.Thread.spawn {
-          _ = started.increment(ordering: .full)
-          while release.load(ordering: .acquiring) == 0 { Threads.Thread.sleep(for: .milliseconds(1)) }
-        }
+      let threads = SpawnedThreads(count: count) {
+        _ = started.increment(ordering: .full)
+        while release.load(ordering: .acquiring) == 0 { Threads.Thread.sleep(for: .milliseconds(1)) }
       }
       while started.load(ordering: .acquiring) < count { Threads.Thread.yield() }
       let after = memoryCounters()
       release.store(1, ordering: .releasing)
-      for thread in threads { thread.join() }
+      threads.joinAll()
       stackPerThread.append(Double(after.kernelStack - before.kernelStack) / Double(count))
       slabPerThread.append(Double(after.unreclaimableSlab - before.unreclaimableSlab) / Double(count))
       rssPerThread.append(Double(after.residentSet - before.residentSet) / Double(count))
@@ -318,4 +316,27 @@ private func readProcFile(_ path: String) -> String {
     bytes += buffer[0..<count]
   }
   return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Toolkit thread handles kept in a list (an `Array` cannot hold the noncopyable
+/// `JoinableThread`), joined in order.
+final class SpawnedThreads {
+  private final class Slot {
+    var handle: JoinableThread<Void, Never>?
+    init(_ handle: consuming JoinableThread<Void, Never>) { self.handle = consume handle }
+  }
+  private var slots: [Slot] = []
+
+  /// Starts `count` toolkit threads running `body`.
+  init(count: Int, configuration: ThreadConfiguration = ThreadConfiguration(), _ body: @escaping @Sendable () -> Void) {
+    slots.reserveCapacity(count)
+    for _ in 0..<count {
+      slots.append(Slot(try! Threads.Thread.spawn(configuration: configuration) { () throws(Never) in body() }))
+    }
+  }
+
+  /// Joins every thread, in the order started.
+  func joinAll() {
+    for slot in slots { slot.handle.take()?.join() }
+  }
 }
