@@ -38,6 +38,10 @@ struct MisuseTests {
     await #expect(processExitsWith: .failure) { misuseRenameFromOutside() }
   }
 
+  @Test func addingAnExitHandlerToARunningThreadFromAnotherThread() async {
+    await #expect(processExitsWith: .failure) { misuseOnExitFromOutside() }
+  }
+
   @Test func misuseMessageNamesTheType() async throws {
     let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       misuseJoinSelf()
@@ -80,4 +84,10 @@ func misuseRenameFromOutside() {
   let release = TestLatch()
   guard let worker = try? Thread.spawn({ release.wait() }) else { exit(0) }
   worker.thread.name = "renamed"
+}
+
+func misuseOnExitFromOutside() {
+  let release = TestLatch()
+  guard let worker = try? Thread.spawn({ release.wait() }) else { exit(0) }
+  worker.thread.onExit {}
 }

@@ -10,14 +10,15 @@ import Sync
 enum ThreadRegistry {
   /// The key whose per-thread value is a retained `Thread`. Its destructor releases it at
   /// thread exit, ending adopted threads (the main thread and threads the toolkit did not
-  /// create) on the way.
+  /// create) on the way: their exit handlers run there.
   static let currentThreadKey: pthread_key_t = {
     var key = pthread_key_t()
     checkOrDie(
       pthread_key_create(&key) { value in
         guard let value else { return }
-        let thread = Unmanaged<Thread>.fromOpaque(value).takeRetainedValue()
-        thread.adoptedThreadDidEnd()
+        let retained = Unmanaged<Thread>.fromOpaque(value)
+        retained.takeUnretainedValue().adoptedThreadDidEnd(currentValue: value)
+        retained.release()
       }, "pthread_key_create")
     return key
   }()
