@@ -19,7 +19,7 @@ extension Thread {
   }
 
   /// Blocks the calling thread until `deadline` on the monotonic clock has passed (never
-  /// returns early). A deadline in the past returns at once; ``MonotonicInstant/distantFuture``
+  /// returns early). A deadline in the past returns at once; ``/Sync/MonotonicInstant/distantFuture``
   /// sleeps for good. Signals do not shorten the sleep (`EINTR` is resumed with the same
   /// absolute deadline).
   ///

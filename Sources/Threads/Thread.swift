@@ -12,11 +12,13 @@ import Sync
 /// (adopted lazily on their first ``current``). Through it you reach the thread's
 /// ``threadDictionary``, its ``name``, a stable ``id``, and its exit request flag
 /// (``requestExit()``, ``isExitRequested``) - the guide's way of ending a thread: ask it, and
-/// let it leave its entry routine.
+/// let it leave its entry routine - and its exit handlers (``onExit(_:)``), which run on it as
+/// it ends.
 ///
 /// Creating threads:
 /// - ``spawn(name:configuration:_:)``: a joinable thread whose body returns a value;
-///   ``JoinableThread/join()`` waits and returns it, or rethrows the body's typed error.
+///   ``JoinableThread/join()`` (which consumes the noncopyable handle) waits and returns it,
+///   or rethrows the body's typed error.
 /// - ``detach(name:configuration:_:)``: a detached thread, reclaimed automatically; an error
 ///   escaping it goes to ``detachedErrorHandler`` (default: printed to standard error).
 /// - ``init(name:configuration:_:)`` then ``start()``: the guide's create-then-start form,
