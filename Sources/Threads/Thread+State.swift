@@ -1,0 +1,86 @@
+import CThreadingShims
+import Sync
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// A thread's name, configuration, kernel id and lifecycle, readable from any thread.
+extension Thread {
+  /// The thread's name: the full name given in the configuration or set later (not the
+  /// kernel's truncated copy, which ``currentKernelName()`` reads). Nil when none was set;
+  /// the main thread and adopted threads start with nil.
+  ///
+  /// Setting is allowed before the thread starts, or from the thread itself (which also
+  /// renames it in the kernel: at most 15 bytes, cut on a character boundary as
+  /// ``ThreadConfiguration/kernelName(for:)`` describes). Setting a running thread's name
+  /// from another thread stops the process (misuse: the target may be ending, and its
+  /// kernel name cannot be changed safely then). The corresponding C function is
+  /// `pthread_setname_np`.
+  public var name: String? {
+    get { withLock { storedName } }
+    set {
+      if UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted && kind == .toolkit {
+        let applied: Bool = withLock {
+          guard UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted else { return false }
+          storedName = newValue
+          storedConfiguration.name = newValue
+          return true
+        }
+        if applied { return }
+      }
+      // `current`, not the key's raw value: a thread that never asked for its object yet
+      // (the main thread setting `Thread.main.name` first thing) is adopted here.
+      guard Thread.current === self else {
+        threadsMisuse(
+          "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
+      }
+      withLock { storedName = newValue }
+      let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")
+      checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
+    }
+  }
+
+  /// The configuration the thread was (or will be) created with. Settable until ``start()``;
+  /// setting it afterwards stops the process (misuse). Threads not created by the toolkit
+  /// report the default configuration.
+  public var configuration: ThreadConfiguration {
+    get { withLock { storedConfiguration } }
+    set {
+      withLock {
+        let notStarted = UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted
+        guard kind == .toolkit, notStarted else {
+          threadsMisuse("Thread", "configuration changed after the thread started")
+        }
+        storedConfiguration = newValue
+        storedName = newValue.name
+      }
+    }
+  }
+
+  /// The kernel's id for this thread (what `gettid()` returns on it, shown by `top -H` and
+  /// `/proc/<pid>/task`), once the thread is running; nil before. Kernel ids are reused after
+  /// a thread ends; use ``id`` as a stable key.
+  public var kernelThreadID: Int32? {
+    withLock { storedKernelThreadID }
+  }
+
+  /// Whether the thread is running its body (always true for the main and adopted threads
+  /// until they end).
+  public var isExecuting: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.running }
+
+  /// Whether the thread's body has returned (or thrown).
+  public var isFinished: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished }
+
+  /// Whether this thread is inside the body of a `finishBeforeExit` thread (exit handler).
+  var isRunningCriticalBody: Bool {
+    withLock { criticalBodyRunning }
+  }
+
+  /// ``isRunningCriticalBody`` read by this thread itself, without the lock: only the thread
+  /// itself writes the flag, so its own reads need no lock. The fork handler relies on this:
+  /// in a forked child the lock may be held by a thread that does not exist there.
+  var isRunningCriticalBodyAsSeenByItself: Bool {
+    criticalBodyRunning
+  }
+}
