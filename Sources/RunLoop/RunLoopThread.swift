@@ -37,7 +37,7 @@ public struct RunLoopThread: ~Copyable, Sendable {
   private let core: Core
 
   /// The thread's object (its name, identity and dictionary).
-  public var thread: Thread { core.joinable.thread }
+  public var thread: Thread { core.thread }
 
   private init(runLoop: RunLoop, core: Core) {
     self.runLoop = runLoop
@@ -156,22 +156,22 @@ public struct RunLoopThread: ~Copyable, Sendable {
 }
 
 extension RunLoopThread {
-  /// The joinable thread and whether it was joined; owned by one `RunLoopThread` handle.
+  /// The joinable thread until it is joined; owned by one `RunLoopThread` handle.
   private final class Core: @unchecked Sendable {
-    // @unchecked: `joined` is touched only by the handle's single owner (the handle is not
+    // @unchecked: `joinable` is touched only by the handle's single owner (the handle is not
     // copyable; `stop` consumes it and `deinit` runs after it).
-    let joinable: JoinableThread<Void, Never>
-    private var joined = false
+    let thread: Thread
+    private var joinable: JoinableThread<Void, Never>?
 
-    init(_ joinable: JoinableThread<Void, Never>) {
-      self.joinable = joinable
+    init(_ joinable: consuming JoinableThread<Void, Never>) {
+      thread = joinable.thread
+      self.joinable = consume joinable
     }
 
     /// Requests the thread's exit (which ends every run of its loop) and joins it, once.
     func stopAndJoin() {
-      if joined { return }
-      joined = true
-      joinable.thread.requestExit()
+      guard let joinable = joinable.take() else { return }
+      thread.requestExit()
       joinable.join()
     }
   }
