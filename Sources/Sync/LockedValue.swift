@@ -2,18 +2,28 @@
 /// `Synchronization.Mutex<Value>` (and SwiftNIO's `NIOLockedValueBox`).
 ///
 /// The state you protect lives in the same heap block as the lock word, on the same cache
-/// line when the value is small (up to 40 bytes), so handing the lock to another core moves
+/// line when the value is small (up to 32 bytes), so handing the lock to another core moves
 /// one cache line instead of two. Under contention between cores that is the larger part of
 /// the cost: measured in `cost-tables` (`mutex.contended-*`), a counter in a `LockedValue`
 /// is about twice as fast as the same counter beside a separate ``Mutex``.
 ///
 /// The lock is the same futex lock as ``Mutex`` (inlined uncontended path, bounded spinning,
 /// then sleeping in the kernel; not fair), always scoped: the value is reachable only inside
-/// ``withLock(_:)`` and ``withLockIfAvailable(_:)``, so it can be neither touched unlocked
-/// nor left locked.
+/// the `withLock` family, so it can be neither touched unlocked nor left locked. `Value` may
+/// be non-copyable (a file handle, a unique buffer): it is stored in place and only ever
+/// lent to the bodies.
+///
+/// **Waiting for a state** (Abseil's `LockWhen`): ``withLock(when:_:)`` blocks until the
+/// predicate holds, then runs its body under the same lock acquisition, so nothing can
+/// change the value in between. Waiting threads re-evaluate their predicates whenever a
+/// `withLock` body (any of them: each may change the value) ends while threads wait; while
+/// nobody waits, that costs one load of a word on the lock's own cache line. The timed
+/// variants ``withLock(when:before:_:)`` and ``withLock(when:timeout:_:)`` return nil when
+/// the time is up (the toolkit's time rule is in ``MonotonicInstant``).
 ///
 /// **Misuse** stops the process with a message: calling `withLock` again on the thread that
-/// is inside it (a certain self-deadlock), or releasing the last reference while locked.
+/// is inside it (a certain self-deadlock, also from a predicate), or releasing the last
+/// reference while locked.
 ///
 /// ```swift
 /// let hits = LockedValue([String: Int]())
@@ -22,26 +32,46 @@
 ///
 /// // A non-blocking attempt: nil when another thread holds it.
 /// if let count = hits.withLockIfAvailable({ $0.count }) { print(count) }
+///
+/// // Wait until there is something to take, then take it, atomically.
+/// let jobs = LockedValue([Job]())
+/// let next = jobs.withLock(when: { !$0.isEmpty }) { $0.removeFirst() }
 /// ```
 ///
 /// `Sendable` whatever `Value` is: values go in and out only as `sending` (disconnected)
-/// values, as with `Synchronization.Mutex`.
-public final class LockedValue<Value>: @unchecked Sendable {
+/// values, as with `Synchronization.Mutex`; predicates are `@Sendable` so they cannot keep
+/// the value they are shown.
+public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   // @unchecked: `value` is touched only by the thread holding `core`; values cross
   // threads only as `sending` values.
   @usableFromInline
   let core: FutexLock
+  /// Bumped (with the lock held) by every `withLock` that ends while predicate waiters
+  /// sleep; the waiters sleep on it. Inside the block, after `core`'s words.
+  @usableFromInline
+  let sequence: UnsafeMutablePointer<UInt32>
+  /// How many threads wait in `withLock(when:)` for their predicate. Changed and read only
+  /// with the lock held, so the lock orders every access and relaxed atomics suffice.
+  @usableFromInline
+  let waiters: UnsafeMutablePointer<UInt32>
   /// Inside the heap block that starts with `core`'s words.
   @usableFromInline
   let value: UnsafeMutablePointer<Value>
 
+  /// The bytes before the value: the lock's words, then `sequence` and `waiters`.
+  static var wordsSize: Int { FutexLock.wordsSize + 8 }
+
   /// Creates the lock, unlocked, protecting `initialValue`.
   public init(_ initialValue: consuming sending Value) {
     let alignment = max(8, MemoryLayout<Value>.alignment)
-    let offset = (FutexLock.wordsSize + alignment - 1) / alignment * alignment
+    let offset = (Self.wordsSize + alignment - 1) / alignment * alignment
     let block = UnsafeMutableRawPointer.allocate(
       byteCount: max(64, offset + MemoryLayout<Value>.size), alignment: max(64, alignment))
     core = FutexLock(wordsAt: block)
+    sequence = (block + FutexLock.wordsSize).bindMemory(to: UInt32.self, capacity: 1)
+    sequence.initialize(to: 0)
+    waiters = (block + FutexLock.wordsSize + 4).bindMemory(to: UInt32.self, capacity: 1)
+    waiters.initialize(to: 0)
     value = (block + offset).bindMemory(to: Value.self, capacity: 1)
     value.initialize(to: initialValue)
   }
@@ -55,14 +85,13 @@ public final class LockedValue<Value>: @unchecked Sendable {
   /// Runs `body` with exclusive access to the value and returns its result; the lock is
   /// released however `body` exits. Blocks while another thread holds the lock.
   ///
-  /// Stops the process if the calling thread is already inside `withLock` or
-  /// `withLockIfAvailable` on this lock.
+  /// Stops the process if the calling thread is already inside a `withLock` of this lock.
   @inlinable
-  public func withLock<Result, Failure: Error>(
+  public func withLock<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
     _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue")
-    defer { core.release(checkOwner: false, typeName: "LockedValue") }
+    defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
 
@@ -70,11 +99,117 @@ public final class LockedValue<Value>: @unchecked Sendable {
   /// returns its result; returns nil at once, without running `body`, when another thread
   /// (or the calling thread) holds it. Never blocks.
   @inlinable
-  public func withLockIfAvailable<Result, Failure: Error>(
+  public func withLockIfAvailable<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
     guard core.tryAcquire() else { return nil }
-    defer { core.release(checkOwner: false, typeName: "LockedValue") }
+    defer { releaseAfterChange() }
     return try body(&value.pointee)
+  }
+
+  /// Runs `body` with exclusive access to the value once `condition` holds, and returns its
+  /// result (Abseil's `LockWhen`). `condition` and `body` run under the same acquisition of
+  /// the lock, so `body` sees the value `condition` accepted.
+  ///
+  /// Blocks until the lock is free and `condition` returns true. `condition` runs with the
+  /// lock held: at once, then each time a `withLock` body of this lock ends on another
+  /// thread; it must not change anything `condition` reads other than the value. Stops the
+  /// process if the calling thread is already inside a `withLock` of this lock.
+  @available(*, noasync, message: "blocks the thread until the condition holds")
+  @inlinable
+  public func withLock<Result: ~Copyable, Failure: Error>(
+    when condition: @Sendable (borrowing Value) -> Bool,
+    _ body: (inout sending Value) throws(Failure) -> sending Result
+  ) throws(Failure) -> sending Result {
+    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue")
+    defer { releaseAfterChange() }
+    _ = waitHolding(for: condition, before: .distantFuture)
+    return try body(&value.pointee)
+  }
+
+  /// Runs `body` with exclusive access to the value once `condition` holds, if that happens
+  /// before `deadline` (monotonic clock); returns nil without running `body` otherwise.
+  ///
+  /// As ``withLock(when:_:)``, with a limit: blocks until `condition` holds or `deadline`
+  /// passes. A deadline in the past makes one attempt to take the lock and one evaluation
+  /// of `condition`.
+  @available(*, noasync, message: "blocks the thread until the condition holds or the deadline passes")
+  @inlinable
+  public func withLock<Result: ~Copyable, Failure: Error>(
+    when condition: @Sendable (borrowing Value) -> Bool,
+    before deadline: MonotonicInstant,
+    _ body: (inout sending Value) throws(Failure) -> sending Result
+  ) throws(Failure) -> sending Result? {
+    guard core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue") else {
+      return nil
+    }
+    guard waitHolding(for: condition, before: deadline) else {
+      // Nothing changed the value: no waiter needs to hear about this release.
+      core.release(checkOwner: false, typeName: "LockedValue")
+      return nil
+    }
+    defer { releaseAfterChange() }
+    return try body(&value.pointee)
+  }
+
+  /// Runs `body` with exclusive access to the value once `condition` holds, if that happens
+  /// within `timeout` (monotonic clock); returns nil without running `body` otherwise.
+  ///
+  /// As ``withLock(when:before:_:)`` with the deadline `timeout` from now; a zero or
+  /// negative timeout makes one attempt.
+  @available(*, noasync, message: "blocks the thread until the condition holds or the timeout ends")
+  @inlinable
+  public func withLock<Result: ~Copyable, Failure: Error>(
+    when condition: @Sendable (borrowing Value) -> Bool,
+    timeout: Duration,
+    _ body: (inout sending Value) throws(Failure) -> sending Result
+  ) throws(Failure) -> sending Result? {
+    try withLock(when: condition, before: .after(timeout), body)
+  }
+
+  /// Releases the lock after a body that may have changed the value, first waking the
+  /// predicate waiters if there are any. With nobody waiting this adds one relaxed load of
+  /// a word on the cache line the lock word just brought in.
+  @inlinable
+  @inline(__always)
+  func releaseAfterChange() {
+    // Relaxed: `waiters` is changed only with the lock held, which we hold, so the lock's
+    // acquire/release ordering already makes every waiter's increment visible here.
+    if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
+      wakeWaiters()
+    }
+    core.release(checkOwner: false, typeName: "LockedValue")
+  }
+
+  /// Wakes every predicate waiter (each re-evaluates its predicate under the lock). Called
+  /// with the lock held.
+  @usableFromInline
+  func wakeWaiters() {
+    // Relaxed: each waiter read `sequence` with the lock held before releasing it, so this
+    // increment (made holding the lock) comes after that read; the kernel's futex wake is
+    // ordered after the store (the futex call is a full barrier on x86 and arm64), and a
+    // waiter not yet asleep finds the new value in its futex compare and does not sleep.
+    _ = UInt32.atomicFetchAdd(1, at: sequence, ordering: .relaxed)
+    Futex.wake(sequence, count: Int32.max)
+  }
+
+  /// With the lock held: returns true once `condition` holds (lock still held), sleeping
+  /// between evaluations, or false when `deadline` passes first (lock held again).
+  @usableFromInline
+  func waitHolding(
+    for condition: @Sendable (borrowing Value) -> Bool, before deadline: MonotonicInstant
+  ) -> Bool {
+    while !condition(value.pointee) {
+      if deadline != .distantFuture, deadline.hasPassed { return false }
+      // Read with the lock held: any `withLock` that ends after our release bumps it.
+      let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
+      _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .relaxed)
+      core.release(checkOwner: false, typeName: "LockedValue")
+      _ = Futex.wait(sequence, expected: seen, deadline: deadline)
+      // No spinning: the waker usually still holds the lock while it wakes us.
+      _ = core.acquire(before: .distantFuture, spins: 0, typeName: "LockedValue")
+      _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
+    }
+    return true
   }
 }
