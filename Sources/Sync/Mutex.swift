@@ -9,9 +9,9 @@
 /// - `unlock()` of an unlocked mutex always stops the process with a message;
 /// - `lock()` by the thread that already holds it (a certain self-deadlock) always stops the
 ///   process with a message, instead of hanging;
-/// - in *checked* mode (the default in debug builds, or `Mutex(checked: true)`), `unlock()`
-///   from a thread that does not hold the lock stops the process too. Unchecked, such an
-///   unlock releases the lock on the holder's behalf.
+/// - in *checked* mode (``MisuseChecking/mode``, chosen per process at run time, or
+///   `Mutex(checked: true)`), `unlock()` from a thread that does not hold the lock stops the
+///   process too. Unchecked, such an unlock releases the lock on the holder's behalf.
 ///
 /// Timed acquisition (`lock(before:)`, `lock(timeout:)`) uses the monotonic clock.
 ///
@@ -33,17 +33,9 @@ public final class Mutex: Locking, @unchecked Sendable {
   @usableFromInline
   let core: FutexLock
 
-  /// Whether misuse checks that cost time on the fast path are on (see the type's doc).
+  /// Whether `unlock()` verifies that the calling thread holds the mutex (see the type's
+  /// doc); fixed at creation.
   public let isChecked: Bool
-
-  /// The checked-mode default: on when the toolkit is built for debugging, off in release.
-  public static var checkedByDefault: Bool {
-    #if DEBUG
-      return true
-    #else
-      return false
-    #endif
-  }
 
   /// How many times a contended `lock()` polls the lock word (one `pause` each, about a
   /// microsecond in all) before sleeping, and again after each wake-up. It stops polling at
@@ -51,8 +43,9 @@ public final class Mutex: Locking, @unchecked Sendable {
   @usableFromInline
   static let spinsBeforeSleeping = 100
 
-  /// Creates an unlocked mutex; `checked` turns on the owner check in `unlock()`.
-  public init(checked: Bool = Mutex.checkedByDefault) {
+  /// Creates an unlocked mutex; `checked` turns on the owner check in `unlock()`. By default
+  /// it follows the process's ``MisuseChecking/mode``.
+  public init(checked: Bool = MisuseChecking.isChecked) {
     core = FutexLock()
     isChecked = checked
   }

@@ -16,7 +16,7 @@
 ///
 /// `unlock()` of an unlocked spin lock and re-locking on the holding thread always stop the
 /// process with a message; unlocking from another thread does in checked mode (as
-/// ``Mutex``).
+/// ``Mutex``; see ``MisuseChecking``).
 public final class SpinLock: Locking, @unchecked Sendable {
   // @unchecked: all state is in `core`, accessed through atomics and the futex.
   @usableFromInline
@@ -31,8 +31,9 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @usableFromInline
   static let yieldRounds = 8
 
-  /// Creates an unlocked spin lock; `checked` turns on the owner check in `unlock()`.
-  public init(checked: Bool = Mutex.checkedByDefault) {
+  /// Creates an unlocked spin lock; `checked` turns on the owner check in `unlock()`. By
+  /// default it follows the process's ``MisuseChecking/mode``.
+  public init(checked: Bool = MisuseChecking.isChecked) {
     core = FutexLock()
     isChecked = checked
   }

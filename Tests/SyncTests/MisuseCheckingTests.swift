@@ -1,0 +1,90 @@
+import Glibc
+import Sync
+import Testing
+
+/// Exit tests: each runs in a fresh child process, where the mode is not decided yet.
+@Suite("Misuse checking mode", .timeLimit(.minutes(1)))
+struct MisuseCheckingTests {
+  @Test("the mode is decided once: every read and every default lock agree with it")
+  func decidedOnce() {
+    let mode = MisuseChecking.mode
+    #expect(MisuseChecking.mode == mode)
+    #expect(MisuseChecking.isChecked == (mode == .checked))
+    #expect(Mutex().isChecked == (mode == .checked))
+    #expect(SpinLock().isChecked == (mode == .checked))
+    #expect(Mutex(checked: mode != .checked).isChecked == (mode != .checked), "an explicit argument wins")
+    MisuseChecking.mode = mode  // setting the mode already running is allowed
+    #expect("\(MisuseChecking.Mode.checked)" == "checked" && "\(MisuseChecking.Mode.unchecked)" == "unchecked")
+  }
+
+  @Test("THREADING_TOOLKIT_CHECKS=checked makes a foreign unlock stop the process")
+  func environmentChecked() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      setenv("THREADING_TOOLKIT_CHECKS", "checked", 1)
+      precondition(MisuseChecking.mode == .checked)
+      blocking {
+        let mutex = Mutex()
+        mutex.lock()
+        runConcurrently(1) { _ in mutex.unlock() }
+      }
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self)
+        .contains("unlock() from a thread that does not hold the lock"))
+    }
+  }
+
+  @Test("THREADING_TOOLKIT_CHECKS=unchecked lets another thread unlock on the holder's behalf")
+  func environmentUnchecked() async {
+    await #expect(processExitsWith: .success) {
+      setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
+      precondition(MisuseChecking.mode == .unchecked)
+      blocking {
+        let mutex = Mutex()
+        precondition(!mutex.isChecked)
+        mutex.lock()
+        runConcurrently(1) { _ in mutex.unlock() }
+        precondition(mutex.tryLock(), "released by the other thread")
+        mutex.unlock()
+      }
+    }
+  }
+
+  @Test("a mode set in code before first use overrides the environment")
+  func setInCodeWins() async {
+    await #expect(processExitsWith: .failure) {
+      setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
+      MisuseChecking.mode = .checked
+      blocking {
+        let lock = SpinLock()
+        lock.lock()
+        runConcurrently(1) { _ in lock.unlock() }
+      }
+    }
+    await #expect(processExitsWith: .success) {
+      setenv("THREADING_TOOLKIT_CHECKS", "checked", 1)
+      MisuseChecking.mode = .unchecked
+      precondition(MisuseChecking.mode == .unchecked && !Mutex().isChecked)
+    }
+  }
+
+  @Test("changing the mode after it was decided is reported")
+  func lateChangeIsMisuse() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
+      _ = Mutex()
+      MisuseChecking.mode = .checked
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("MisuseChecking misuse"))
+    }
+  }
+
+  @Test("an unknown THREADING_TOOLKIT_CHECKS value is reported, naming the variable")
+  func unknownEnvironmentValue() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      setenv("THREADING_TOOLKIT_CHECKS", "sometimes", 1)
+      _ = MisuseChecking.mode
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("THREADING_TOOLKIT_CHECKS=sometimes"))
+    }
+  }
+}
