@@ -113,7 +113,9 @@ public final class Condition: Locking, @unchecked Sendable {
     return waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
   }
 
-  /// The same as ``wait(before:)``; the spelling of `NSCondition.wait(until:)`.
+  /// Deprecated spelling of ``wait(before:)`` (`NSCondition.wait(until:)`'s): in this
+  /// toolkit `until:` names a predicate and a deadline is `before:` (see ``MonotonicInstant``).
+  @available(*, deprecated, renamed: "wait(before:)")
   @available(*, noasync, message: "blocks the thread")
   public func wait(until deadline: MonotonicInstant) -> Bool {
     wait(before: deadline)

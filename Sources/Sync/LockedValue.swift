@@ -107,6 +107,34 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     return try body(&value.pointee)
   }
 
+  /// Runs `body` with exclusive access to the value if the lock can be acquired before
+  /// `deadline` (monotonic clock), and returns its result; returns nil without running
+  /// `body` otherwise. A deadline in the past makes one attempt.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func withLock<Result: ~Copyable, Failure: Error>(
+    before deadline: MonotonicInstant,
+    _ body: (inout sending Value) throws(Failure) -> sending Result
+  ) throws(Failure) -> sending Result? {
+    guard core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue") else {
+      return nil
+    }
+    defer { releaseAfterChange() }
+    return try body(&value.pointee)
+  }
+
+  /// Runs `body` with exclusive access to the value if the lock can be acquired within
+  /// `timeout` (monotonic clock); see ``withLock(before:_:)``. A zero or negative timeout
+  /// makes one attempt.
+  @available(*, noasync, message: "blocks the thread")
+  @inlinable
+  public func withLock<Result: ~Copyable, Failure: Error>(
+    timeout: Duration,
+    _ body: (inout sending Value) throws(Failure) -> sending Result
+  ) throws(Failure) -> sending Result? {
+    try withLock(before: .after(timeout), body)
+  }
+
   /// Runs `body` with exclusive access to the value once `condition` holds, and returns its
   /// result (Abseil's `LockWhen`). `condition` and `body` run under the same acquisition of
   /// the lock, so `body` sees the value `condition` accepted.

@@ -68,6 +68,16 @@ extension Locking {
     return try body()
   }
 
+  /// Runs `body` holding the lock if it can be acquired within `timeout` (monotonic clock);
+  /// returns nil without running `body` otherwise. A zero or negative timeout makes one
+  /// attempt.
+  @inlinable
+  public func withLock<Result, Failure: Error>(
+    timeout: Duration, _ body: () throws(Failure) -> Result
+  ) throws(Failure) -> Result? {
+    try withLock(before: .after(timeout), body)
+  }
+
   // `lock()` is noasync for direct calls; the scoped helpers may run in async code because
   // they hold the lock only for a synchronous body.
   @usableFromInline

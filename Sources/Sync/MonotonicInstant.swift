@@ -18,6 +18,33 @@ import CThreadingShims
 /// let deadline = MonotonicInstant.now + .milliseconds(250)
 /// if mutex.lock(before: deadline) { defer { mutex.unlock() }; ... }
 /// ```
+///
+/// ## Deadlines and timeouts
+///
+/// One rule spells time in every module of the toolkit:
+///
+/// - A **deadline** is a `MonotonicInstant`, labelled `before:`: `lock(before:)`,
+///   `wait(before:)`, `withLock(when:before:)`, and in the other modules
+///   `run(mode:before:)`, `send(_:before:)`.
+/// - A **relative limit** is a `Duration`, labelled `timeout:`: `lock(timeout:)`,
+///   `wait(timeout:)`, `withLock(when:timeout:)`. It means the deadline `.after(timeout)`.
+///   Every call that takes one of the two takes the other too.
+/// - `until:` names a **predicate** only: `wait(until: { ready })`. (`LockedValue` spells its
+///   predicate `when:`, as Abseil's `LockWhen`.) The one exception is sleeping, where nothing
+///   can time out: it keeps Swift's `Clock.sleep` spelling, `sleep(for:)` and `sleep(until:)`.
+/// - A deadline already passed, or a zero or negative timeout, makes one attempt and never
+///   blocks.
+///
+/// How a timeout is reported depends on the family, for a reason each:
+///
+/// - Locks, conditions, condition variables, condition locks, semaphores, latches and atomic
+///   waits return `Bool` (`false`: the time ran out); a scoped form that returns its body's
+///   result (`withLock(before:_:)`, ``LockedValue/withLock(when:before:_:)``) returns nil
+///   instead. On these hot paths a timeout is an expected outcome and nothing else can fail.
+/// - Run-loop runs return a `RunLoopRunResult`: a run ends in several ways besides the
+///   timeout.
+/// - Ports, named ports and perform requests throw a typed error (a `timedOut` case): they
+///   already fail in other ways and return a value on success.
 @frozen
 public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStringConvertible {
   /// Nanoseconds since the clock's unspecified start.

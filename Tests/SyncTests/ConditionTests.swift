@@ -99,7 +99,7 @@ struct ConditionTests {
       #expect(!condition.wait(timeout: .seconds(-5)))
       #expect(!condition.wait(timeout: .zero))
       #expect(!condition.wait(before: .distantPast))
-      #expect(!condition.wait(until: .now))
+      #expect(!condition.wait(before: .now))
       #expect(!condition.wait(until: { false }, timeout: .seconds(-1)))
       #expect(condition.wait(until: { true }, timeout: .seconds(-1)), "a true predicate wins")
       #expect(condition.isHeldByCurrentThread)

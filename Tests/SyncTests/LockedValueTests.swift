@@ -210,6 +210,31 @@ struct LockedValueWaitTests {
     #expect(result.load(ordering: .relaxed) == 5)
   }
 
+  @Test("timed withLock runs the body when the lock is free and returns nil when another thread holds it past the deadline")
+  func timedWithLock() {
+    let locked = LockedValue(1)
+    #expect(locked.withLock(before: .distantPast) { $0 + 1 } == 2, "free: one attempt succeeds")
+    #expect(locked.withLock(timeout: .milliseconds(10)) { $0 + 2 } == 3)
+    let holding = Gate()
+    let release = Gate()
+    let results = LockedValue([Int?]())
+    runConcurrently(2) { index in
+      if index == 0 {
+        locked.withLock { _ in
+          holding.open()
+          release.wait()
+        }
+      } else {
+        holding.wait()
+        let timedOut = locked.withLock(timeout: .milliseconds(20)) { $0 }
+        let passed = locked.withLock(before: .distantPast) { $0 }
+        results.withLock { $0 = [timedOut, passed] }
+        release.open()
+      }
+    }
+    #expect(results.withLock { $0 } == [nil, nil])
+  }
+
   @Test("a predicate that takes the same lock is reported as a self-deadlock")
   func reentrantPredicateIsMisuse() async {
     await #expect(processExitsWith: .failure) {

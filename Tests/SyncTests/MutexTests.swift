@@ -46,6 +46,7 @@ struct MutexTests {
     mutex.unlock()
     #expect(mutex.withLockIfAvailable { 2 } == 2)
     #expect(mutex.withLock(before: .after(.milliseconds(10))) { 3 } == 3)
+    #expect(mutex.withLock(timeout: .milliseconds(10)) { 4 } == 4)
   }
 
   @Test("a held mutex blocks another thread's tryLock and times out its timed lock")
