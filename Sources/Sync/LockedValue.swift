@@ -47,18 +47,25 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @usableFromInline
   let core: FutexLock
   /// Bumped (with the lock held) by every `withLock` that ends while predicate waiters
-  /// sleep; the waiters sleep on it. Inside the block, after `core`'s words.
-  @usableFromInline
-  let sequence: UnsafeMutablePointer<UInt32>
-  /// How many threads wait in `withLock(when:)` for their predicate. Changed and read only
-  /// with the lock held, so the lock orders every access and relaxed atomics suffice.
-  @usableFromInline
-  let waiters: UnsafeMutablePointer<UInt32>
+  /// sleep; the waiters sleep on it. In the block, right after `core`'s words; computed from
+  /// `core.state` rather than stored, so the object stays one pointer wider than `core`.
+  @inlinable
+  var sequence: UnsafeMutablePointer<UInt32> {
+    (UnsafeMutableRawPointer(core.state) + 24).assumingMemoryBound(to: UInt32.self)
+  }
+  /// How many threads wait in `withLock(when:)` for their predicate, after `sequence`.
+  /// Changed and read only with the lock held, so the lock orders every access and relaxed
+  /// atomics suffice.
+  @inlinable
+  var waiters: UnsafeMutablePointer<UInt32> {
+    (UnsafeMutableRawPointer(core.state) + 28).assumingMemoryBound(to: UInt32.self)
+  }
   /// Inside the heap block that starts with `core`'s words.
   @usableFromInline
   let value: UnsafeMutablePointer<Value>
 
-  /// The bytes before the value: the lock's words, then `sequence` and `waiters`.
+  /// The bytes before the value: the lock's words (``FutexLock/wordsSize``, 24), then
+  /// `sequence` and `waiters` at offsets 24 and 28.
   static var wordsSize: Int { FutexLock.wordsSize + 8 }
 
   /// Creates the lock, unlocked, protecting `initialValue`.
@@ -68,10 +75,8 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     let block = UnsafeMutableRawPointer.allocate(
       byteCount: max(64, offset + MemoryLayout<Value>.size), alignment: max(64, alignment))
     core = FutexLock(wordsAt: block)
-    sequence = (block + FutexLock.wordsSize).bindMemory(to: UInt32.self, capacity: 1)
-    sequence.initialize(to: 0)
-    waiters = (block + FutexLock.wordsSize + 4).bindMemory(to: UInt32.self, capacity: 1)
-    waiters.initialize(to: 0)
+    precondition(FutexLock.wordsSize == 24, "LockedValue's wait words follow the lock's 24 bytes")
+    (block + 24).bindMemory(to: UInt32.self, capacity: 2).initialize(repeating: 0, count: 2)
     value = (block + offset).bindMemory(to: Value.self, capacity: 1)
     value.initialize(to: initialValue)
   }
