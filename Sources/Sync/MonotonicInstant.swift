@@ -141,9 +141,10 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
     return "monotonic +\(seconds).\(digits)s"
   }
 
-  /// The whole nanoseconds of `duration`, saturated to `Int64`.
+  /// The whole nanoseconds of `duration` (attoseconds truncated toward zero), saturated to
+  /// `Int64`. Package API: every module converts durations this way.
   @inlinable
-  static func nanoseconds(of duration: Duration) -> Int64 {
+  package static func nanoseconds(of duration: Duration) -> Int64 {
     let (seconds, attoseconds) = duration.components
     let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
     if overflow { return seconds > 0 ? .max : .min }

@@ -4,14 +4,15 @@ import CThreadingShims
   import Glibc
 #endif
 
-/// The Linux futex calls the lock family parks on. Process-private futexes only.
+/// The Linux futex calls the lock family parks on. Process-private futexes only. Package
+/// API: the Threads and RunLoop modules park on it too.
 @usableFromInline
-enum Futex {
+package enum Futex {
   /// Sleeps while `*word == expected`, until woken or `deadline` (monotonic) passes.
   /// Returns false only when the deadline passed; true for a wake-up, a changed value or a
   /// signal (callers re-check their state in all of those cases).
   @usableFromInline
-  static func wait(
+  package static func wait(
     _ word: UnsafeMutablePointer<UInt32>, expected: UInt32, deadline: MonotonicInstant
   ) -> Bool {
     let result: Int32
@@ -34,7 +35,7 @@ enum Futex {
   /// Wakes up to `count` threads sleeping on `word`; returns how many woke.
   @usableFromInline
   @discardableResult
-  static func wake(_ word: UnsafeMutablePointer<UInt32>, count: Int32) -> Int32 {
+  package static func wake(_ word: UnsafeMutablePointer<UInt32>, count: Int32) -> Int32 {
     let result = tk_futex_wake(word, count)
     // Checked here rather than through shimCall: this is the unlock path of every lock.
     if result < 0 {
@@ -46,9 +47,10 @@ enum Futex {
 
 /// Reports a programming error in the use of a toolkit primitive. Always stops the process
 /// with a message naming the type and the misuse, in debug and release builds alike
-/// (unlike `precondition`, whose message release builds drop).
+/// (unlike `precondition`, whose message release builds drop). Package API: the Threads and
+/// RunLoop modules report their misuse through it too.
 @usableFromInline
-func reportMisuse(_ type: String, _ message: String) -> Never {
+package func reportMisuse(_ type: String, _ message: String) -> Never {
   fatalError("\(type) misuse: \(message)")
 }
 
