@@ -81,7 +81,7 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Protects every `var` below, and the contents of the `ModeItems` and `Activation`
   /// objects they reference. Never held while a callback runs. Lock order: this lock, then
   /// an item's lock.
-  let lock = Mutex()
+  let lock = Lock()
   /// Modes by name, created on first mention. Protected by `lock`.
   var modes: [RunLoopMode: ModeItems] = [:]
   /// The common modes; only grows. Protected by `lock`.

@@ -31,7 +31,7 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
   public let order: Int
 
   /// Protects every `var` below. Taken after the run loop's lock, never before.
-  let lock = Mutex()
+  let lock = Lock()
   /// Protected by `lock`.
   var valid = true
   /// True while the callback runs. Protected by `lock`.

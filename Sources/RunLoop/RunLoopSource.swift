@@ -57,7 +57,7 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   static let invalidBit: UInt32 = 2
   /// Protects `runLoops` (and orders `invalidate` against `register`). Taken after a run
   /// loop's lock, never before.
-  let lock = Mutex()
+  let lock = Lock()
   /// The run loops the source has been added to (deduplicated). Protected by `lock`.
   var runLoops: [WeakRunLoop] = []
 

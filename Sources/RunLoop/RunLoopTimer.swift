@@ -74,7 +74,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   }
 
   /// Protects every `var` below. Taken after the run loop's lock, never before.
-  let lock = Mutex()
+  let lock = Lock()
   /// See ``interval``. Protected by `lock`.
   var intervalValue: Duration
   /// The scheduled instant of the latest firing (set just before the callback runs), nil

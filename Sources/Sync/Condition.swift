@@ -30,7 +30,7 @@
 /// returns `false` at once, without releasing the lock.
 ///
 /// **Misuse** stops the process with a message: waiting without holding the lock, unlocking
-/// a lock that is not held (the lock behaves like a checked ``Mutex``), and deinitializing a
+/// a lock that is not held (the lock behaves like a checked ``Lock``), and deinitializing a
 /// condition while it is locked. A condition cannot be signalled after it is destroyed:
 /// every caller holds a strong reference to it.
 ///
@@ -61,7 +61,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
-    _ = lockCore.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Condition")
+    _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
   }
 
   /// Releases the condition's lock. Stops the process if the calling thread does not hold
@@ -82,7 +82,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    lockCore.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "Condition")
+    lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
   }
 
   /// Whether the calling thread holds the condition's lock; meant for assertions.

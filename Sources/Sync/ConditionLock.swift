@@ -65,14 +65,14 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// Acquires the lock whatever the condition, blocking while another thread holds it.
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   public func lock() {
-    _ = lockCore.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "ConditionLock")
+    _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
   }
 
   /// Acquires the lock whatever the condition, giving up when `deadline` (monotonic clock)
   /// passes; returns whether it was acquired. The guide's `lock(before:)`.
   @available(*, noasync, message: "blocks the thread")
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    lockCore.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "ConditionLock")
+    lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
   }
 
   /// Acquires the lock if it is free right now, whatever the condition; never blocks.
@@ -91,7 +91,7 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// to `condition`); on `false` the lock is not held. A passed deadline makes one attempt.
   @available(*, noasync, message: "blocks the thread")
   public func lock(whenCondition condition: Int, before deadline: MonotonicInstant) -> Bool {
-    guard lockCore.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "ConditionLock") else {
+    guard lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock") else {
       return false
     }
     while self.condition != condition {

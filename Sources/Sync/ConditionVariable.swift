@@ -1,13 +1,13 @@
-/// A condition variable paired with a ``Mutex`` you already have: the POSIX form of the
+/// A condition variable paired with a ``Lock`` you already have: the POSIX form of the
 /// guide's Listings 4-5 and 4-6 (`pthread_cond_t` with a `pthread_mutex_t`).
 ///
-/// Use it when the state is already protected by a `Mutex`, or when several conditions
+/// Use it when the state is already protected by a `Lock`, or when several conditions
 /// share one mutex (a bounded queue's "not empty" and "not full"). Wait with the mutex held;
 /// `wait` releases it while sleeping and re-acquires it before returning. Waits may return
 /// without a signal (spurious wake-ups): loop on your predicate, or use the predicate forms.
 ///
 /// ```swift
-/// let mutex = Mutex()
+/// let mutex = Lock()
 /// let ready = ConditionVariable()
 /// var isReady = false                 // protected by `mutex`
 ///
@@ -53,9 +53,9 @@ public final class ConditionVariable: @unchecked Sendable {
   /// or if `mutex` is not the one this condition variable pairs with. The C function is
   /// `pthread_cond_wait`.
   @available(*, noasync, message: "blocks the thread")
-  public func wait(_ mutex: Mutex) {
+  public func wait(_ mutex: Lock) {
     check(mutex)
-    _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Mutex")
+    _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Lock")
   }
 
   /// Releases `mutex`, blocks until signalled or `deadline` (monotonic clock) passes, and
@@ -64,15 +64,15 @@ public final class ConditionVariable: @unchecked Sendable {
   /// releasing `mutex`. Misuse as for ``wait(_:)``. The C function is
   /// `pthread_cond_clockwait` with `CLOCK_MONOTONIC`.
   @available(*, noasync, message: "blocks the thread")
-  public func wait(_ mutex: Mutex, before deadline: MonotonicInstant) -> Bool {
+  public func wait(_ mutex: Lock, before deadline: MonotonicInstant) -> Bool {
     check(mutex)
-    return core.wait(releasing: mutex.core, before: deadline, typeName: "Mutex")
+    return core.wait(releasing: mutex.core, before: deadline, typeName: "Lock")
   }
 
   /// Waits at most `timeout` (monotonic clock); see ``wait(_:before:)``. A zero or negative
   /// timeout returns `false` at once.
   @available(*, noasync, message: "blocks the thread")
-  public func wait(_ mutex: Mutex, timeout: Duration) -> Bool {
+  public func wait(_ mutex: Lock, timeout: Duration) -> Bool {
     wait(mutex, before: .after(timeout))
   }
 
@@ -80,10 +80,10 @@ public final class ConditionVariable: @unchecked Sendable {
   /// Returns at once if it is already true. An error thrown by `predicate` propagates with
   /// `mutex` still held. Misuse as for ``wait(_:)``.
   @available(*, noasync, message: "blocks the thread")
-  public func wait<Failure: Error>(_ mutex: Mutex, until predicate: () throws(Failure) -> Bool) throws(Failure) {
+  public func wait<Failure: Error>(_ mutex: Lock, until predicate: () throws(Failure) -> Bool) throws(Failure) {
     check(mutex)
     while try !predicate() {
-      _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Mutex")
+      _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Lock")
     }
   }
 
@@ -91,11 +91,11 @@ public final class ConditionVariable: @unchecked Sendable {
   /// predicate's last value (`false`: the deadline passed with it still false).
   @available(*, noasync, message: "blocks the thread")
   public func wait<Failure: Error>(
-    _ mutex: Mutex, until predicate: () throws(Failure) -> Bool, before deadline: MonotonicInstant
+    _ mutex: Lock, until predicate: () throws(Failure) -> Bool, before deadline: MonotonicInstant
   ) throws(Failure) -> Bool {
     check(mutex)
     while try !predicate() {
-      if !core.wait(releasing: mutex.core, before: deadline, typeName: "Mutex") {
+      if !core.wait(releasing: mutex.core, before: deadline, typeName: "Lock") {
         return try predicate()
       }
     }
@@ -106,7 +106,7 @@ public final class ConditionVariable: @unchecked Sendable {
   /// ``wait(_:until:before:)``.
   @available(*, noasync, message: "blocks the thread")
   public func wait<Failure: Error>(
-    _ mutex: Mutex, until predicate: () throws(Failure) -> Bool, timeout: Duration
+    _ mutex: Lock, until predicate: () throws(Failure) -> Bool, timeout: Duration
   ) throws(Failure) -> Bool {
     try wait(mutex, until: predicate, before: .after(timeout))
   }
@@ -124,7 +124,7 @@ public final class ConditionVariable: @unchecked Sendable {
     core.broadcast()
   }
 
-  func check(_ mutex: Mutex) {
+  func check(_ mutex: Lock) {
     if !mutex.isHeldByCurrentThread {
       reportMisuse("ConditionVariable", "wait with a mutex the calling thread does not hold")
     }

@@ -5,9 +5,9 @@
 /// line when the value is small (up to 32 bytes), so handing the lock to another core moves
 /// one cache line instead of two. Under contention between cores that is the larger part of
 /// the cost: measured in `cost-tables` (`mutex.contended-*`), a counter in a `LockedValue`
-/// is about twice as fast as the same counter beside a separate ``Mutex``.
+/// is about twice as fast as the same counter beside a separate ``Lock``.
 ///
-/// The lock is the same futex lock as ``Mutex`` (inlined uncontended path, bounded spinning,
+/// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
 /// then sleeping in the kernel; not fair), always scoped: the value is reachable only inside
 /// the `withLock` family, so it can be neither touched unlocked nor left locked. `Value` may
 /// be non-copyable (a file handle, a unique buffer): it is stored in place and only ever
@@ -95,7 +95,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   public func withLock<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue")
+    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
     defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
@@ -121,7 +121,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     before deadline: MonotonicInstant,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue") else {
+    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") else {
       return nil
     }
     defer { releaseAfterChange() }
@@ -154,7 +154,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     when condition: @Sendable (borrowing Value) -> Bool,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue")
+    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
     defer { releaseAfterChange() }
     _ = waitHolding(for: condition, before: .distantFuture)
     return try body(&value.pointee)
@@ -173,7 +173,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     before deadline: MonotonicInstant,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "LockedValue") else {
+    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") else {
       return nil
     }
     guard waitHolding(for: condition, before: deadline) else {

@@ -1,5 +1,5 @@
 /// The surface every lock in the toolkit shares, so generic code and the scoped helpers work
-/// with any of them: ``Mutex``, ``RecursiveMutex``, ``ReadWriteLock`` (exclusive side) and
+/// with any of them: ``Lock``, ``RecursiveLock``, ``ReadWriteLock`` (exclusive side) and
 /// ``SpinLock``; later, conditions and condition locks.
 ///
 /// Prefer the scoped forms, ``withLock(_:)`` and ``withLockIfAvailable(_:)``: the lock is

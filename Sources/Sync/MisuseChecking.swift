@@ -7,7 +7,7 @@
 /// Most misuse is always reported, in every mode, because detecting it costs nothing where
 /// it happens: unlocking a lock that is not locked, re-locking a non-recursive lock on its
 /// holding thread, destroying a held lock. *Checked* mode adds the checks that cost a
-/// little on every call: today, `unlock()` of a ``Mutex`` or ``SpinLock`` verifies that the
+/// little on every call: today, `unlock()` of a ``Lock`` or ``SpinLock`` verifies that the
 /// calling thread holds it (unchecked, such an unlock releases the lock on the holder's
 /// behalf).
 ///

@@ -74,7 +74,7 @@ public final class ProcessLock: @unchecked Sendable {
   /// The lock file's path.
   public let path: String
 
-  let guardLock = Mutex()
+  let guardLock = Lock()
   var heldToken: String?
   /// Makes the hard link: `FileCalls.link`, or a test's stand-in that misreports it.
   let linkFile: @Sendable (String, String) throws(SystemCallError) -> Bool

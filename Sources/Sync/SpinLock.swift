@@ -6,17 +6,17 @@
 /// guide's spin lock).
 ///
 /// A waiting thread first spins with exponential `pause` backoff, then yields the processor
-/// a bounded number of times, and finally sleeps on a futex like ``Mutex``. It never
+/// a bounded number of times, and finally sleeps on a futex like ``Lock``. It never
 /// busy-waits without bound, so a preempted holder cannot make waiters burn a core.
 ///
 /// **When not to use it:** when the critical section may block, allocate, take another lock
 /// or run longer than roughly a microsecond; when threads outnumber cores (the holder may
-/// be descheduled while others spin); when in doubt. ``Mutex`` is nearly as fast
+/// be descheduled while others spin); when in doubt. ``Lock`` is nearly as fast
 /// uncontended and far better behaved under contention on this kind of machine.
 ///
 /// `unlock()` of an unlocked spin lock and re-locking on the holding thread always stop the
 /// process with a message; unlocking from another thread does in checked mode (as
-/// ``Mutex``; see ``MisuseChecking``).
+/// ``Lock``; see ``MisuseChecking``).
 public final class SpinLock: Locking, @unchecked Sendable {
   // @unchecked: all state is in `core`, accessed through atomics and the futex.
   @usableFromInline

@@ -21,7 +21,7 @@
 /// table is split into ``SynchronizedTable/bucketCount`` buckets by address, each guarded by
 /// a short internal lock that is never held while waiting for an object's lock, so unrelated
 /// objects only ever share a few instructions' worth of bookkeeping. Entering costs two
-/// short bucket sections and one lock acquisition; for hot state, give it its own ``Mutex``.
+/// short bucket sections and one lock acquisition; for hot state, give it its own ``Lock``.
 ///
 /// Blocks while another thread is inside a section on the same object. The Objective-C
 /// runtime functions it replaces are `objc_sync_enter` and `objc_sync_exit`.
@@ -46,7 +46,7 @@ struct SynchronizedEntry {
   var users: Int
   /// The next entry in the bucket's list (or its free list). Guarded by the bucket lock.
   var next: UnsafeMutablePointer<SynchronizedEntry>?
-  /// The object's lock (the ``RecursiveMutex`` algorithm). Set once when the entry is
+  /// The object's lock (the ``RecursiveLock`` algorithm). Set once when the entry is
   /// allocated; entries are recycled through the bucket's free list, never freed, so a
   /// thread still waking a sleeper on it after its last `exit` touches valid memory.
   let lock: FutexLock
@@ -74,7 +74,7 @@ struct SynchronizedSection {
 /// objects in opposite orders.
 ///
 /// Memory ordering: every field of an entry but its lock words is read and written under
-/// the bucket lock (acquire/release), and the lock words are the ``RecursiveMutex``'s own.
+/// the bucket lock (acquire/release), and the lock words are the ``RecursiveLock``'s own.
 @usableFromInline
 enum SynchronizedTable {
   /// How many buckets the table spreads objects over.
@@ -122,7 +122,7 @@ enum SynchronizedTable {
     let index = bucket(for: key)
     let bucketLock = bucketLock(index)
     let heads = heads(index)
-    _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+    _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     var found = heads[0]
     while let candidate = found, candidate.pointee.key != key {
       found = candidate.pointee.next
@@ -150,7 +150,7 @@ enum SynchronizedTable {
     if lock.isHeldByCurrentThread {
       lock.depth.pointee += 1
     } else {
-      _ = lock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+      _ = lock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
       lock.depth.pointee = 1
     }
     return SynchronizedSection(entry: entry, bucket: index)
@@ -169,7 +169,7 @@ enum SynchronizedTable {
     }
     let bucketLock = bucketLock(section.bucket)
     let heads = heads(section.bucket)
-    _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+    _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     entry.pointee.users -= 1
     if entry.pointee.users == 0 {
       if heads[0] == entry {
@@ -191,7 +191,7 @@ enum SynchronizedTable {
     var count = 0
     for index in 0..<bucketCount {
       let bucketLock = bucketLock(index)
-      _ = bucketLock.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "synchronized")
+      _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
       var entry = heads(index)[0]
       while let current = entry {
         count += 1

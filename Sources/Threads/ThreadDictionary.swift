@@ -21,7 +21,7 @@ import Sync
 /// ```
 public final class ThreadDictionary: @unchecked Sendable {
   // @unchecked: `storage` is only touched with `lock` held.
-  private let lock = Mutex()
+  private let lock = Lock()
   private var storage: [String: any Sendable] = [:]
 
   init() {}

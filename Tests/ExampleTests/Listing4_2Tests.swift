@@ -6,7 +6,7 @@ import TestSupport
 @Suite("Listing 4-2: using a mutex lock", .timeLimit(.minutes(2)))
 struct Listing4_2Tests {
   final class Shared: @unchecked Sendable {
-    let mutex = Mutex()  // the guide's `pthread_mutex_t mutex` + `pthread_mutex_init`
+    let mutex = Lock()  // the guide's `pthread_mutex_t mutex` + `pthread_mutex_init`
     var workDone = 0     // protected by `mutex`
 
     func myLockingFunction() {

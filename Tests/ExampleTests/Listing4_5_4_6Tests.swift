@@ -9,7 +9,7 @@ import TestSupport
 struct Listing4_5_4_6Tests {
   final class Shared: @unchecked Sendable {
     // MyCondInitFunction: pthread_mutex_init + pthread_cond_init.
-    let mutex = Mutex()
+    let mutex = Lock()
     let condition = ConditionVariable()
     var readyToGo = false  // protected by `mutex`
     var workDone = 0       // protected by `mutex`

@@ -7,7 +7,7 @@ import TestSupport
 @Suite("NSLock example: try in a loop", .timeLimit(.minutes(2)))
 struct NSLockExampleTests {
   final class Display: @unchecked Sendable {
-    let theLock = Mutex()
+    let theLock = Lock()
     var updates = 0        // protected by `theLock`
     var latestValue = 0    // protected by `theLock`
   }

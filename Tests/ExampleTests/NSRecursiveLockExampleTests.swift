@@ -7,7 +7,7 @@ import TestSupport
 @Suite("NSRecursiveLock example: recursive function", .timeLimit(.minutes(2)))
 struct NSRecursiveLockExampleTests {
   final class Example: @unchecked Sendable {
-    let theLock = RecursiveMutex()
+    let theLock = RecursiveLock()
     var calls = 0          // protected by `theLock`
     var deepestLevel = 0   // protected by `theLock`
 

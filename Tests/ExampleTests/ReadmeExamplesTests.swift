@@ -12,7 +12,7 @@ struct ReadmeExamplesTests {
     final class Account: @unchecked Sendable { var balance = 0 }
     let account = Account()
 
-    let mutex = Mutex()                 // futex-based; one atomic each way when uncontended
+    let mutex = Lock()                 // futex-based; one atomic each way when uncontended
     mutex.withLock { account.balance += 10 }    // released however the body exits
 
     if mutex.lock(timeout: .milliseconds(5)) {   // monotonic clock, never the wall clock

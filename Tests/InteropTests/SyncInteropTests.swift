@@ -1,5 +1,5 @@
 // Compiles the toolkit's public types beside Foundation and Synchronization, which define
-// types of the same names (Mutex, Thread, RunLoop, Timer...). If a toolkit name becomes
+// types of the same names (Thread, RunLoop, Timer, Mutex...). If a toolkit name becomes
 // ambiguous in a way module selectors cannot resolve, this target stops building.
 import Foundation
 import Synchronization
@@ -10,8 +10,8 @@ import Testing
 struct SyncInteropTests {
   @Test("every Sync lock type is usable with the peers imported")
   func locks() {
-    let mutex = Sync::Mutex()
-    let recursive = RecursiveMutex()
+    let mutex = Sync::Lock()
+    let recursive = RecursiveLock()
     let readWrite = ReadWriteLock()
     let spin = SpinLock()
     let locks: [any Locking] = [mutex, recursive, readWrite, spin]

@@ -165,7 +165,7 @@ import TestSupport
 }
 
 final class WeakBox: @unchecked Sendable {
-  private let lock = Mutex()
+  private let lock = Lock()
   private weak var value: RunLoop?  // protected by lock
   func set(_ runLoop: RunLoop) { lock.withLock { value = runLoop } }
   func get() -> RunLoop? { lock.withLock { value } }

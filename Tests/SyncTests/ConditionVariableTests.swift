@@ -6,7 +6,7 @@ import Testing
 struct ConditionVariableTests {
   @Test("signal under the mutex wakes a predicate waiter")
   func signalWakesWaiter() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let ready = ConditionVariable()
     let flag = GuardedValue(false)
     let seen = GuardedValue(false)
@@ -28,7 +28,7 @@ struct ConditionVariableTests {
 
   @Test("two conditions on one mutex: a bounded buffer moves exact counts")
   func boundedBuffer() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let notEmpty = ConditionVariable()
     let notFull = ConditionVariable()
     let buffer = GuardedValue<[Int]>([])
@@ -58,7 +58,7 @@ struct ConditionVariableTests {
 
   @Test("timed waits time out on the monotonic clock, never early; bad timeouts return at once")
   func timedWaits() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let condition = ConditionVariable()
     mutex.withLock {
       let start = MonotonicInstant.now
@@ -76,7 +76,7 @@ struct ConditionVariableTests {
 
   @Test("broadcast wakes every waiter")
   func broadcast() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let condition = ConditionVariable()
     let arrived = GuardedValue(0)
     let go = GuardedValue(false)
@@ -102,7 +102,7 @@ struct ConditionVariableTests {
   func waitWithoutMutex() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        ConditionVariable().wait(Mutex())
+        ConditionVariable().wait(Lock())
       }
     }
   }
@@ -112,7 +112,7 @@ struct ConditionVariableTests {
     await #expect(processExitsWith: .failure) {
       blocking {
         let condition = ConditionVariable()
-        let first = Mutex(), second = Mutex()
+        let first = Lock(), second = Lock()
         first.withLock { _ = condition.wait(first, timeout: .zero) }
         second.withLock { _ = condition.wait(second, timeout: .zero) }
       }

@@ -33,7 +33,7 @@ struct ErrnoPreservationTests {
     #expect(errnoAfterTimeout { condition.wait(timeout: .milliseconds(2)) } == sentinel)
     condition.unlock()
 
-    let mutex = Mutex()
+    let mutex = Lock()
     let variable = ConditionVariable()
     mutex.lock()
     #expect(errnoAfterTimeout { variable.wait(mutex, timeout: .milliseconds(2)) } == sentinel)
@@ -48,8 +48,8 @@ struct ErrnoPreservationTests {
 
   @Test("timed lock calls that time out against a holder on another thread")
   func lockTimeouts() {
-    let mutex = Mutex()
-    let recursive = RecursiveMutex()
+    let mutex = Lock()
+    let recursive = RecursiveLock()
     let spin = SpinLock()
     let readWrite = ReadWriteLock()
     let conditionLock = ConditionLock()
@@ -88,9 +88,9 @@ struct ErrnoPreservationTests {
 
   @Test("contended locks, barriers and once")
   func contended() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let readWrite = ReadWriteLock()
-    let recursive = RecursiveMutex()
+    let recursive = RecursiveLock()
     let barrier = ThreadBarrier(parties: 4)
     let once = Once()
     let changed = GuardedValue(0)

@@ -2,11 +2,11 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("RecursiveMutex", .timeLimit(.minutes(2)))
+@Suite("RecursiveLock", .timeLimit(.minutes(2)))
 struct RecursiveMutexTests {
   @Test("the holder re-acquires and must release as often")
   func levels() {
-    let lock = RecursiveMutex()
+    let lock = RecursiveLock()
     lock.lock()
     #expect(lock.tryLock())
     #expect(lock.lock(timeout: .zero))
@@ -29,7 +29,7 @@ struct RecursiveMutexTests {
 
   @Test("no increment is lost under contention, with nested acquisition")
   func stress() {
-    let lock = RecursiveMutex()
+    let lock = RecursiveLock()
     let counter = UnprotectedCounter()
     runConcurrently(4) { _ in
       for _ in 0..<10_000 {
@@ -43,7 +43,7 @@ struct RecursiveMutexTests {
   func overUnlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let lock = RecursiveMutex()
+        let lock = RecursiveLock()
         lock.lock()
         lock.unlock()
         lock.unlock()
@@ -55,7 +55,7 @@ struct RecursiveMutexTests {
   func foreignUnlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let lock = RecursiveMutex()
+        let lock = RecursiveLock()
         lock.lock()
         runConcurrently(1) { _ in lock.unlock() }
       }
@@ -310,7 +310,7 @@ struct SpinLockTests {
 @Suite("Locking protocol", .timeLimit(.minutes(2)))
 struct LockingProtocolTests {
   static let locks: [@Sendable () -> any Locking] = [
-    { Mutex() }, { RecursiveMutex() }, { ReadWriteLock() }, { SpinLock() },
+    { Lock() }, { RecursiveLock() }, { ReadWriteLock() }, { SpinLock() },
   ]
 
   @Test("generic code works the same with every lock", arguments: 0..<4)

@@ -10,9 +10,9 @@ struct MisuseCheckingTests {
     let mode = MisuseChecking.mode
     #expect(MisuseChecking.mode == mode)
     #expect(MisuseChecking.isChecked == (mode == .checked))
-    #expect(Mutex().isChecked == (mode == .checked))
+    #expect(Lock().isChecked == (mode == .checked))
     #expect(SpinLock().isChecked == (mode == .checked))
-    #expect(Mutex(checked: mode != .checked).isChecked == (mode != .checked), "an explicit argument wins")
+    #expect(Lock(checked: mode != .checked).isChecked == (mode != .checked), "an explicit argument wins")
     MisuseChecking.mode = mode  // setting the mode already running is allowed
     #expect("\(MisuseChecking.Mode.checked)" == "checked" && "\(MisuseChecking.Mode.unchecked)" == "unchecked")
   }
@@ -23,7 +23,7 @@ struct MisuseCheckingTests {
       setenv("THREADING_TOOLKIT_CHECKS", "checked", 1)
       precondition(MisuseChecking.mode == .checked)
       blocking {
-        let mutex = Mutex()
+        let mutex = Lock()
         mutex.lock()
         runConcurrently(1) { _ in mutex.unlock() }
       }
@@ -39,7 +39,7 @@ struct MisuseCheckingTests {
       setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
       precondition(MisuseChecking.mode == .unchecked)
       blocking {
-        let mutex = Mutex()
+        let mutex = Lock()
         precondition(!mutex.isChecked)
         mutex.lock()
         runConcurrently(1) { _ in mutex.unlock() }
@@ -63,7 +63,7 @@ struct MisuseCheckingTests {
     await #expect(processExitsWith: .success) {
       setenv("THREADING_TOOLKIT_CHECKS", "checked", 1)
       MisuseChecking.mode = .unchecked
-      precondition(MisuseChecking.mode == .unchecked && !Mutex().isChecked)
+      precondition(MisuseChecking.mode == .unchecked && !Lock().isChecked)
     }
   }
 
@@ -71,7 +71,7 @@ struct MisuseCheckingTests {
   func lateChangeIsMisuse() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
-      _ = Mutex()
+      _ = Lock()
       MisuseChecking.mode = .checked
     }.map { result in
       #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("MisuseChecking misuse"))

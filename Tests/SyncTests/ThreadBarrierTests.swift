@@ -14,7 +14,7 @@ struct ThreadBarrierTests {
     arrivals.initialize(repeating: 0)
     defer { arrivals.deallocate() }
     nonisolated(unsafe) let perRound = arrivals
-    let mutex = Mutex()
+    let mutex = Lock()
     let overtaken = AtomicInteger<Int>(0)
     runConcurrently(parties) { _ in
       for round in 0..<rounds {

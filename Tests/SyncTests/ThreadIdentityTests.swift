@@ -29,7 +29,7 @@ private func onLaterThreadWithRecycledHandle(
 struct ThreadIdentityTests {
   @Test("a recursive mutex held by an ended thread is not entered by a later thread")
   func recursiveMutexOfEndedThread() {
-    let mutex = RecursiveMutex()
+    let mutex = RecursiveLock()
     // Held forever by a thread that no longer exists: never deinitialized (that would
     // report it as destroyed while locked).
     _ = Unmanaged.passRetained(mutex)
@@ -42,7 +42,7 @@ struct ThreadIdentityTests {
   func checkedMutexOfEndedThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let mutex = Mutex(checked: true)
+        let mutex = Lock(checked: true)
         onLaterThreadWithRecycledHandle(first: { mutex.lock() }, then: { mutex.unlock() })
       }
     }

@@ -16,7 +16,7 @@ public final class TestThread: @unchecked Sendable {
   // @unchecked: `handle` is only touched with `lock` held.
   /// The toolkit thread object (for exit requests).
   public let thread: Thread
-  private let lock = Mutex()
+  private let lock = Lock()
   private var handle: JoinableThread<Void, Never>?  // protected by lock; taken by join()
 
   private init(_ handle: consuming JoinableThread<Void, Never>) {
@@ -50,7 +50,7 @@ public final class TestThread: @unchecked Sendable {
 
 /// A thread-safe list tests append to from callbacks on any thread.
 public final class Recorder<Element: Sendable>: @unchecked Sendable {
-  private let lock = Mutex()
+  private let lock = Lock()
   private var elements: [Element] = []  // protected by lock
 
   /// An empty list.
@@ -65,7 +65,7 @@ public final class Recorder<Element: Sendable>: @unchecked Sendable {
 
 /// A thread-safe box.
 public final class Box<Value: Sendable>: @unchecked Sendable {
-  private let lock = Mutex()
+  private let lock = Lock()
   private var stored: Value  // protected by lock
   /// A box holding `value`.
   public init(_ value: Value) { stored = value }

@@ -85,8 +85,8 @@ private func registerConditionHandoff(_ harness: Harness) {
       }
       handOffJoin(partner)
     }),
-    (.toolkit("Sync.ConditionVariable+Mutex"), { iterations in
-      let mutex = Sync.Mutex()
+    (.toolkit("Sync.ConditionVariable+Lock"), { iterations in
+      let mutex = Sync.Lock()
       let condition = ConditionVariable()
       let turn = Turn()
       let partner = handOffSpawn {

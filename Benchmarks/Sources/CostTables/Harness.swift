@@ -4,7 +4,7 @@
 // ThreadBenchmarks.swift, ...):
 //   func registerLockBenchmarks(_ harness: Harness)   // listed in main.swift
 // and inside, for each row:
-//   harness.measure(id: "mutex.uncontended", subject: .toolkit("Sync.Mutex"), group: "Table 4-2",
+//   harness.measure(id: "mutex.uncontended", subject: .toolkit("Sync.Lock"), group: "Table 4-2",
 //                   operations: 1_000) { iterations in for _ in 0..<iterations { ... } }
 // `body` runs `iterations` operations; the harness chooses the count, warms up, takes
 // samples and records ns per operation. For measurements the harness cannot drive (thread

@@ -38,7 +38,7 @@ private func checkPthread(_ result: Int32, _ call: String) {
 }
 
 private final class SyncMutexSubject: CountingLock, @unchecked Sendable {
-  let lock = Sync.Mutex(checked: false)
+  let lock = Sync.Lock(checked: false)
   let counter = makeCounter()
   func increment() {
     lock.lock()
@@ -49,7 +49,7 @@ private final class SyncMutexSubject: CountingLock, @unchecked Sendable {
 }
 
 private final class SyncMutexWithLockSubject: CountingLock, @unchecked Sendable {
-  let lock = Sync.Mutex(checked: false)
+  let lock = Sync.Lock(checked: false)
   let counter = makeCounter()
   func increment() {
     lock.withLock { counter.pointee &+= 1 }
@@ -58,7 +58,7 @@ private final class SyncMutexWithLockSubject: CountingLock, @unchecked Sendable 
 }
 
 private final class SyncRecursiveMutexSubject: CountingLock, @unchecked Sendable {
-  let lock = Sync.RecursiveMutex()
+  let lock = Sync.RecursiveLock()
   let counter = makeCounter()
   func increment() {
     lock.lock()
@@ -283,7 +283,7 @@ func registerMutexBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "mutex.uncontended", group: "Table 4-2", operations: 200_000,
     [
-      (.toolkit("Sync.Mutex"), { uncontendedLoop(syncMutex, $0) }),
+      (.toolkit("Sync.Lock"), { uncontendedLoop(syncMutex, $0) }),
       (.toolkit("Sync.LockedValue"), { uncontendedLoop(syncLockedValue, $0) }),
       (.peer("pthread"), { uncontendedLoop(pthreadMutex, $0) }),
       (.peer("Foundation.NSLock"), { uncontendedLoop(nsLock, $0) }),
@@ -293,7 +293,7 @@ func registerMutexBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "mutex.uncontended-withlock", group: "Locks, uncontended", operations: 200_000,
     [
-      (.toolkit("Sync.Mutex"), { uncontendedLoop(syncMutexWithLock, $0) }),
+      (.toolkit("Sync.Lock"), { uncontendedLoop(syncMutexWithLock, $0) }),
       (.peer("Synchronization.Mutex"), { uncontendedLoop(synchronizationMutex, $0) }),
     ])
 
@@ -314,7 +314,7 @@ func registerLockBenchmarks(_ harness: Harness) {
   harness.measureInterleaved(
     id: "recursive-mutex.uncontended", group: "Locks, uncontended", operations: 200_000,
     [
-      (.toolkit("Sync.RecursiveMutex"), { uncontendedLoop(syncRecursive, $0) }),
+      (.toolkit("Sync.RecursiveLock"), { uncontendedLoop(syncRecursive, $0) }),
       (.peer("pthread"), { uncontendedLoop(pthreadRecursive, $0) }),
       (.peer("Foundation.NSRecursiveLock"), { uncontendedLoop(nsRecursive, $0) }),
     ])
@@ -379,7 +379,7 @@ func registerLockBenchmarks(_ harness: Harness) {
     harness.sampleInterleaved(
       id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (.toolkit("Sync.Mutex"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.Lock"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         (.toolkit("Sync.LockedValue"), { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         (.peer("pthread"), { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         (.peer("Foundation.NSLock"), { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
@@ -391,7 +391,7 @@ func registerLockBenchmarks(_ harness: Harness) {
       id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
       samples: 11,
       [
-        (.toolkit("Sync.Mutex"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (.toolkit("Sync.Lock"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
         (
           .toolkit("Sync.LockedValue"),
           { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
@@ -409,7 +409,7 @@ func registerLockBenchmarks(_ harness: Harness) {
     harness.sampleInterleaved(
       id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (.toolkit("Sync.RecursiveMutex"), { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (.toolkit("Sync.RecursiveLock"), { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         (.peer("pthread"), { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
         (.peer("Foundation.NSRecursiveLock"), { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
       ])

@@ -47,7 +47,7 @@ private func portsSpawn(onMainCPU: Bool = false, _ body: @escaping @Sendable () 
 
 /// A value shared between the benchmark threads (set once, read after a handshake).
 private final class PortsShared<Value: Sendable>: @unchecked Sendable {
-  private let lock = Sync.Mutex()
+  private let lock = Sync.Lock()
   private var stored: Value
   init(_ value: Value) { stored = value }
   var value: Value {

@@ -87,7 +87,7 @@ private func benchmarkPerformBlock(_ harness: Harness) {
 /// and wakes A. Returns ns per round trip.
 private func runLoopPingPong(roundTrips: Int) -> Double {
   final class Shared: @unchecked Sendable {
-    let lock = Sync.Mutex()
+    let lock = Sync.Lock()
     var loops: [RunLoop::RunLoop] = []  // protected by lock
     var sources: [RunLoopSource] = []  // protected by lock
     var count = 0  // only touched by the loops' handlers, one at a time (they alternate)

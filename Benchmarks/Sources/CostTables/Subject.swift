@@ -10,7 +10,7 @@ struct Subject: Hashable, Sendable {
     case peer
   }
 
-  /// The label in tables, charts and the JSON `subject` field, e.g. "Sync.Mutex", "pthread".
+  /// The label in tables, charts and the JSON `subject` field, e.g. "Sync.Lock", "pthread".
   var name: String
   var role: Role
 

@@ -16,18 +16,18 @@ func registerSynchronizedBenchmarks(_ harness: Harness) {
   final class Account { var balance = 0 }
   let account = Account()
 
-  let mutex = Sync.Mutex()
-  let recursive = RecursiveMutex()
+  let mutex = Sync.Lock()
+  let recursive = RecursiveLock()
   let lock = NSRecursiveLock()
 
   harness.measureInterleaved(id: id, group: group, operations: operations, [
     (.toolkit("Sync.synchronized(obj)"), { iterations in
       for _ in 0..<iterations { synchronized(account) { account.balance &+= 1 } }
     }),
-    (.toolkit("Sync.Mutex.withLock"), { iterations in
+    (.toolkit("Sync.Lock.withLock"), { iterations in
       for _ in 0..<iterations { mutex.withLock { account.balance &+= 1 } }
     }),
-    (.toolkit("Sync.RecursiveMutex.withLock"), { iterations in
+    (.toolkit("Sync.RecursiveLock.withLock"), { iterations in
       for _ in 0..<iterations { recursive.withLock { account.balance &+= 1 } }
     }),
     (.peer("Foundation.NSRecursiveLock"), { iterations in

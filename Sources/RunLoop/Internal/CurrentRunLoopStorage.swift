@@ -17,7 +17,7 @@ enum CurrentRunLoopStorage {
   static let slot = ThreadLocal<RunLoop?>(initialValue: { nil }, destructor: { runLoop in runLoop?.threadDidExit() })
 
   /// Protects `mainRunLoop`.
-  static let mainLock = Mutex()
+  static let mainLock = Lock()
   /// The main thread's run loop once created. Protected by `mainLock`.
   nonisolated(unsafe) static var mainRunLoop: RunLoop?
 

@@ -329,7 +329,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
 /// The invalidation callback, fired at most once.
 private final class CallbackSlots: @unchecked Sendable {
   // Protected by `mutex`.
-  private let mutex = Sync.Mutex()
+  private let mutex = Sync.Lock()
   private var invalidation: (@Sendable (MessagePort) -> Void)?
   private var fired = false
 
@@ -350,7 +350,7 @@ private final class CallbackSlots: @unchecked Sendable {
 /// Holds the lazily created run-loop member of a local message port.
 private final class MemberSlot: @unchecked Sendable {
   // Protected by `mutex`.
-  private let mutex = Sync.Mutex()
+  private let mutex = Sync.Lock()
   private var member: DescriptorMember?
   private var retired = false
 

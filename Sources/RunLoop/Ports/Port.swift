@@ -44,7 +44,7 @@ import Sync
 /// let checkIn = try mainPort.receive(before: .after(.seconds(1)))
 /// ```
 ///
-/// Built on the toolkit's futex `Mutex` and two `ConditionVariable`s, with monotonic-clock
+/// Built on the toolkit's futex `Lock` and two `ConditionVariable`s, with monotonic-clock
 /// deadlines (plus an `eventfd` only when asked for); no Mach ports exist on Linux.
 public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// How many messages a port created without an explicit capacity holds.

@@ -1,6 +1,6 @@
 import CThreadingShims
 
-/// The lock word shared by ``Mutex``, ``RecursiveMutex`` and ``SpinLock``: a three-state futex
+/// The lock word shared by ``Lock``, ``RecursiveLock`` and ``SpinLock``: a three-state futex
 /// lock (Drepper, "Futexes Are Tricky", mutex 3) plus an owner tag.
 ///
 /// State table of `state`:
@@ -30,7 +30,7 @@ struct FutexLock {
   let state: UnsafeMutablePointer<UInt32>
   @usableFromInline
   let owner: UnsafeMutablePointer<UInt64>
-  /// Recursion depth, used by ``RecursiveMutex`` only; touched by the holder only.
+  /// Recursion depth, used by ``RecursiveLock`` only; touched by the holder only.
   @usableFromInline
   let depth: UnsafeMutablePointer<Int>
 
@@ -141,7 +141,7 @@ struct FutexLock {
   func acquireSlow(before deadline: MonotonicInstant, spins: Int, typeName: String) -> Bool {
     let me = currentThreadTag()
     if ownerTag == me {
-      reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveMutex to re-acquire")
+      reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
     }
     // Bounded spinning: poll, one pause per poll, while the lock is held; a holder about to
     // leave hands over without a system call. Never unbounded. A thread that has not slept

@@ -11,7 +11,7 @@
 /// Acquire ordering on taking the lock and release ordering on giving it up make the
 /// protected writes visible to the next holder (x86 and arm64 alike: `ldaxr`/`stlxr` or
 /// the locked instruction). Not recursive, no owner, no misuse checks: the sections it
-/// guards never call out to user code. Public code uses ``Mutex`` or ``LockedValue``.
+/// guards never call out to user code. Public code uses ``Lock`` or ``LockedValue``.
 @usableFromInline
 package enum WordLock {
   /// Acquires the lock on `word`, sleeping in the kernel while another thread holds it.

@@ -139,7 +139,7 @@ enum CriticalThreads {
 enum DetachedErrors {
   final class Box: @unchecked Sendable {
     // @unchecked: `handler` is only touched with `lock` held.
-    let lock = Mutex()
+    let lock = Lock()
     var handler: Thread.DetachedErrorHandler = DetachedErrors.printToStandardError
   }
   static let box = Box()

@@ -8,7 +8,7 @@ import Sync
 /// A minimal three-state futex lock on a 32-bit word the caller allocates (Drepper,
 /// "Futexes Are Tricky", mutex 3), for the Threads module's own short critical sections.
 ///
-/// Why not `Sync.Mutex`: each `Mutex` is an object plus a 64-byte aligned block; a `Thread`
+/// Why not `Sync.Lock`: each `Lock` is an object plus a 64-byte aligned block; a `Thread`
 /// and its join state would need several, and their allocation alone measured about 0.9 us
 /// per spawned thread (Table 2-1's creation time is about 12 us here). This lock lives in a
 /// word of a block the owner allocates anyway.

@@ -25,7 +25,7 @@ enum DelayedPerformRegistry {
     }
   }
 
-  private static let lock = Sync.Mutex()
+  private static let lock = Sync.Lock()
   nonisolated(unsafe) private static var entries: [Entry] = []
 
   static func add(_ entry: Entry) {

@@ -34,7 +34,7 @@ final class DescriptorMember: @unchecked Sendable {
   private(set) var source: RunLoopSource!
 
   /// Protects `interest`, `loops`.
-  private let lock = Sync.Mutex()
+  private let lock = Sync.Lock()
   /// TK_EPOLL_READABLE / TK_EPOLL_WRITABLE bits the handler wants (0 = disabled).
   private var interest: UInt32
   /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
@@ -184,7 +184,7 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// Tokens are unique in the process, so one registry serves every run loop.
   private static let nextToken = AtomicInteger<UInt64>(EpollBackend.firstMemberToken)
-  static let registryLock = Sync.Mutex()
+  static let registryLock = Sync.Lock()
   nonisolated(unsafe) private static var registry: [UInt64: WeakMember] = [:]
 
   /// Signals the member behind `token` and returns its source. Called by the run loop

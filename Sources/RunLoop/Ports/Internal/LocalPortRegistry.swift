@@ -11,7 +11,7 @@ final class LocalPortRegistry: @unchecked Sendable {
   }
 
   // Protected by `mutex`.
-  private let mutex = Sync.Mutex()
+  private let mutex = Sync.Lock()
   private var ports: [String: WeakPort] = [:]
   /// `ports.count`, readable without the mutex: a process with no local port (the usual
   /// sending side) answers `lookup` with one load. Written with `mutex` held.

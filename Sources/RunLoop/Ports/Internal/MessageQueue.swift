@@ -11,7 +11,7 @@ import Sync
 /// Bounded on purpose: a receiver that stops draining makes senders wait, then fail with a
 /// send timeout at their deadline, so memory never grows without limit.
 ///
-/// State (all protected by `mutex`, a ``Sync/Mutex`` paired with two ``Sync/ConditionVariable``s):
+/// State (all protected by `mutex`, a ``Sync/Lock`` paired with two ``Sync/ConditionVariable``s):
 ///
 /// | field | meaning |
 /// |---|---|
@@ -34,7 +34,7 @@ import Sync
 /// one slot and signals one waiting sender.
 final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   // @unchecked: every stored var is read and written only with `mutex` held.
-  private let mutex = Mutex()
+  private let mutex = Lock()
   private let notEmpty = ConditionVariable()
   private let notFull = ConditionVariable()
   private var buffer: [Element?]

@@ -24,11 +24,11 @@ final class NamedPortConnection: @unchecked Sendable {
   let limits: Frame.Limits
 
   // Protected by `requestMutex`, held for a whole send (and reply wait).
-  private let requestMutex = Sync.Mutex()
+  private let requestMutex = Sync.Lock()
   private var decoder: FrameDecoder
   private var nextSequence: UInt32 = 1
   // Protected by `stateMutex`.
-  private let stateMutex = Sync.Mutex()
+  private let stateMutex = Sync.Lock()
   private var socket: UnixSocket?
   private var invalidationReason: PortError?
   /// Where `recv` writes replies; allocated once (not zeroed per request).

@@ -48,7 +48,7 @@ final class NamedPortListener: @unchecked Sendable {
   /// How long a reply may wait for a slow reader before that peer is dropped.
   let replySendTimeout: Duration
 
-  private let mutex = Sync.Mutex()
+  private let mutex = Sync.Lock()
   private var listener: UnixSocket?          // nil once closed
   private var lockDescriptor: Int32          // -1 once closed
   private var wakeDescriptor: Int32          // eventfd; -1 once closed

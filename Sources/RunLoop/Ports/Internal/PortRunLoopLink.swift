@@ -11,7 +11,7 @@ import Sync
 /// the only kernel object on the path.
 final class PortRunLoopLink: @unchecked Sendable {
   // Protected by `lock` (taken before a run loop's lock and a source's lock, never after).
-  private let lock = Sync.Mutex()
+  private let lock = Sync.Lock()
   private var source: RunLoopSource?
   /// The run loops the source is scheduled in, with how many of their modes. Strong: a loop
   /// leaves this list when the source leaves its last mode, which every loop does when its

@@ -14,7 +14,7 @@ final class RemotePortRegistry: @unchecked Sendable {
   // Protected by `mutex`, taken before a connection's state lock (through `isValid`), never
   // after. Nothing is released with it held: a port that loses `adopt` is returned to its
   // caller to release.
-  private let mutex = Sync.Mutex()
+  private let mutex = Sync.Lock()
   private var ports: [String: WeakPort] = [:]
 
   /// The valid remote port registered as `name`, if any.

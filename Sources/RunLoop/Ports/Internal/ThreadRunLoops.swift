@@ -9,7 +9,7 @@ enum ThreadRunLoops {
     weak var runLoop: RunLoop?
   }
 
-  private static let lock = Sync.Mutex()
+  private static let lock = Sync.Lock()
   nonisolated(unsafe) private static var entries: [UInt64: Entry] = [:]
 
   /// Records `runLoop` as the run loop of the thread with `threadID`.

@@ -1,14 +1,14 @@
-/// A mutex the holding thread may acquire again: the guide's `NSRecursiveLock` and
+/// A lock the holding thread may acquire again: the guide's `NSRecursiveLock` and
 /// `PTHREAD_MUTEX_RECURSIVE`.
 ///
 /// Each `lock()` (or successful `tryLock()`/`lock(before:)`) by the holder adds one level;
-/// each `unlock()` removes one; the mutex is free again when the levels reach zero. Useful
+/// each `unlock()` removes one; the lock is free again when the levels reach zero. Useful
 /// for recursive functions that take the lock on every call. Unlocking more often than
 /// locking, or unlocking from a thread that does not hold it, always stops the process with
 /// a message (the owner check is needed for recursion anyway, so it is never off).
 ///
 /// ```swift
-/// let lock = RecursiveMutex()
+/// let lock = RecursiveLock()
 /// func countDown(_ value: Int) {
 ///     lock.withLock {
 ///         if value > 0 { countDown(value - 1) }   // re-acquires without deadlock
@@ -16,21 +16,21 @@
 /// }
 /// countDown(5)
 /// ```
-public final class RecursiveMutex: Locking, @unchecked Sendable {
+public final class RecursiveLock: Locking, @unchecked Sendable {
   // @unchecked: the lock word is atomic; `depth` is touched only by the holder.
   @usableFromInline
   let core: FutexLock
 
-  /// Creates an unlocked recursive mutex.
+  /// Creates an unlocked recursive lock.
   public init() {
     core = FutexLock()
   }
 
   deinit {
-    core.deallocate(typeName: "RecursiveMutex")
+    core.deallocate(typeName: "RecursiveLock")
   }
 
-  /// Acquires the mutex, or adds a level if the calling thread already holds it. Blocks
+  /// Acquires the lock, or adds a level if the calling thread already holds it. Blocks
   /// while another thread holds it.
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
@@ -38,7 +38,7 @@ public final class RecursiveMutex: Locking, @unchecked Sendable {
     _ = lock(before: .distantFuture)
   }
 
-  /// Acquires the mutex or adds a level, blocking until `deadline` (monotonic clock);
+  /// Acquires the lock or adds a level, blocking until `deadline` (monotonic clock);
   /// returns whether it succeeded.
   @available(*, noasync, message: "blocks the thread")
   @inlinable
@@ -47,14 +47,14 @@ public final class RecursiveMutex: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "RecursiveMutex") else {
+    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock") else {
       return false
     }
     core.depth.pointee = 1
     return true
   }
 
-  /// Acquires the mutex or adds a level if that is possible right now; never blocks.
+  /// Acquires the lock or adds a level if that is possible right now; never blocks.
   @inlinable
   public func tryLock() -> Bool {
     if core.isHeldByCurrentThread {
@@ -66,30 +66,34 @@ public final class RecursiveMutex: Locking, @unchecked Sendable {
     return true
   }
 
-  /// Removes one level; releases the mutex when none remain. Stops the process if the
+  /// Removes one level; releases the lock when none remain. Stops the process if the
   /// calling thread does not hold it (including unlocking more often than locking).
   @inlinable
   public func unlock() {
     guard core.isHeldByCurrentThread else {
       if UInt32.atomicLoad(at: core.state, ordering: .relaxed) == 0 {
-        reportMisuse("RecursiveMutex", "unlock() of a lock that is not locked (more unlocks than locks?)")
+        reportMisuse("RecursiveLock", "unlock() of a lock that is not locked (more unlocks than locks?)")
       }
-      reportMisuse("RecursiveMutex", "unlock() from a thread that does not hold the lock")
+      reportMisuse("RecursiveLock", "unlock() from a thread that does not hold the lock")
     }
     core.depth.pointee -= 1
     if core.depth.pointee == 0 {
-      core.release(checkOwner: false, typeName: "RecursiveMutex")
+      core.release(checkOwner: false, typeName: "RecursiveLock")
     }
   }
 
-  /// How many levels the calling thread holds (0 when it does not hold the mutex).
+  /// How many levels the calling thread holds (0 when it does not hold the lock).
   public var levelsHeldByCurrentThread: Int {
     core.isHeldByCurrentThread ? core.depth.pointee : 0
   }
 
-  /// Whether the calling thread holds the mutex.
+  /// Whether the calling thread holds the lock.
   @inlinable
   public var isHeldByCurrentThread: Bool {
     core.isHeldByCurrentThread
   }
 }
+
+/// The former name of ``RecursiveLock``.
+@available(*, deprecated, renamed: "RecursiveLock")
+public typealias RecursiveMutex = RecursiveLock

@@ -1,39 +1,42 @@
 /// A non-recursive mutual-exclusion lock: the guide's `pthread_mutex_t` and `NSLock`.
 ///
+/// Called `Lock`, not `Mutex`, so it does not clash with the toolchain's
+/// `Synchronization.Mutex<Value>`, a value inside its lock (here ``LockedValue``).
+///
 /// Built on a Linux futex: the uncontended `lock()`/`unlock()` pair is one atomic
 /// compare-and-swap each, inlined into your code; a contended `lock()` spins briefly, then
 /// sleeps in the kernel until the holder releases it. Not fair: a releasing thread may
 /// re-acquire before a sleeper wakes, which keeps throughput high under contention.
 ///
 /// **Misuse** is never undefined behaviour:
-/// - `unlock()` of an unlocked mutex always stops the process with a message;
+/// - `unlock()` of an unlocked lock always stops the process with a message;
 /// - `lock()` by the thread that already holds it (a certain self-deadlock) always stops the
 ///   process with a message, instead of hanging;
 /// - in *checked* mode (``MisuseChecking/mode``, chosen per process at run time, or
-///   `Mutex(checked: true)`), `unlock()` from a thread that does not hold the lock stops the
+///   `Lock(checked: true)`), `unlock()` from a thread that does not hold the lock stops the
 ///   process too. Unchecked, such an unlock releases the lock on the holder's behalf.
 ///
 /// Timed acquisition (`lock(before:)`, `lock(timeout:)`) uses the monotonic clock.
 ///
 /// ```swift
-/// let mutex = Mutex()
-/// var total = 0                       // protected by `mutex`
-/// mutex.withLock { total += 1 }
+/// let lock = Lock()
+/// var total = 0                       // protected by `lock`
+/// lock.withLock { total += 1 }
 ///
-/// if mutex.tryLock() {                // the guide's NSLock `try` loop
-///     defer { mutex.unlock() }
+/// if lock.tryLock() {                 // the guide's NSLock `try` loop
+///     defer { lock.unlock() }
 ///     total += 1
 /// }
 /// ```
 ///
 /// The corresponding C functions are `pthread_mutex_lock`, `pthread_mutex_trylock`,
-/// `pthread_mutex_clocklock` and `pthread_mutex_unlock`; `Mutex` replaces them with `futex`.
-public final class Mutex: Locking, @unchecked Sendable {
+/// `pthread_mutex_clocklock` and `pthread_mutex_unlock`; `Lock` replaces them with `futex`.
+public final class Lock: Locking, @unchecked Sendable {
   // @unchecked: all state is in `core`, accessed only through atomics and the futex.
   @usableFromInline
   let core: FutexLock
 
-  /// Whether `unlock()` verifies that the calling thread holds the mutex (see the type's
+  /// Whether `unlock()` verifies that the calling thread holds the lock (see the type's
   /// doc); fixed at creation.
   public let isChecked: Bool
 
@@ -43,7 +46,7 @@ public final class Mutex: Locking, @unchecked Sendable {
   @usableFromInline
   static let spinsBeforeSleeping = 100
 
-  /// Creates an unlocked mutex; `checked` turns on the owner check in `unlock()`. By default
+  /// Creates an unlocked lock; `checked` turns on the owner check in `unlock()`. By default
   /// it follows the process's ``MisuseChecking/mode``.
   public init(checked: Bool = MisuseChecking.isChecked) {
     core = FutexLock()
@@ -51,28 +54,28 @@ public final class Mutex: Locking, @unchecked Sendable {
   }
 
   deinit {
-    core.deallocate(typeName: "Mutex")
+    core.deallocate(typeName: "Lock")
   }
 
-  /// Acquires the mutex, blocking the calling thread until it is available.
+  /// Acquires the lock, blocking the calling thread until it is available.
   ///
   /// Stops the process if the calling thread already holds it (self-deadlock).
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   @inline(__always)
   public func lock() {
-    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
+    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
-  /// Releases the mutex. Stops the process if it is not locked (always) or, in checked mode,
+  /// Releases the lock. Stops the process if it is not locked (always) or, in checked mode,
   /// if the calling thread does not hold it.
   @inlinable
   @inline(__always)
   public func unlock() {
-    core.release(checkOwner: isChecked, typeName: "Mutex")
+    core.release(checkOwner: isChecked, typeName: "Lock")
   }
 
-  /// Acquires the mutex if it is free right now; never blocks. Returns false when it is held,
+  /// Acquires the lock if it is free right now; never blocks. Returns false when it is held,
   /// including by the calling thread.
   @inlinable
   @inline(__always)
@@ -80,28 +83,28 @@ public final class Mutex: Locking, @unchecked Sendable {
     core.tryAcquire()
   }
 
-  /// Acquires the mutex, blocking until it is available or `deadline` (monotonic clock)
+  /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
   /// passes; returns whether it was acquired. Stops the process if the calling thread
   /// already holds it.
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    core.acquire(before: deadline, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
+    core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
-  /// Whether the calling thread holds the mutex. Exact for the calling thread; meant for
-  /// assertions (`assert(mutex.isHeldByCurrentThread)`).
+  /// Whether the calling thread holds the lock. Exact for the calling thread; meant for
+  /// assertions (`assert(lock.isHeldByCurrentThread)`).
   @inlinable
   public var isHeldByCurrentThread: Bool {
     core.isHeldByCurrentThread
   }
 
-  /// Runs `body` holding the mutex and returns its result; releases it however `body` exits.
+  /// Runs `body` holding the lock and returns its result; releases it however `body` exits.
   /// Specialized here so the fast path inlines without a protocol indirection.
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    _ = core.acquire(before: .distantFuture, spins: Mutex.spinsBeforeSleeping, typeName: "Mutex")
-    defer { core.release(checkOwner: isChecked, typeName: "Mutex") }
+    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    defer { core.release(checkOwner: isChecked, typeName: "Lock") }
     return try body()
   }
 }

@@ -18,11 +18,11 @@ func expectExactCount(_ lock: some Locking, threads: Int = 4, increments: Int = 
   #expect(counter.value == threads * increments)
 }
 
-@Suite("Mutex", .timeLimit(.minutes(2)))
+@Suite("Lock", .timeLimit(.minutes(2)))
 struct MutexTests {
   @Test("lock, tryLock and unlock", arguments: [true, false])
   func basics(checked: Bool) {
-    let mutex = Mutex(checked: checked)
+    let mutex = Lock(checked: checked)
     #expect(mutex.isChecked == checked)
     #expect(!mutex.isHeldByCurrentThread)
     mutex.lock()
@@ -36,7 +36,7 @@ struct MutexTests {
   @Test("withLock returns the body's value and releases on return and on throw")
   func scoped() {
     struct Failure: Error, Equatable {}
-    let mutex = Mutex()
+    let mutex = Lock()
     #expect(mutex.withLock { 41 + 1 } == 42)
     #expect(throws: Failure.self) {
       try mutex.withLock { () throws(Failure) -> Void in throw Failure() }
@@ -51,7 +51,7 @@ struct MutexTests {
 
   @Test("a held mutex blocks another thread's tryLock and times out its timed lock")
   func heldElsewhere() {
-    let mutex = Mutex()
+    let mutex = Lock()
     mutex.lock()
     let results = AtomicInteger<Int>(0)
     runConcurrently(1) { _ in
@@ -70,7 +70,7 @@ struct MutexTests {
   @Test("a timed lock succeeds when the holder releases before the deadline")
   func timedLockSucceeds() {
     // Unchecked: the releasing thread is not the one that locked it (a documented handover).
-    let mutex = Mutex(checked: false)
+    let mutex = Lock(checked: false)
     let gate = Gate()
     let acquired = AtomicInteger<Int>(0)
     mutex.lock()
@@ -91,13 +91,13 @@ struct MutexTests {
 
   @Test("no increment is lost under contention", arguments: [2, 4, 8])
   func stress(threads: Int) {
-    expectExactCount(Mutex(checked: false), threads: threads)
-    expectExactCount(Mutex(checked: true), threads: threads)
+    expectExactCount(Lock(checked: false), threads: threads)
+    expectExactCount(Lock(checked: true), threads: threads)
   }
 
   @Test("Listing 4-2: a POSIX-style mutex protects work done by several threads")
   func listing4_2() {
-    let mutex = Mutex()
+    let mutex = Lock()
     let shared = UnprotectedCounter()
     runConcurrently(3) { _ in
       for _ in 0..<1_000 {
@@ -111,18 +111,18 @@ struct MutexTests {
   }
 }
 
-@Suite("Mutex misuse", .timeLimit(.minutes(2)))
+@Suite("Lock misuse", .timeLimit(.minutes(2)))
 struct MutexMisuseTests {
   @Test("unlocking an unlocked mutex is reported, checked or not")
   func unlockUnlocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        Mutex(checked: false).unlock()
+        Lock(checked: false).unlock()
       }
     }
     await #expect(processExitsWith: .failure) {
       blocking {
-        Mutex(checked: true).unlock()
+        Lock(checked: true).unlock()
       }
     }
   }
@@ -131,14 +131,14 @@ struct MutexMisuseTests {
   func selfDeadlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let mutex = Mutex(checked: false)
+        let mutex = Lock(checked: false)
         mutex.lock()
         mutex.lock()
       }
     }
     await #expect(processExitsWith: .failure) {
       blocking {
-        let mutex = Mutex(checked: true)
+        let mutex = Lock(checked: true)
         mutex.lock()
         _ = mutex.lock(timeout: .seconds(60))
       }
@@ -149,7 +149,7 @@ struct MutexMisuseTests {
   func unlockFromOtherThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let mutex = Mutex(checked: true)
+        let mutex = Lock(checked: true)
         mutex.lock()
         runConcurrently(1) { _ in mutex.unlock() }
       }
@@ -160,7 +160,7 @@ struct MutexMisuseTests {
   func deinitWhileLocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        var mutex: Mutex? = Mutex()
+        var mutex: Lock? = Lock()
         mutex!.lock()
         mutex = nil
         _ = mutex
