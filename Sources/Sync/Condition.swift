@@ -5,7 +5,7 @@
 /// your predicate, `wait` while it is false, act, unlock. `wait` releases the lock while it
 /// sleeps and re-acquires it before returning, so the predicate is re-tested with the lock
 /// held. Waits may return without a signal (spurious wake-ups), which is why the predicate
-/// forms ``wait(until:)-(()->Bool)`` loop for you.
+/// forms ``wait(until:)->()`` loop for you.
 ///
 /// ```swift
 /// let condition = Condition()
@@ -94,7 +94,7 @@ public final class Condition: Locking, @unchecked Sendable {
   /// Releases the lock, blocks until signalled, and re-acquires the lock before returning.
   ///
   /// May return without a signal (spurious wake-up): re-test your predicate in a loop, or
-  /// use ``wait(until:)-(()->Bool)``. Stops the process if the calling thread does not hold
+  /// use ``wait(until:)->()``. Stops the process if the calling thread does not hold
   /// the lock. The C function is `pthread_cond_wait`.
   @available(*, noasync, message: "blocks the thread")
   public func wait() {

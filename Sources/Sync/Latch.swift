@@ -1,7 +1,7 @@
 /// A one-shot countdown that threads wait on until it reaches zero: a latch, or a wait
 /// group (`std::latch`, Go's `sync.WaitGroup`, Java's `CountDownLatch`).
 ///
-/// Create it with the number of events to wait for; each event calls ``countDown()``;
+/// Create it with the number of events to wait for; each event calls ``countDown(by:)``;
 /// ``wait()`` blocks until the count is zero and then returns at once forever after. Use it
 /// to wait for a set of threads to finish a phase, or to release many threads at once
 /// (count 1, counted down by a starter thread).
@@ -25,7 +25,7 @@ public final class Latch: @unchecked Sendable {
   @usableFromInline
   let remaining: UnsafeMutablePointer<UInt32>
 
-  /// Creates a latch that opens after `count` calls to ``countDown()``. A count of 0 is
+  /// Creates a latch that opens after `count` calls to ``countDown(by:)``. A count of 0 is
   /// open from the start; a negative count stops the process.
   public init(count: Int) {
     if count < 0 || count > Int(UInt32.max) {
