@@ -342,7 +342,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     if next > now { return next }
     // Here start < now, so `now - start` fits in a UInt64 (it may not in an Int64), and the
     // next grid point is `now + step - (now - start) % step`, in (now, now + step].
-    let step = UInt64(Swift.max(wholeNanoseconds(of: interval), 1))
+    let step = UInt64(Swift.max(MonotonicInstant.nanoseconds(of: interval), 1))
     let behind = UInt64(bitPattern: now.nanoseconds) &- UInt64(bitPattern: start.nanoseconds)
     return now.advanced(by: .nanoseconds(Int64(step - behind % step)))
   }

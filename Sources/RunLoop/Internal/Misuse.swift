@@ -9,13 +9,3 @@ func runLoopMisuse(_ typeName: String, _ what: String) -> Never {
 struct WeakRunLoop {
   weak var value: RunLoop?
 }
-
-/// The whole nanoseconds of `duration`, saturated to `Int64`.
-func wholeNanoseconds(of duration: Duration) -> Int64 {
-  let (seconds, attoseconds) = duration.components
-  let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-  if overflow { return seconds > 0 ? .max : .min }
-  let (total, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
-  if overflow2 { return seconds > 0 ? .max : .min }
-  return total
-}
