@@ -18,7 +18,7 @@
 /// object that is inside (or waiting for) a section to a recursive lock, with a count of the
 /// threads using it; the entry leaves the table when its last user leaves, so the table
 /// holds only the objects in use and nothing about an object outlives its sections. The
-/// table is split into ``SynchronizedTable/bucketCount`` buckets by address, each guarded by
+/// table is split into `SynchronizedTable.bucketCount` buckets by address, each guarded by
 /// a short internal lock that is never held while waiting for an object's lock, so unrelated
 /// objects only ever share a few instructions' worth of bookkeeping. Entering costs two
 /// short bucket sections and one lock acquisition; for hot state, give it its own ``Lock``.
@@ -36,7 +36,7 @@ public func synchronized<Result, Failure: Error>(
   return try body()
 }
 
-/// One object's entry in the ``SynchronizedTable``: its recursive lock and how many threads
+/// One object's entry in the `SynchronizedTable`: its recursive lock and how many threads
 /// are using it (inside the section or waiting for it).
 @usableFromInline
 struct SynchronizedEntry {
