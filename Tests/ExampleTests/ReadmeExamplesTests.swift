@@ -12,11 +12,11 @@ struct ReadmeExamplesTests {
     final class Account: @unchecked Sendable { var balance = 0 }
     let account = Account()
 
-    let mutex = Lock()                 // futex-based; one atomic each way when uncontended
-    mutex.withLock { account.balance += 10 }    // released however the body exits
+    let lock = Lock()                   // futex-based; one atomic each way when uncontended
+    lock.withLock { account.balance += 10 }     // released however the body exits
 
-    if mutex.lock(timeout: .milliseconds(5)) {   // monotonic clock, never the wall clock
-        defer { mutex.unlock() }
+    if lock.lock(timeout: .milliseconds(5)) {    // monotonic clock, never the wall clock
+        defer { lock.unlock() }
         account.balance -= 1
     }
 
@@ -27,11 +27,14 @@ struct ReadmeExamplesTests {
 
     let visits = LockedValue([String: Int]())    // the state inside its lock, one cache line
     visits.withLock { $0["/", default: 0] += 1 }  // reachable only while locked
+    let seen = visits.withLock(when: { $0["/"] != nil }, timeout: .seconds(1)) { $0["/"] }
+    // waits (at most a second) until a `withLock` elsewhere makes the condition true: Abseil's LockWhen
 
     #expect(account.balance == 9)
     #expect(hits.load(ordering: .relaxed) == 1)
     #expect(flags.load(ordering: .relaxed) == 128)
     #expect(visits.withLock { $0["/"] } == 1)
+    #expect(seen == .some(.some(1)))
   }
 
   @Test("Threads in one minute")
@@ -42,8 +45,9 @@ struct ReadmeExamplesTests {
         (1...100).reduce(0, +)
     }
     let sum = worker.join()                      // 5050; a thrown error would be rethrown here
-
+                                                 // (join consumes the handle: a second join does not compile)
     let poller = try Thread.spawn(name: "poller") {
+        Thread.current.onExit { print("poller done") }   // runs on the thread as it exits
         while !Thread.current.isExitRequested { Thread.yield() }
     }
     poller.thread.requestExit()                  // the guide's exit request, Listing 2-3
@@ -70,5 +74,13 @@ struct ReadmeExamplesTests {
         return ticks.load(ordering: .relaxed)
     }
     #expect(worker.join() == 5)                       // 5
+
+    let io = try RunLoopThread.start(name: "io")      // returns once its loop runs
+    let served = LockedValue(0)
+    try io.performAndWait(timeout: .seconds(1)) { served.withLock { $0 += 1 } }   // runs on "io"
+    io.performAndWakeUp { served.withLock { $0 += 1 } }                            // never blocks
+    io.stop()                                         // ends the loop and joins the thread
+
+    #expect(served.withLock { $0 } >= 1)  // the second block may or may not have run before stop
   }
 }
