@@ -1,3 +1,4 @@
+import CThreadingShims
 import Sync
 import Threads
 
@@ -29,8 +30,12 @@ import Threads
 /// joins the thread too (as C++'s `std::jthread`), so no serving thread outlives its handle
 /// unnoticed, and the end of the handle's scope is the usual place it stops (no `defer` is
 /// needed). A block running on the thread may call `RunLoop.current.stop()` (it ends the
-/// current run only; the thread runs its loop again) but must not drop or stop the handle
-/// (a thread cannot join itself: the process stops with a message).
+/// current run only; the thread runs its loop again). The handle may also be dropped on the
+/// thread itself (say, by an object that owns it and whose last reference goes away in a
+/// block on that thread): a thread cannot join itself, so the drop then asks the thread to
+/// exit and detaches it, and the thread ends once the code running on it returns to its
+/// loop. Calling ``stop()`` on the thread itself is misuse and stops the process with a
+/// message, because ``stop()`` promises the thread has ended when it returns.
 public struct RunLoopThread: ~Copyable, Sendable {
   /// The thread's run loop: add sources, timers and ports to it, or queue blocks on it.
   public let runLoop: RunLoop
@@ -58,7 +63,11 @@ public struct RunLoopThread: ~Copyable, Sendable {
   ) throws(SystemCallError) -> RunLoopThread {
     let started = Latch(count: 1)
     let outcome = LockedValue<Result<RunLoop, SystemCallError>?>(nil)
+    // The thread's `tk_thread_identity()`: tells a drop on the thread itself from others
+    // (valid even while the thread's thread-local destructors run, unlike `Thread.current`).
+    let identity = LockedValue<UInt64>(0)
     let joinable = try Thread.spawn(name: name, configuration: configuration) { () throws(Never) -> Void in
+      identity.withLock { $0 = tk_thread_identity() }
       let runLoop: RunLoop
       do throws(SystemCallError) {
         runLoop = try RunLoop.currentOrThrow()
@@ -80,7 +89,7 @@ public struct RunLoopThread: ~Copyable, Sendable {
       }
     }
     started.wait()
-    let core = Core(joinable)
+    let core = Core(joinable, identity: identity.withLock { $0 })
     switch outcome.withLock({ $0 }) {
     case .success(let runLoop)?:
       return RunLoopThread(runLoop: runLoop, core: core)
@@ -99,11 +108,18 @@ public struct RunLoopThread: ~Copyable, Sendable {
   /// thread itself stops the process (a thread cannot join itself).
   @available(*, noasync, message: "blocks until the thread has ended")
   public consuming func stop() {
+    if core.isCurrentThread {
+      runLoopMisuse("RunLoopThread", "stop() on the thread itself: a thread cannot join itself (drop the handle instead)")
+    }
     core.stopAndJoin()
   }
 
   deinit {
-    core.stopAndJoin()
+    if core.isCurrentThread {
+      core.stopAndDetach()
+    } else {
+      core.stopAndJoin()
+    }
   }
 
   // MARK: Perform requests (forwarded to `runLoop`)
@@ -161,11 +177,26 @@ extension RunLoopThread {
     // @unchecked: `joinable` is touched only by the handle's single owner (the handle is not
     // copyable; `stop` consumes it and `deinit` runs after it).
     let thread: Thread
+    /// The thread's `tk_thread_identity()`, never reused by another thread.
+    let identity: UInt64
     private var joinable: JoinableThread<Void, Never>?
 
-    init(_ joinable: consuming JoinableThread<Void, Never>) {
+    init(_ joinable: consuming JoinableThread<Void, Never>, identity: UInt64) {
       thread = joinable.thread
+      self.identity = identity
       self.joinable = consume joinable
+    }
+
+    /// Whether the calling thread is the one this handle runs.
+    var isCurrentThread: Bool { tk_thread_identity() == identity }
+
+    /// Requests the thread's exit and detaches it, once: for a handle dropped on the thread
+    /// itself, which cannot wait for its own end. The exit request ends the thread's current
+    /// run as soon as the code running on it returns to the loop, and every later run.
+    func stopAndDetach() {
+      guard let joinable = joinable.take() else { return }
+      thread.requestExit()
+      joinable.detach()
     }
 
     /// Requests the thread's exit (which ends every run of its loop) and joins it, once.

@@ -5,6 +5,18 @@ import RunLoop
 import Testing
 import TestSupport
 
+/// Starts a `RunLoopThread` and calls its `stop()` from a block on that thread.
+private func stopARunLoopThreadFromItself() {
+  final class Slot: @unchecked Sendable { var worker: RunLoopThread? }
+  let slot = Slot()
+  let worker = try! RunLoopThread.start()
+  let runLoop = worker.runLoop
+  slot.worker = consume worker
+  try? runLoop.performAndWait {
+    if let worker = slot.worker.take() { worker.stop() }
+  }
+}
+
 @Suite(.timeLimit(.minutes(2))) struct MisuseTests {
   @Test func runningTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
@@ -17,6 +29,12 @@ import TestSupport
   @Test func addingCommonAsACommonModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       RunLoop.current.addCommonMode(.common)
+    }
+  }
+
+  @Test func stoppingARunLoopThreadFromItselfIsRefused() async {
+    await #expect(processExitsWith: .failure) {
+      stopARunLoopThreadFromItself()
     }
   }
 

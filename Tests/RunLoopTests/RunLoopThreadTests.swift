@@ -14,6 +14,12 @@ private func holdsWithin(_ limit: Duration, _ condition: () -> Bool) -> Bool {
   return true
 }
 
+/// Holds a worker handle so a block on the worker can drop it.
+private final class HandleSlot: @unchecked Sendable {
+  // @unchecked: written by the test thread before the block is queued, then by the block.
+  var worker: RunLoopThread?
+}
+
 @Suite(.timeLimit(.minutes(1))) struct RunLoopThreadTests {
   @Test func startReturnsOnceTheThreadsRunLoopServesRequests() throws {
     // Repeated: a request made right after start must never find the thread without a loop.
@@ -60,6 +66,21 @@ private func holdsWithin(_ limit: Duration, _ condition: () -> Bool) -> Bool {
       let worker = try RunLoopThread.start()
       runLoop = worker.runLoop
     }
+    #expect(throws: PerformError.targetExited) { try runLoop.performAndWait(timeout: .seconds(30)) {} }
+  }
+
+  @Test func droppingTheHandleOnItsOwnThreadEndsTheThreadInsteadOfJoiningItself() throws {
+    let worker = try RunLoopThread.start()
+    let runLoop = worker.runLoop
+    let slot = HandleSlot()
+    slot.worker = consume worker
+    let ended = Latch(count: 1)
+    try runLoop.performAndWait {
+      Thread.current.onExit { ended.countDown() }
+      // The handle's last owner lets go of it on the worker itself.
+      slot.worker = nil
+    }
+    #expect(ended.wait(timeout: .seconds(30)))
     #expect(throws: PerformError.targetExited) { try runLoop.performAndWait(timeout: .seconds(30)) {} }
   }
 
