@@ -45,12 +45,17 @@ enum DelayedPerformRegistry {
     lock.withLock { entries.removeAll { $0 === entry } }
   }
 
-  /// Removes and returns the entries of `runLoop` that `matches` accepts.
+  /// Removes and returns the entries of `runLoop` that `matches` accepts. Entries of ended
+  /// run loops are purged too, and released after the lock like those `add` purges.
   static func take(on runLoop: RunLoop, where matches: (Entry) -> Bool) -> [Entry] {
-    lock.withLock {
+    var purged: [Entry] = []
+    let taken: [Entry] = lock.withLock {
       var taken: [Entry] = []
       entries.removeAll { entry in
-        guard let owner = entry.runLoop else { return true }
+        guard let owner = entry.runLoop else {
+          purged.append(entry)
+          return true
+        }
         if owner === runLoop && matches(entry) {
           taken.append(entry)
           return true
@@ -59,5 +64,7 @@ enum DelayedPerformRegistry {
       }
       return taken
     }
+    purged.removeAll()
+    return taken
   }
 }
