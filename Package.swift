@@ -13,6 +13,7 @@ let package = Package(
     .library(name: "Sync", targets: ["Sync"]),
     .library(name: "Threads", targets: ["Threads"]),
     .library(name: "RunLoop", targets: ["RunLoop"]),
+    .library(name: "RunLoopConcurrency", targets: ["RunLoopConcurrency"]),
   ],
   targets: [
     // The only places C is imported.
@@ -28,6 +29,11 @@ let package = Package(
     .target(name: "Sync", dependencies: ["CAtomicOps", "CThreadingShims"], swiftSettings: strict),
     .target(name: "Threads", dependencies: ["Sync", "CThreadingShims"], swiftSettings: strict),
     .target(name: "RunLoop", dependencies: ["Threads", "Sync", "CThreadingShims"], swiftSettings: strict),
+    // Swift concurrency on run loops (executors, async bridges): above RunLoop, so the base
+    // modules stay free of the concurrency runtime's executor machinery.
+    .target(
+      name: "RunLoopConcurrency", dependencies: ["RunLoop", "Threads", "Sync", "CThreadingShims"],
+      swiftSettings: strict),
 
     // Helpers shared by the test targets above Sync (never by SyncTests or ThreadsTests,
     // which must not trust the primitives they test).
@@ -38,6 +44,9 @@ let package = Package(
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
     .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
     .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
+    .testTarget(
+      name: "RunLoopConcurrencyTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport"],
+      swiftSettings: strict),
     .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
     .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
 

@@ -1,0 +1,87 @@
+/// The jobs a ``RunLoopExecutor`` holds: one ring of `UnownedJob` per priority (0...255),
+/// and a 256-bit map of the non-empty rings, so the highest priority is found with at most
+/// four word tests and a leading-zero count.
+///
+/// Not thread-safe: the executor's lock guards every call. A ring's storage is allocated
+/// the first time its priority is used and doubles when it is full; it is never shrunk, so
+/// once the queue has held its peak number of jobs a push and a pop allocate nothing (the
+/// steady state). The storage is plain words (`UnownedJob` is one trivially copied pointer):
+/// growing it moves no Swift object and runs no user code.
+struct JobQueue: ~Copyable {
+  /// One ring per priority. `storage` is nil until the priority is first used.
+  private struct Ring {
+    var storage: UnsafeMutablePointer<UnownedJob>? = nil
+    var capacity = 0  // a power of two, or 0
+    var head = 0  // index of the oldest job
+    var count = 0
+  }
+
+  private static let priorityCount = 256
+  private static let initialCapacity = 16
+
+  private let rings: UnsafeMutablePointer<Ring>
+  /// Bit `p % 64` of word `p / 64` is set while ring `p` is not empty.
+  private let nonEmpty: UnsafeMutablePointer<UInt64>
+  /// Jobs in all rings.
+  private(set) var count = 0
+
+  init() {
+    rings = .allocate(capacity: JobQueue.priorityCount)
+    rings.initialize(repeating: Ring(), count: JobQueue.priorityCount)
+    nonEmpty = .allocate(capacity: 4)
+    nonEmpty.initialize(repeating: 0, count: 4)
+  }
+
+  deinit {
+    for index in 0..<JobQueue.priorityCount {
+      rings[index].storage?.deallocate()
+    }
+    rings.deinitialize(count: JobQueue.priorityCount)
+    rings.deallocate()
+    nonEmpty.deallocate()
+  }
+
+  var isEmpty: Bool { count == 0 }
+
+  /// Appends `job` to its priority's ring (first in, first out within a priority).
+  mutating func push(_ job: UnownedJob, priority: UInt8) {
+    let index = Int(priority)
+    if rings[index].count == rings[index].capacity { grow(index) }
+    let ring = rings[index]
+    ring.storage.unsafelyUnwrapped[(ring.head &+ ring.count) & (ring.capacity &- 1)] = job
+    rings[index].count = ring.count &+ 1
+    nonEmpty[index >> 6] |= 1 << UInt64(index & 63)
+    count &+= 1
+  }
+
+  /// Removes and returns the oldest job of the highest non-empty priority, or nil.
+  mutating func popHighest() -> UnownedJob? {
+    var word = 3
+    while nonEmpty[word] == 0 {
+      if word == 0 { return nil }
+      word -= 1
+    }
+    let index = word << 6 | (63 - nonEmpty[word].leadingZeroBitCount)
+    let ring = rings[index]
+    let job = ring.storage.unsafelyUnwrapped[ring.head]
+    rings[index].head = (ring.head &+ 1) & (ring.capacity &- 1)
+    rings[index].count = ring.count &- 1
+    if ring.count == 1 { nonEmpty[word] &= ~(1 << UInt64(index & 63)) }
+    count &-= 1
+    return job
+  }
+
+  /// Doubles ring `index` (or gives it its first storage), keeping its order.
+  private func grow(_ index: Int) {
+    let ring = rings[index]
+    let capacity = max(JobQueue.initialCapacity, ring.capacity * 2)
+    let storage = UnsafeMutablePointer<UnownedJob>.allocate(capacity: capacity)
+    if let old = ring.storage {
+      for offset in 0..<ring.count {
+        (storage + offset).initialize(to: old[(ring.head + offset) & (ring.capacity - 1)])
+      }
+      old.deallocate()
+    }
+    rings[index] = Ring(storage: storage, capacity: capacity, head: 0, count: ring.count)
+  }
+}

@@ -1,0 +1,237 @@
+import CThreadingShims
+import RunLoop
+import Sync
+import Threads
+
+/// A serial executor that runs Swift concurrency jobs on a run loop's thread, during that
+/// loop's passes in the modes you choose (the common modes unless you say otherwise).
+///
+/// Give an actor this executor and all its code runs on the loop's thread:
+///
+/// ```swift
+/// actor Connection {
+///   let executor: RunLoopExecutor
+///   nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+///   init(on runLoop: RunLoop) { executor = RunLoopExecutor(runLoop: runLoop) }
+/// }
+/// ```
+///
+/// **When jobs run.** The executor is an internal ``/RunLoop/RunLoopSource`` added to each
+/// of its modes. Enqueueing a job (from any thread, including the loop's own) signals that
+/// source and wakes the loop, so jobs run at the *source step* of the loop's next pass in
+/// one of those modes, like any signalled custom source. A pass runs the jobs that were
+/// queued when its source step began (and any that arrive meanwhile up to that number);
+/// if jobs remain, the source is signalled again for the next pass, so a stream of jobs
+/// never starves the loop's timers, ports and other sources. A loop that runs in a mode the
+/// executor is not in runs none of its jobs until it runs in one of them again.
+///
+/// **Order.** Higher `ExecutorJob.priority` first; first in, first out within a priority.
+///
+/// **Isolation checks.** ``checkIsolated()`` and ``isIsolatingCurrentContext()`` answer
+/// from the calling thread: the loop's thread is isolated to this executor, every other
+/// thread is not. So `actor.assumeIsolated { ... }` (and `preconditionIsolated`) pass on the
+/// loop's thread, inside a job or in any callback of the loop, and stop the process with a
+/// message elsewhere. (On the loop's thread, before the loop's first pass after the
+/// executor was created, the check may have to ask ``/RunLoop/RunLoop/currentOrThrow()``.)
+///
+/// **Cost.** An enqueue takes the executor's lock once and allocates nothing once each
+/// priority in use has seen its peak queue length (its ring doubles when full and never
+/// shrinks); waking the loop follows the run loop's rule: a system call only when the loop
+/// sleeps. Each job costs its thread one lock round trip to dequeue.
+///
+/// **The loop's thread ends.** Jobs need the loop's thread: an executor cannot move them to
+/// another thread without breaking the isolation it promises, and dropping them would leave
+/// their tasks suspended forever. So the process stops with a message naming the misuse:
+/// - when the loop's thread ends (for example ``/RunLoop/RunLoopThread/stop()``) while jobs
+///   are still queued: let the actors' work finish before stopping their thread;
+/// - when a job is enqueued after the loop's thread has ended;
+/// - when the executor is created for a run loop whose thread has already ended.
+///
+/// A loop that is never run keeps its jobs queued (their tasks wait) until it runs in one of
+/// the executor's modes; if its thread ends first, the first rule applies.
+///
+/// **Effect on the loop.** The executor's source is in each of its modes for the executor's
+/// lifetime, so a run in such a mode no longer ends with ``/RunLoop/RunLoopRunResult/finished``
+/// for lack of sources (as with any source). It is invalidated when the executor is
+/// released.
+public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
+  // @unchecked: `queue` and `hasEnded` are protected by `lock`; `owner` is atomic; the rest
+  // is immutable.
+
+  /// The run loop whose thread runs the jobs.
+  public let runLoop: RunLoop
+  /// The modes in which the loop runs the jobs (``/RunLoop/RunLoopMode/common`` means every
+  /// common mode, as for sources).
+  public let modes: [RunLoopMode]
+
+  private let source: RunLoopSource
+  private let lock = Lock()
+  /// Queued jobs. Protected by `lock`.
+  private var queue = JobQueue()
+  /// Set when the loop dropped the executor's source (its thread ended). Protected by `lock`.
+  private var hasEnded = false
+  /// The loop thread's `tk_thread_identity()` (never reused by a later thread), or 0 until
+  /// the loop's thread first ran a job or the start-up probe.
+  private let owner = AtomicInteger<UInt64>(0)
+
+  /// Creates an executor whose jobs `runLoop`'s thread runs during its passes in `modes`.
+  /// Callable from any thread; never blocks.
+  ///
+  /// Stops the process (misuse) when `runLoop`'s thread has already ended, or `modes` is
+  /// empty.
+  public init(runLoop: RunLoop, modes: [RunLoopMode] = [.common]) {
+    if modes.isEmpty { concurrencyMisuse("RunLoopExecutor", "created with no mode (its jobs could never run)") }
+    self.runLoop = runLoop
+    self.modes = modes
+    // The source's callbacks reach the executor through a weak box: the run loop holds the
+    // source, and must not keep the executor alive.
+    let box = WeakExecutor()
+    source = RunLoopSource(
+      order: 0,
+      cancel: { _, _ in box.executor?.loopDroppedSource() },
+      perform: { box.executor?.drain() })
+    box.executor = self
+    for mode in modes { runLoop.add(source, forMode: mode) }
+    // Learns the loop's thread from its next pass, and finds out whether that thread has
+    // already ended: such a loop drops a queued block at once, unrun. Queued after the
+    // source was added, so a thread ending in between either drops this block or cancels
+    // the source (both under the loop's lock, in one step).
+    let probe = StartProbe()
+    runLoop.perform(inModes: modes) { [owner, token = StartProbe.Token(probe)] in
+      owner.store(tk_thread_identity(), ordering: .releasing)
+      token.probe.ran.store(true, ordering: .releasing)
+    }
+    if probe.isDroppedUnrun {
+      concurrencyMisuse("RunLoopExecutor", "created for a run loop whose thread has ended")
+    }
+    runLoop.wakeUp()
+  }
+
+  deinit {
+    // Jobs keep their actors, and the actors keep this executor, so none is queued here.
+    source.invalidate()
+  }
+
+  /// Queues `job` to run on the loop's thread; see the type's "When jobs run" and "Order".
+  /// Callable from any thread; never blocks (beyond the executor's short lock). Stops the
+  /// process when the loop's thread has ended (misuse).
+  public func enqueue(_ job: consuming ExecutorJob) {
+    let priority = job.priority.rawValue
+    let unownedJob = UnownedJob(job)
+    lock.lock()
+    if hasEnded {
+      lock.unlock()
+      concurrencyMisuse("RunLoopExecutor", "job enqueued after the run loop's thread ended (\(runLoop))")
+    }
+    let wasEmpty = queue.isEmpty
+    queue.push(unownedJob, priority: priority)
+    lock.unlock()
+    // Only the transition to non-empty needs a signal: until the queue is empty again a
+    // signal is pending or a drain is running (it signals again if it leaves jobs). The
+    // lock orders the push before the signal; `signal` is a full barrier, which keeps the
+    // wake-up's read of the loop's state after it (see `RunLoopSource.signal`). `wakeUp`
+    // rather than `signalAndWakeUp`, which copies the source's list of loops (an allocation).
+    if wasEmpty {
+      source.signal()
+      runLoop.wakeUp()
+    }
+  }
+
+  /// Runs queued jobs on the loop's thread (the source's perform callback): as many as were
+  /// queued when it started, highest priority first, each outside the lock.
+  private func drain() {
+    if owner.load(ordering: .relaxed) == 0 {
+      owner.store(tk_thread_identity(), ordering: .releasing)
+    }
+    var budget = lock.withLock { queue.count }
+    let unownedExecutor = asUnownedSerialExecutor()
+    while budget > 0 {
+      lock.lock()
+      let next = queue.popHighest()
+      lock.unlock()
+      guard let job = next else { break }
+      job.runSynchronously(on: unownedExecutor)
+      budget -= 1
+    }
+    if !lock.withLock({ queue.isEmpty }) {
+      source.signal()
+      runLoop.wakeUp()
+    }
+  }
+
+  /// The source's cancel callback: the loop dropped it because its thread ended (or the
+  /// executor invalidated it while being released, with no job queued).
+  private func loopDroppedSource() {
+    let queued: Int = lock.withLock {
+      hasEnded = true
+      return queue.count
+    }
+    if queued > 0 {
+      concurrencyMisuse(
+        "RunLoopExecutor",
+        "the run loop's thread ended with \(queued) job(s) still queued on its executor (let the actors' work finish before stopping the thread)"
+      )
+    }
+  }
+
+  /// Whether the calling thread is the loop's thread: nil while that is not known yet (the
+  /// loop has made no pass since the executor was created; ``checkIsolated()`` then decides).
+  public func isIsolatingCurrentContext() -> Bool? {
+    // Acquiring pairs with the loop thread's releasing store; the value is the only data read.
+    let owner = owner.load(ordering: .acquiring)
+    if owner == 0 { return nil }
+    return owner == tk_thread_identity()
+  }
+
+  /// Returns when the calling thread is the loop's thread; otherwise stops the process with a
+  /// message (what `assumeIsolated` and `preconditionIsolated` call).
+  public func checkIsolated() {
+    if let isolated = isIsolatingCurrentContext() {
+      if isolated { return }
+    } else if let current = try? RunLoop.currentOrThrow(), current === runLoop {
+      owner.store(tk_thread_identity(), ordering: .releasing)
+      return
+    }
+    concurrencyMisuse(
+      "RunLoopExecutor",
+      "code isolated to the executor of \(runLoop) ran on another thread (\(Thread.current)); it runs only on that run loop's thread"
+    )
+  }
+
+  /// How many jobs are queued and not yet started (a snapshot: other threads may change it).
+  public var queuedJobCount: Int {
+    lock.withLock { queue.count }
+  }
+
+  /// `"RunLoopExecutor(modes: [...], queued: N)"`.
+  public var description: String {
+    let queued = lock.withLock { queue.count }
+    return "RunLoopExecutor(modes: \(modes), queued: \(queued))"
+  }
+}
+
+/// The executor as the run loop's source callbacks see it: weak, so the loop holding the
+/// source does not keep the executor alive.
+private final class WeakExecutor: @unchecked Sendable {
+  // @unchecked: written once in the executor's init before the source can fire (the source
+  // is added after), read after; `weak` loads are atomic in the Swift runtime.
+  weak var executor: RunLoopExecutor?
+}
+
+/// Tells whether the start-up block was dropped unrun (the loop's thread had ended).
+private final class StartProbe: @unchecked Sendable {
+  // @unchecked: the flags are atomics.
+  let ran = AtomicBool(false)
+  let released = AtomicBool(false)
+  /// True when the block was released without having run: the loop refused it.
+  var isDroppedUnrun: Bool {
+    released.load(ordering: .acquiring) && !ran.load(ordering: .acquiring)
+  }
+
+  /// Owned by the start-up block alone, so its release marks the block's.
+  final class Token: Sendable {
+    let probe: StartProbe
+    init(_ probe: StartProbe) { self.probe = probe }
+    deinit { probe.released.store(true, ordering: .releasing) }
+  }
+}
