@@ -1,0 +1,88 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import Threads
+
+/// A run-loop thread for async tests: `RunLoopThread.start` and `stop` block, so they are
+/// called from these synchronous helpers.
+final class LoopThread: @unchecked Sendable {
+  // @unchecked: `handle` is touched only under `lock`.
+  let runLoop: RunLoop
+  let thread: Thread
+  private let lock = Lock()
+  private var handle: RunLoopThread?
+
+  init(name: String = "executor-test") {
+    let started: RunLoopThread
+    do {
+      started = try RunLoopThread.start(name: name)
+    } catch {
+      fatalError("RunLoopThread.start: \(error)")
+    }
+    runLoop = started.runLoop
+    thread = started.thread
+    handle = consume started
+  }
+
+  /// Stops and joins the thread.
+  func stop() {
+    lock.lock()
+    let taken = handle.take()
+    lock.unlock()
+    taken?.stop()
+  }
+
+  /// Runs `body` on the loop's thread and waits for it.
+  func onLoop(_ body: @escaping @Sendable () -> Void) {
+    do {
+      try runLoop.performAndWait(body)
+    } catch {
+      fatalError("performAndWait: \(error)")
+    }
+  }
+}
+
+/// An actor whose code runs on a run loop's thread: the one-line pin.
+actor PinnedCounter {
+  let executor: RunLoopExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  let expectedThread: Thread
+  private(set) var value = 0
+  private(set) var wrongThreadCalls = 0
+  private(set) var order: [Int] = []
+  private var seen: [UInt8] = []
+
+  init(on loop: LoopThread) {
+    executor = RunLoopExecutor(runLoop: loop.runLoop)
+    expectedThread = loop.thread
+  }
+
+  func increment() -> Int {
+    if Thread.current !== expectedThread || executor.isIsolatingCurrentContext() != true { wrongThreadCalls += 1 }
+    value += 1
+    return value
+  }
+
+  func prepare(slots: Int) { seen = [UInt8](repeating: 0, count: slots) }
+
+  func mark(_ slot: Int) {
+    if Thread.current !== expectedThread { wrongThreadCalls += 1 }
+    seen[slot] &+= 1
+  }
+
+  /// Slots marked other than exactly once.
+  func slotsNotMarkedOnce() -> Int { seen.count(where: { $0 != 1 }) }
+
+  func record(_ index: Int) { order.append(index) }
+
+  /// Starts one task per priority, each isolated to this actor, in the order given: their
+  /// first jobs are enqueued on this executor while this job still runs.
+  func startRecorders(_ priorities: [TaskPriority]) -> [Task<Void, Never>] {
+    priorities.enumerated().map { index, priority in
+      Task(priority: priority) { self.record(index) }
+    }
+  }
+}
+
+/// Waits for `latch` on the calling thread (from a detached task: it blocks that thread).
+func blockingWait(_ latch: Latch) { latch.wait() }
