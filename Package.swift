@@ -44,8 +44,11 @@ let package = Package(
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
     .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
     .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
+    // glibc's allocation statistics for tests that prove a path allocates nothing.
+    .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(
-      name: "RunLoopConcurrencyTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport"],
+      name: "RunLoopConcurrencyTests",
+      dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
       swiftSettings: strict),
     .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
     .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),

@@ -1,0 +1,1 @@
+// Header-only: see include/allocation_stats.h.

@@ -1,0 +1,152 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+import CAllocationStats
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import Testing
+import Threads
+
+@Suite(.timeLimit(.minutes(2))) struct RunLoopExecutorMisuseTests {
+  @Test func assumeIsolatedOffTheLoopThreadStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let actor = PinnedCounter(on: loop)
+      _ = await actor.increment()
+      readValueAssumingIsolation(actor)
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("ran on another thread") || stderr.contains("Incorrect actor executor assumption"), "\(stderr)")
+  }
+
+  @Test func aJobEnqueuedAfterTheLoopThreadEndedStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let actor = PinnedCounter(on: loop)
+      _ = await actor.increment()
+      loop.stop()
+      _ = await actor.increment()
+    }
+    #expect(result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("job enqueued after the run loop") == true)
+  }
+
+  @Test func anExecutorForARunLoopWhoseThreadEndedStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let slot = LockedValue<RunLoop?>(nil)
+      let thread = try! Thread.spawn { () throws(Never) in slot.withLock { $0 = RunLoop.current } }
+      await thread.value()
+      _ = RunLoopExecutor(runLoop: slot.withLock { $0 }!)
+    }
+    #expect(result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("created for a run loop whose thread has ended") == true)
+  }
+
+  @Test func aThreadEndingWithJobsQueuedOnItsLoopStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let ready = Latch(count: 1)
+      let end = Latch(count: 1)
+      let slot = LockedValue<RunLoop?>(nil)
+      let thread = try! Thread.spawn { () throws(Never) in
+        slot.withLock { $0 = RunLoop.current }
+        ready.countDown()
+        end.wait()  // ends without running its loop
+      }
+      await Task.detached { blockingWait(ready) }.value
+      let executor = RunLoopExecutor(runLoop: slot.withLock { $0 }!)
+      let actor = Pinned(executor: executor)
+      let call = Task { await actor.answer() }
+      while executor.queuedJobCount == 0 { await Task.yield() }
+      end.countDown()
+      await thread.value()
+      _ = await call.value
+    }
+    #expect(result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("still queued") == true)
+  }
+
+  /// Jobs captured from the runtime by an executor that only stores them, so they can be
+  /// handed to a run-loop executor later (pre-created jobs).
+  @Test func enqueueAllocatesNothingInTheSteadyState() async {
+    let allocation = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let capture = CapturingExecutor()
+      let target = Captured(executor: capture)
+      let count = 10_000
+      for round in 0..<3 {
+        capture.reset(expecting: count)
+        var tasks: [Task<Void, Never>] = []
+        tasks.reserveCapacity(count)
+        for _ in 0..<count { tasks.append(Task { await target.noop() }) }
+        await Task.detached { capture.waitForAll() }.value
+        let jobs = capture.jobs
+        // Hold the loop's thread so the enqueued jobs stay queued while counting.
+        let hold = Latch(count: 1)
+        let holding = Latch(count: 1)
+        loop.runLoop.performAndWakeUp {
+          holding.countDown()
+          hold.wait()
+        }
+        await Task.detached { blockingWait(holding) }.value
+        let before = tk_test_allocated_bytes()
+        for job in jobs { executor.enqueue(ExecutorJob(job)) }
+        let after = tk_test_allocated_bytes()
+        hold.countDown()
+        for task in tasks { await task.value }
+        // The first round grows the queue to its peak; later ones must allocate nothing.
+        // The statistics are process-wide and the runtime's idle pool threads may free or
+        // allocate a little meanwhile, so the bound is under one byte per enqueue: one
+        // allocation per enqueue would be at least 16 bytes each.
+        if round > 0 && Int(after) - Int(before) >= count {
+          print("allocated \(Int(after) - Int(before)) bytes over \(count) enqueues")
+          exit(1)
+        }
+      }
+      loop.stop()
+    }
+    if let allocation, case .exitCode(1) = allocation.exitStatus {
+      Issue.record("\(String(decoding: allocation.standardOutputContent, as: UTF8.self))")
+    }
+  }
+}
+
+/// Stores every job it is given; `waitForAll` returns once the expected number arrived.
+final class CapturingExecutor: SerialExecutor, @unchecked Sendable {
+  // @unchecked: `stored` and `expected` are protected by `lock`.
+  private let lock = Lock()
+  private var stored: [UnownedJob] = []
+  private var expected = 0
+  private let arrived = Semaphore(value: 0)
+
+  func reset(expecting count: Int) {
+    lock.withLock {
+      stored = []
+      stored.reserveCapacity(count)
+      expected = count
+    }
+  }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let unownedJob = UnownedJob(job)
+    let complete = lock.withLock {
+      stored.append(unownedJob)
+      return stored.count == expected
+    }
+    if complete { arrived.signal() }
+  }
+
+  func waitForAll() { arrived.wait() }
+
+  var jobs: [UnownedJob] { lock.withLock { stored } }
+}
+
+actor Captured {
+  let executor: CapturingExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: CapturingExecutor) { self.executor = executor }
+  func noop() {}
+}
+
+/// `assumeIsolated` from synchronous code, as a callback would call it.
+func readValueAssumingIsolation(_ actor: PinnedCounter) {
+  _ = actor.assumeIsolated { $0.value }
+}
