@@ -27,8 +27,9 @@ extension JoinableThread {
   ///
   /// ```swift
   /// let thread = worker.thread
+  /// var handle = Optional(consume worker)  // the operation closure may not consume a capture
   /// let result = try await withTaskCancellationHandler {
-  ///   try await worker.value()
+  ///   try await handle.take()!.value()
   /// } onCancel: {
   ///   thread.requestExit()
   /// }
