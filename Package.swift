@@ -51,7 +51,8 @@ let package = Package(
       dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
       swiftSettings: strict),
     .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
-    .testTarget(name: "InteropTests", dependencies: ["RunLoop", "Threads", "Sync"], swiftSettings: strict),
+    .testTarget(
+      name: "InteropTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync"], swiftSettings: strict),
 
     // The guide's perform-on-main-thread with the process's real main thread (a test
     // runner's main thread never runs a run loop); ExampleTests runs it as a child process.
