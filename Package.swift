@@ -50,7 +50,9 @@ let package = Package(
       name: "RunLoopConcurrencyTests",
       dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
       swiftSettings: strict),
-    .testTarget(name: "ExampleTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
+    .testTarget(
+      name: "ExampleTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport"],
+      swiftSettings: strict),
     .testTarget(
       name: "InteropTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync"], swiftSettings: strict),
 

@@ -1,6 +1,7 @@
 // The README's examples, compiled and run, so the front page never shows code that does not
 // work. Keep each test body identical to its README block (plus the assertions).
 import RunLoop
+import RunLoopConcurrency
 import Sync
 import Testing
 import Threads
@@ -83,4 +84,32 @@ struct ReadmeExamplesTests {
 
     #expect(served.withLock { $0 } >= 1)  // the second block may or may not have run before stop
   }
+
+  @Test("Swift concurrency in one minute")
+  func concurrencyExample() async throws {
+    let worker = try startReadmeWorker()
+    let counted = try await render(on: worker)
+    #expect(counted == 2)
+    #expect(await Renderer(on: worker.runLoop).draw())
+    stopReadmeWorker(worker)
+  }
 }
+
+// The README block, verbatim.
+actor Renderer {                                  // pinned to a run-loop thread, in one line
+    let executor: RunLoopExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(on runLoop: RunLoop) { executor = RunLoopExecutor(runLoop: runLoop) }
+    func draw() -> Bool { RunLoop.current === executor.runLoop }   // always on that thread
+}
+
+func render(on worker: borrowing RunLoopThread) async throws -> Int {
+    let renderer = Renderer(on: worker.runLoop)
+    _ = await renderer.draw()                     // jobs run in the loop's passes, by priority
+    let parser = try Thread.spawn(name: "parser") { "42".count }
+    return await parser.value()                   // awaits the thread: no cooperative thread blocked
+}
+
+/// Starting and stopping a run-loop thread block briefly (`noasync`): done from synchronous code.
+private func startReadmeWorker() throws -> RunLoopThread { try RunLoopThread.start(name: "render") }
+private func stopReadmeWorker(_ worker: consuming RunLoopThread) { worker.stop() }
