@@ -77,7 +77,7 @@ public struct JoinableThread<Value: Sendable, Failure: Error>: ~Copyable, @unche
     retainedThread.release()
     discard self
     if pthread_equal(handle, pthread_self()) != 0 {
-      threadsMisuse("JoinableThread", "a thread cannot join itself (it would wait forever)")
+      reportMisuse("JoinableThread", "a thread cannot join itself (it would wait forever)")
     }
     checkOrDie(pthread_join(handle, nil), "pthread_join")
     // pthread_join returned: the body has stored its outcome, and the thread has ended.

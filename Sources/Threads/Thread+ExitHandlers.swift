@@ -53,7 +53,7 @@ extension Thread {
     case .added: return
     case .runNow: handler()
     case .misuse:
-      threadsMisuse(
+      reportMisuse(
         "Thread",
         "onExit called on a running thread from another thread (call it on the thread itself, or before start)")
     }

@@ -25,7 +25,7 @@ extension Thread {
       UInt32.atomicCompareAndSwap(
         expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
     else {
-      threadsMisuse(
+      reportMisuse(
         "Thread", "start() called on a thread that is already started (or not created by init(name:configuration:_:))")
     }
     do {

@@ -32,7 +32,7 @@ extension Thread {
       // `current`, not the key's raw value: a thread that never asked for its object yet
       // (the main thread setting `Thread.main.name` first thing) is adopted here.
       guard Thread.current === self else {
-        threadsMisuse(
+        reportMisuse(
           "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
       }
       withLock { storedName = newValue }
@@ -50,7 +50,7 @@ extension Thread {
       withLock {
         let notStarted = UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.notStarted
         guard kind == .toolkit, notStarted else {
-          threadsMisuse("Thread", "configuration changed after the thread started")
+          reportMisuse("Thread", "configuration changed after the thread started")
         }
         storedConfiguration = newValue
         storedName = newValue.name

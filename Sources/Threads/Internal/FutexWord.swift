@@ -1,13 +1,8 @@
-import CThreadingShims
 import Sync
 
-#if canImport(Glibc)
-  import Glibc
-#endif
-
-/// A 32-bit word at a stable heap address that threads can wait on (futex) and update
-/// atomically. Used for the start-up handshake, a thread's lifecycle state and the count of
-/// critical threads still running.
+/// A 32-bit word at a stable heap address that threads can wait on (Sync's `Futex`) and
+/// update atomically. Used for the start-up handshake and the count of critical threads
+/// still running.
 final class FutexWord: @unchecked Sendable {
   // @unchecked: the word is only touched through atomics and futex calls.
   let address: UnsafeMutablePointer<UInt32>
@@ -51,20 +46,19 @@ final class FutexWord: @unchecked Sendable {
     UInt32.atomicFetchAdd(delta, at: address, ordering: .full) &+ delta
   }
 
-  /// Wakes every thread waiting on the word.
+  /// Wakes every thread waiting on the word. The kernel's futex wake is a full barrier
+  /// before it looks for sleepers (paired with one in futex wait before it reads the word),
+  /// so a store made before this call is seen by a waiter not yet asleep, on arm64 too.
   func wakeAll() {
-    let result = tk_futex_wake(address, Int32.max)
-    if result < 0 { fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))") }
+    Futex.wake(address, count: Int32.max)
   }
 
-  /// Blocks while the word equals `value` (re-checking after every wake-up or signal).
+  /// Blocks while the word equals `value`, re-checking after every wake-up, signal or
+  /// spurious return. The acquiring load makes what the waking thread stored before its
+  /// change visible once this returns.
   func wait(whileEqualTo value: UInt32) {
     while load() == value {
-      let result = tk_futex_wait(address, value, nil)
-      switch -result {
-      case 0, EAGAIN, EINTR: continue
-      default: fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))")
-      }
+      _ = Futex.wait(address, expected: value, deadline: .distantFuture)
     }
   }
 }

@@ -20,13 +20,6 @@ func checkOrDie(_ result: Int32, _ call: String) {
   mustSucceed("Threads") { () throws(SystemCallError) in try pthreadCall(call) { result } }
 }
 
-/// Reports a programming error in the use of a Threads type. Stops the process in debug and
-/// release builds (the Threads module's equivalent of Sync's internal `reportMisuse`).
-@usableFromInline
-func threadsMisuse(_ type: String, _ message: String) -> Never {
-  fatalError("\(type) misuse: \(message)")
-}
-
 /// Writes `text` to standard error with one `write` (no stdio: `stderr` is a global C
 /// variable Swift 6 refuses to share, and a single write keeps lines from interleaving).
 func writeToStandardError(_ text: String) {

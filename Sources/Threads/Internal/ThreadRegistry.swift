@@ -126,10 +126,7 @@ enum CriticalThreads {
     while true {
       let count = running.load()
       if count <= own { return }
-      let result = tk_futex_wait(running.address, count, nil)
-      if result != 0, -result != EAGAIN, -result != EINTR {
-        fatalError("\(SystemCallError(call: "futex", code: SystemErrorCode(rawValue: -result)))")
-      }
+      running.wait(whileEqualTo: count)
     }
   }
 }
