@@ -11,14 +11,14 @@ extension Thread {
   /// default writes `Thread "<name>" (id N): error escaped a detached thread: <error>` to
   /// standard error. Set it early, once, from any thread.
   public static var detachedErrorHandler: DetachedErrorHandler {
-    get { DetachedErrors.box.lock.withLock { DetachedErrors.box.handler } }
+    get { DetachedErrors.handler.withLock { $0 } }
     set {
-      let old = DetachedErrors.box.lock.withLock { () -> DetachedErrorHandler in
-        let old = DetachedErrors.box.handler
-        DetachedErrors.box.handler = newValue
+      let old = DetachedErrors.handler.withLock { handler in
+        let old = handler
+        handler = newValue
         return old
       }
-      _ = old  // released after the lock
+      _ = old  // released after the lock: its captures' deinitializers may run
     }
   }
 

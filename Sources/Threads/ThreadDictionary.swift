@@ -19,20 +19,18 @@ import Sync
 /// // ... in the worker's loop:
 /// let exitNow = Thread.current.threadDictionary["ThreadShouldExitNow", as: Bool.self] ?? false
 /// ```
-public final class ThreadDictionary: @unchecked Sendable {
-  // @unchecked: `storage` is only touched with `lock` held.
-  private let lock = Lock()
-  private var storage: [String: any Sendable] = [:]
+public final class ThreadDictionary: Sendable {
+  private let storage = LockedValue<[String: any Sendable]>([:])
 
   init() {}
 
   /// The value stored under `key`, or nil; assigning nil removes the entry.
   public subscript(key: String) -> (any Sendable)? {
-    get { lock.withLock { storage[key] } }
+    get { storage.withLock { $0[key] } }
     set {
       // The replaced value is released after the lock: its deinitializer may use this
       // dictionary.
-      let old = lock.withLock { () -> (any Sendable)? in
+      let old = storage.withLock { storage -> (any Sendable)? in
         if let newValue { return storage.updateValue(newValue, forKey: key) }
         return storage.removeValue(forKey: key)
       }
@@ -42,17 +40,17 @@ public final class ThreadDictionary: @unchecked Sendable {
 
   /// The value stored under `key` if it has type `type`, else nil.
   public subscript<Value: Sendable>(key: String, as type: Value.Type) -> Value? {
-    lock.withLock { storage[key] as? Value }
+    storage.withLock { $0[key] as? Value }
   }
 
   /// The keys present now, in no particular order.
   public var keys: [String] {
-    lock.withLock { Array(storage.keys) }
+    storage.withLock { Array($0.keys) }
   }
 
   /// How many entries are stored.
   public var count: Int {
-    lock.withLock { storage.count }
+    storage.withLock { $0.count }
   }
 
   /// Runs `body` with exclusive access to the whole store and returns its result: for
@@ -62,13 +60,13 @@ public final class ThreadDictionary: @unchecked Sendable {
   public func update<Result, Failure: Error>(
     _ body: (inout [String: any Sendable]) throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    try lock.withLock { () throws(Failure) -> Result in try body(&storage) }
+    try storage.withLock { (storage) throws(Failure) -> Result in try body(&storage) }
   }
 
   /// Removes every entry (releasing the values outside the lock, so their deinitializers may
   /// use the dictionary).
   public func removeAll() {
-    let old = lock.withLock { () -> [String: any Sendable] in
+    let old = storage.withLock { storage -> [String: any Sendable] in
       let old = storage
       storage = [:]
       return old

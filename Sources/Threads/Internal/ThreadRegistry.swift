@@ -134,12 +134,8 @@ enum CriticalThreads {
 /// The application's handler for errors escaping detached threads.
 @usableFromInline
 enum DetachedErrors {
-  final class Box: @unchecked Sendable {
-    // @unchecked: `handler` is only touched with `lock` held.
-    let lock = Lock()
-    var handler: Thread.DetachedErrorHandler = DetachedErrors.printToStandardError
-  }
-  static let box = Box()
+  /// The handler in force; read and replaced under its lock, called after it.
+  static let handler = LockedValue<Thread.DetachedErrorHandler>(printToStandardError)
 
   static let printToStandardError: Thread.DetachedErrorHandler = { error, thread in
     let name = thread.name.map { "\"\($0)\"" } ?? "(unnamed)"
@@ -148,7 +144,7 @@ enum DetachedErrors {
 
   @usableFromInline
   static func report(_ error: any Error, from thread: Thread) {
-    let handler = box.lock.withLock { box.handler }
-    handler(error, thread)
+    let current = handler.withLock { $0 }
+    current(error, thread)
   }
 }
