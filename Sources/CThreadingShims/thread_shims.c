@@ -15,7 +15,7 @@ int tk_cpu_set_capacity(void) { return CPU_SETSIZE; }
 static int tk_fill_cpu_set(cpu_set_t *set, const int32_t *cpus, int count) {
   CPU_ZERO(set);
   for (int i = 0; i < count; i++) {
-    if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) return EINVAL;
+    if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) return -EINVAL;
     CPU_SET(cpus[i], set);
   }
   return 0;
@@ -25,20 +25,20 @@ int tk_attr_set_affinity(pthread_attr_t *attributes, const int32_t *cpus, int co
   cpu_set_t set;
   int result = tk_fill_cpu_set(&set, cpus, count);
   if (result != 0) return result;
-  return pthread_attr_setaffinity_np(attributes, sizeof set, &set);
+  return -pthread_attr_setaffinity_np(attributes, sizeof set, &set);
 }
 
 int tk_thread_set_affinity(const int32_t *cpus, int count) {
   cpu_set_t set;
   int result = tk_fill_cpu_set(&set, cpus, count);
   if (result != 0) return result;
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return -pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 int tk_thread_get_affinity(int32_t *cpus, int capacity, int *count) {
   cpu_set_t set;
   int result = pthread_getaffinity_np(pthread_self(), sizeof set, &set);
-  if (result != 0) return result;
+  if (result != 0) return -result;
   int found = 0;
   for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
     if (CPU_ISSET(cpu, &set)) {
@@ -50,21 +50,21 @@ int tk_thread_get_affinity(int32_t *cpus, int capacity, int *count) {
   return 0;
 }
 
-int tk_thread_set_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+int tk_thread_set_name(const char *name) { return -pthread_setname_np(pthread_self(), name); }
 
 int tk_thread_get_name(char *buffer, size_t length) {
-  return pthread_getname_np(pthread_self(), buffer, length);
+  return -pthread_getname_np(pthread_self(), buffer, length);
 }
 
 int tk_thread_set_nice(int nice) {
-  if (setpriority(PRIO_PROCESS, 0, nice) != 0) return errno;
+  if (setpriority(PRIO_PROCESS, 0, nice) != 0) return -errno;
   return 0;
 }
 
 int tk_thread_get_nice(int *nice) {
   errno = 0;
   int value = getpriority(PRIO_PROCESS, 0);
-  if (value == -1 && errno != 0) return errno;
+  if (value == -1 && errno != 0) return -errno;
   *nice = value;
   return 0;
 }
@@ -72,18 +72,18 @@ int tk_thread_get_nice(int *nice) {
 int tk_thread_get_stack(size_t *stack_size, size_t *guard_size) {
   pthread_attr_t attributes;
   int result = pthread_getattr_np(pthread_self(), &attributes);
-  if (result != 0) return result;
+  if (result != 0) return -result;
   result = pthread_attr_getstacksize(&attributes, stack_size);
   if (result == 0) result = pthread_attr_getguardsize(&attributes, guard_size);
   int destroyed = pthread_attr_destroy(&attributes);
-  return result != 0 ? result : destroyed;
+  return -(result != 0 ? result : destroyed);
 }
 
 int tk_thread_get_scheduling(int *policy, int *priority) {
   struct sched_param parameters;
   int result = pthread_getschedparam(pthread_self(), policy, &parameters);
   if (result == 0) *priority = parameters.sched_priority;
-  return result;
+  return -result;
 }
 
 int tk_sleep_until_monotonic(int64_t deadline_ns) {
@@ -94,7 +94,7 @@ int tk_sleep_until_monotonic(int64_t deadline_ns) {
     // clock_nanosleep returns the error number itself (it does not set errno). With
     // TIMER_ABSTIME an interrupted sleep can simply be repeated with the same deadline.
     int result = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL);
-    if (result != EINTR) return result;
+    if (result != EINTR) return -result;
   }
 }
 

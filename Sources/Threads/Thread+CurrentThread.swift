@@ -26,9 +26,8 @@ extension Thread {
   /// The corresponding C function is `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`.
   @available(*, noasync, message: "blocks the thread; use Task.sleep in async code")
   public static func sleep(until deadline: MonotonicInstant) {
-    let result = tk_sleep_until_monotonic(deadline.nanoseconds)
     // Only EINVAL/EFAULT remain, impossible with a valid timespec on CLOCK_MONOTONIC.
-    checkOrDie(result, "clock_nanosleep")
+    shimCallOrDie("clock_nanosleep") { tk_sleep_until_monotonic(deadline.nanoseconds) }
   }
 
   /// Offers the processor to another runnable thread of the same priority; returns at once if
@@ -42,8 +41,9 @@ extension Thread {
   /// `top -H` show. The corresponding C function is `pthread_getname_np`.
   public static func currentKernelName() throws(SystemCallError) -> String {
     var buffer = [CChar](repeating: 0, count: 32)
-    let result = buffer.withUnsafeMutableBufferPointer { tk_thread_get_name($0.baseAddress, $0.count) }
-    try check(result, "pthread_getname_np")
+    _ = try shimCall("pthread_getname_np") {
+      buffer.withUnsafeMutableBufferPointer { tk_thread_get_name($0.baseAddress, $0.count) }
+    }
     return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
   }
 
@@ -52,7 +52,7 @@ extension Thread {
   /// applies to the calling thread.
   public static func currentNiceValue() throws(SystemCallError) -> Int32 {
     var nice: Int32 = 0
-    try check(tk_thread_get_nice(&nice), "getpriority")
+    _ = try shimCall("getpriority") { tk_thread_get_nice(&nice) }
     return nice
   }
 
@@ -68,7 +68,7 @@ extension Thread {
   ///   raising priority needs `CAP_SYS_NICE`/`RLIMIT_NICE` the process lacks.
   public static func setCurrentRelativePriority(_ priority: Double) throws(SystemCallError) {
     guard priority >= 0, priority <= 1 else { throw SystemCallError(call: "setpriority", code: .invalidArgument) }
-    try check(tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)), "setpriority")
+    _ = try shimCall("setpriority") { tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)) }
   }
 
   /// The CPUs the calling thread may run on, ascending. The corresponding C function is
@@ -76,8 +76,9 @@ extension Thread {
   public static func currentCPUAffinity() throws(SystemCallError) -> [Int] {
     var cpus = [Int32](repeating: 0, count: Int(tk_cpu_set_capacity()))
     var count: Int32 = 0
-    let result = cpus.withUnsafeMutableBufferPointer { tk_thread_get_affinity($0.baseAddress, Int32($0.count), &count) }
-    try check(result, "pthread_getaffinity_np")
+    _ = try shimCall("pthread_getaffinity_np") {
+      cpus.withUnsafeMutableBufferPointer { tk_thread_get_affinity($0.baseAddress, Int32($0.count), &count) }
+    }
     return cpus.prefix(Int(count)).map { Int($0) }
   }
 
@@ -91,8 +92,9 @@ extension Thread {
       throw SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument)
     }
     let values = cpus.map { Int32($0) }
-    let result = values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }
-    try check(result, "pthread_setaffinity_np")
+    _ = try shimCall("pthread_setaffinity_np") {
+      values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }
+    }
   }
 
   /// The calling thread's stack size and guard size in bytes, as the C library reports them
@@ -101,7 +103,7 @@ extension Thread {
   public static func currentStackSize() throws(SystemCallError) -> (stackSize: Int, guardSize: Int) {
     var stack = 0
     var guardSize = 0
-    try check(tk_thread_get_stack(&stack, &guardSize), "pthread_getattr_np")
+    _ = try shimCall("pthread_getattr_np") { tk_thread_get_stack(&stack, &guardSize) }
     return (stack, guardSize)
   }
 }

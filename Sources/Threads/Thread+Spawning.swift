@@ -123,10 +123,9 @@ extension Thread {
       try check(pthread_attr_setschedparam(&attributes, &parameters), "pthread_attr_setschedparam")
     }
     if let cpus = resolved.cpuAffinity {
-      let result = cpus.withUnsafeBufferPointer { cpus in
-        tk_attr_set_affinity(&attributes, cpus.baseAddress, Int32(cpus.count))
+      _ = try shimCall("pthread_attr_setaffinity_np") {
+        cpus.withUnsafeBufferPointer { cpus in tk_attr_set_affinity(&attributes, cpus.baseAddress, Int32(cpus.count)) }
       }
-      try check(result, "pthread_attr_setaffinity_np")
     }
 
     let handshake = resolved.niceValue == nil ? nil : FutexWord(0)
@@ -141,11 +140,12 @@ extension Thread {
     // The new thread owns this retain: it becomes its `Thread.current` value.
     let argument = Unmanaged.passRetained(self).toOpaque()
     var handle = pthread_t()
-    let result = pthread_create(&handle, &attributes, threadEntryPoint, argument)
-    if result != 0 {
+    do {
+      try check(pthread_create(&handle, &attributes, threadEntryPoint, argument), "pthread_create")
+    } catch {
       Unmanaged<Thread>.fromOpaque(argument).release()
       if isCritical { CriticalThreads.leave() }
-      throw SystemCallError(call: "pthread_create", code: SystemErrorCode(rawValue: result))
+      throw error
     }
     if let handshake {
       handshake.wait(whileEqualTo: 0)
@@ -178,7 +178,7 @@ extension Thread {
     WordLock.unlock(lockWord)
     guard let plan = taken, let body else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
-      checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
+      shimCallOrDie("pthread_setname_np") { kernelName.withCString { tk_thread_set_name($0) } }
     }
     if let nice = plan.niceValue {
       let result = tk_thread_set_nice(nice)
@@ -188,7 +188,7 @@ extension Thread {
           criticalBodyRunning = plan.isCritical
         }
       }
-      plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(result) + 2)
+      plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(-result) + 2)
       if result != 0 {
         retainedSelf.release()
         return

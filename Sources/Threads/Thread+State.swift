@@ -37,7 +37,7 @@ extension Thread {
       }
       withLock { storedName = newValue }
       let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")
-      checkOrDie(kernelName.withCString { tk_thread_set_name($0) }, "pthread_setname_np")
+      shimCallOrDie("pthread_setname_np") { kernelName.withCString { tk_thread_set_name($0) } }
     }
   }
 

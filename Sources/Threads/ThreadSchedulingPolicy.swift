@@ -46,7 +46,7 @@ public enum ThreadSchedulingPolicy: Sendable, Hashable, CustomStringConvertible 
   public static func ofCurrentThread() throws(SystemCallError) -> ThreadSchedulingPolicy {
     var policy: Int32 = 0
     var priority: Int32 = 0
-    try check(tk_thread_get_scheduling(&policy, &priority), "pthread_getschedparam")
+    _ = try shimCall("pthread_getschedparam") { tk_thread_get_scheduling(&policy, &priority) }
     if policy == tk_sched_fifo() { return .fifo(priority: Int(priority)) }
     if policy == tk_sched_rr() { return .roundRobin(priority: Int(priority)) }
     return .normal

@@ -250,6 +250,20 @@ struct AffinityConfigurationTests {
       try Thread.spawn(configuration: configuration) {}.join()
     }
   }
+
+  @Test func offlineCPUForTheCurrentThreadIsATypedError() throws {
+    // The error comes back from the C shim as a negated errno; a shim returning the pthread
+    // convention (a positive errno) would read as success here.
+    let outcome = try onThread(ThreadConfiguration()) { () -> SystemCallError? in
+      do throws(SystemCallError) {
+        try Thread.setCurrentCPUAffinity([1000])  // valid number, no such CPU online here
+        return nil
+      } catch {
+        return error
+      }
+    }
+    #expect(outcome == SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument))
+  }
 }
 
 @Suite("Creation failures", .timeLimit(.minutes(2)))

@@ -1,8 +1,13 @@
 // Thread calls the Threads module needs that Swift cannot import or call safely: CPU-set
 // macros, GNU-only pthread functions (declared by glibc only under _GNU_SOURCE), and calls
 // whose error convention needs errno read at once. Implemented in thread_shims.c, which
-// defines _GNU_SOURCE. Every function returns 0 or a positive errno (the pthread
-// convention), never -1.
+// defines _GNU_SOURCE.
+//
+// Error convention (the one every CThreadingShims header follows): each function that can
+// fail returns 0 (or a non-negative result) on success and the negated errno on failure,
+// whether the wrapped call reports through its result (the pthread functions,
+// clock_nanosleep) or through errno (setpriority, getpriority); it never returns -1 with
+// the code left in errno. Swift callers check the one value through Sync's `shimCall`.
 #ifndef TK_THREAD_SHIMS_H
 #define TK_THREAD_SHIMS_H
 
@@ -13,7 +18,7 @@
 /// The number of CPUs a cpu_set_t can name (CPU_SETSIZE, 1024 on glibc).
 int tk_cpu_set_capacity(void);
 
-/// pthread_attr_setaffinity_np with the `count` CPU numbers in `cpus`. EINVAL for a number
+/// pthread_attr_setaffinity_np with the `count` CPU numbers in `cpus`. -EINVAL for a number
 /// outside 0..<CPU_SETSIZE.
 int tk_attr_set_affinity(pthread_attr_t *attributes, const int32_t *cpus, int count);
 
@@ -31,7 +36,7 @@ int tk_thread_set_name(const char *name);
 int tk_thread_get_name(char *buffer, size_t length);
 
 /// setpriority(PRIO_PROCESS, 0, nice): on Linux this sets the calling thread's nice value
-/// only (the kernel treats `who` as a thread id). EACCES when lowering it below the
+/// only (the kernel treats `who` as a thread id). -EACCES when lowering it below the
 /// permitted value (RLIMIT_NICE, CAP_SYS_NICE).
 int tk_thread_set_nice(int nice);
 
@@ -46,7 +51,7 @@ int tk_thread_get_stack(size_t *stack_size, size_t *guard_size);
 int tk_thread_get_scheduling(int *policy, int *priority);
 
 /// clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) until `deadline_ns` on the monotonic clock,
-/// resuming after signals (EINTR). Returns 0 or the error clock_nanosleep reported.
+/// resuming after signals (EINTR). Returns 0 or the negated error clock_nanosleep reported.
 int tk_sleep_until_monotonic(int64_t deadline_ns);
 
 /// The calling thread's kernel id without a system call, or -1 when it cannot be derived.

@@ -20,6 +20,13 @@ func checkOrDie(_ result: Int32, _ call: String) {
   mustSucceed("Threads") { () throws(SystemCallError) in try pthreadCall(call) { result } }
 }
 
+/// For CThreadingShims calls (0 or a negated errno) whose failure leaves no way to continue
+/// correctly: stops the process with the call and the error code, through Sync's `shimCall`
+/// and `mustSucceed`.
+func shimCallOrDie(_ call: String, _ body: () -> Int32) {
+  mustSucceed("Threads") { () throws(SystemCallError) in _ = try shimCall(call, body) }
+}
+
 /// Writes `text` to standard error with one `write` (no stdio: `stderr` is a global C
 /// variable Swift 6 refuses to share, and a single write keeps lines from interleaving).
 func writeToStandardError(_ text: String) {
