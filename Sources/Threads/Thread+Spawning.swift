@@ -172,7 +172,6 @@ extension Thread {
     startPlan = nil
     if let taken, taken.niceValue == nil {
       storedKernelThreadID = tid
-      criticalBodyRunning = taken.isCritical
     }
     let body = entry
     WordLock.unlock(lockWord)
@@ -183,10 +182,7 @@ extension Thread {
     if let nice = plan.niceValue {
       let result = tk_thread_set_nice(nice)
       if result == 0 {
-        withLock {
-          storedKernelThreadID = tid
-          criticalBodyRunning = plan.isCritical
-        }
+        withLock { storedKernelThreadID = tid }
       }
       plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(-result) + 2)
       if result != 0 {
@@ -194,6 +190,7 @@ extension Thread {
         return
       }
     }
+    isCountedAsCritical = plan.isCritical
     ThreadRegistry.install(retainedSelf)
     UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
@@ -204,12 +201,17 @@ extension Thread {
     // runs no deinitializer there; the captures are released when this function returns.
     let dictionary = withLock { () -> ThreadDictionary? in
       entry = nil
-      criticalBodyRunning = false
       return storedDictionary
     }
     dictionary?.removeAll()
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
-    if plan.isCritical { CriticalThreads.leave() }
+    if plan.isCritical {
+      // Still counted until here, so an exit() from the handlers or the dictionary's
+      // deinitializers does not wait for this thread, and a fork() from them leaves the
+      // child's count at one, matching the leave() below.
+      isCountedAsCritical = false
+      CriticalThreads.leave()
+    }
   }
 }
 

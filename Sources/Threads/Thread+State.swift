@@ -71,16 +71,4 @@ extension Thread {
 
   /// Whether the thread's body has returned (or thrown).
   public var isFinished: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished }
-
-  /// Whether this thread is inside the body of a `finishBeforeExit` thread (exit handler).
-  var isRunningCriticalBody: Bool {
-    withLock { criticalBodyRunning }
-  }
-
-  /// ``isRunningCriticalBody`` read by this thread itself, without the lock: only the thread
-  /// itself writes the flag, so its own reads need no lock. The fork handler relies on this:
-  /// in a forked child the lock may be held by a thread that does not exist there.
-  var isRunningCriticalBodyAsSeenByItself: Bool {
-    criticalBodyRunning
-  }
 }

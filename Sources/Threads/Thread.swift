@@ -106,7 +106,13 @@ public final class Thread: @unchecked Sendable {
   /// Set once the thread has run its `onExit` handlers; later ones run at once.
   @exclusivity(unchecked) var willExitHandlersDone = false
   @exclusivity(unchecked) var storedKernelThreadID: Int32?
-  @exclusivity(unchecked) var criticalBodyRunning = false
+  /// Whether this is a `finishBeforeExit` thread still counted in `CriticalThreads.running`:
+  /// set as its body is about to run, cleared right before it leaves the count (after its
+  /// exit handlers and its dictionary's deinitializers, which may call `exit()` or `fork()`).
+  /// Not guarded by the lock: only the thread itself writes and reads it (the exit and fork
+  /// handlers read it on the calling thread, where the lock may be held by a thread that
+  /// no longer exists in a forked child).
+  @exclusivity(unchecked) var isCountedAsCritical = false
 
   // MARK: Creating thread objects
 

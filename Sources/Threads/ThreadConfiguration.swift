@@ -102,9 +102,12 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// data) that must not be cut off, the guide's reason for joinable threads, made explicit.
   ///
   /// When set, an `atexit` handler registered on first use blocks a normal exit (`exit()`,
-  /// returning from `main`) until every such thread has returned from its body, whether it
-  /// is joinable or detached. `_exit`, `quick_exit`, signals and crashes do not wait. A
-  /// critical thread that itself calls `exit()` is not waited for (it would wait for itself).
+  /// returning from `main`) until every such thread has returned from its body and finished
+  /// ending (its ``Thread/onExit(_:)`` handlers have run and its thread dictionary has been
+  /// emptied), whether it is joinable or detached. `_exit`, `quick_exit`, signals and
+  /// crashes do not wait. A critical thread that itself calls `exit()` (from its body, an
+  /// exit handler or a value released with its dictionary) is not waited for (it would wait
+  /// for itself).
   /// A child process made by `fork()` has none of the parent's other threads, so its
   /// `exit()` waits for none of them (only for the forking thread's own body, when a
   /// critical thread forked and then returns from its body in the child).

@@ -60,6 +60,16 @@ struct ProcessExitTests {
     }
   }
 
+  @Test func criticalThreadCallingExitWhileItsDictionaryIsEmptiedDoesNotWaitForItself() async {
+    // The thread is still counted while its dictionary's values are released (after its
+    // body and exit handlers): exit() from one of their deinitializers must not wait for the
+    // calling thread. The alarm turns a hang into a failure.
+    await #expect(processExitsWith: .exitCode(7)) {
+      armAlarm(seconds: 10)
+      childCriticalThreadExitsFromADictionaryValue()
+    }
+  }
+
   @Test func defaultHandlerPrintsTheThreadsNameToStandardError() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardErrorContent]) {
       childThrowingFromACriticalDetachedThread()
@@ -103,6 +113,25 @@ func childCriticalThreadCallsExit() {
   let worker = try? Thread.spawn(configuration: configuration) { exit(7) }
   worker?.join()  // never returns: the worker's exit ends the process
   exit(1)
+}
+
+/// Child body: a critical thread's dictionary holds a value whose deinitializer ends the
+/// process with exit(7), released as the thread ends.
+func childCriticalThreadExitsFromADictionaryValue() {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  let worker = try? Thread.spawn(configuration: configuration) {
+    Thread.current.threadDictionary["exits"] = ExitsWhenReleased(code: 7)
+  }
+  worker?.join()  // never returns: the value's deinitializer ends the process
+  exit(1)
+}
+
+/// Calls `exit(code)` from its deinitializer.
+final class ExitsWhenReleased: Sendable {
+  let code: Int32
+  init(code: Int32) { self.code = code }
+  deinit { exit(code) }
 }
 
 /// Child body: starts a slow critical writer and returns at once.

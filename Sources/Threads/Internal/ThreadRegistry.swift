@@ -102,10 +102,10 @@ enum CriticalThreads {
     running.store(isCallerInCriticalBody ? 1 : 0)
   }
 
-  /// Whether the calling thread is itself running a critical body.
+  /// Whether the calling thread is itself a critical thread still counted in `running`.
   private static var isCallerInCriticalBody: Bool {
     guard let value = pthread_getspecific(ThreadRegistry.currentThreadKey) else { return false }
-    return Unmanaged<Thread>.fromOpaque(value).takeUnretainedValue().isRunningCriticalBodyAsSeenByItself
+    return Unmanaged<Thread>.fromOpaque(value).takeUnretainedValue().isCountedAsCritical
   }
 
   /// Counts a critical thread about to be created.
