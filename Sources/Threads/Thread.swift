@@ -187,8 +187,8 @@ public final class Thread: @unchecked Sendable {
 
   /// The lock, lifecycle and exit-flag words, initialized.
   private static func allocateWords(lifecycle: UInt32) -> UnsafeMutablePointer<UInt32> {
-    let words = UnsafeMutablePointer<UInt32>.allocate(capacity: 4)
-    words.initialize(repeating: 0, count: 4)
+    let words = UnsafeMutablePointer<UInt32>.allocate(capacity: 3)
+    words.initialize(repeating: 0, count: 3)
     words[1] = lifecycle
     return words
   }

@@ -4,8 +4,8 @@ import Sync
 /// and the reporting of an error once it has been.
 ///
 /// The join path (`complete`, `take`) is inlinable so it is specialized for the concrete
-/// `Value`/`Failure` in the caller: unspecialized, every access to the stored `Result` looked
-/// up generic metadata at run time (visible in profiles of create+join).
+/// `Value`/`Failure` in the caller: unspecialized, every access to the stored `Result` would
+/// look up generic metadata at run time, on every thread start and join.
 ///
 /// The handle (`JoinableThread`) is noncopyable and consumed by its join or detach, so each
 /// outcome sees at most one of `take` and `detach`, never twice.
@@ -13,7 +13,7 @@ import Sync
 final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
   // @unchecked: `result` and `isDetached` are only touched with the word lock held.
 
-  /// [0] the `WordLock`, [1] unused: one allocation.
+  /// The `WordLock` guarding `result` and `isDetached`.
   @usableFromInline
   let lockWord: UnsafeMutablePointer<UInt32>
   // Guarded by the word lock; see `Thread` for why dynamic exclusivity checks are off.
@@ -24,8 +24,8 @@ final class JoinOutcome<Value: Sendable, Failure: Error>: @unchecked Sendable {
 
   @usableFromInline
   init() {
-    lockWord = .allocate(capacity: 2)
-    lockWord.initialize(repeating: 0, count: 2)
+    lockWord = .allocate(capacity: 1)
+    lockWord.initialize(to: 0)
   }
 
   deinit {
