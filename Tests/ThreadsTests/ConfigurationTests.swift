@@ -18,7 +18,9 @@ func onThread<Value: Sendable>(
   try Thread.spawn(configuration: configuration, body).join()
 }
 
-func expectEINVAL(_ call: String, _ edit: (inout ThreadConfiguration) -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
+func expectEINVAL(
+  _ call: String, _ edit: (inout ThreadConfiguration) -> Void, sourceLocation: SourceLocation = #_sourceLocation
+) {
   var configuration = ThreadConfiguration()
   edit(&configuration)
   #expect(throws: SystemCallError(call: call, code: .invalidArgument), sourceLocation: sourceLocation) {
@@ -35,7 +37,8 @@ struct StackConfigurationTests {
     #expect(ThreadConfiguration().stackSize == 512 * 1024)
     #expect(ThreadConfiguration.defaultStackSize == 512 * 1024)
     let size = try onThread(ThreadConfiguration()) { try Thread.currentStackSize().stackSize }
-    #expect(size >= 512 * 1024 && size <= 4 * (512 + 64) * 1024)  // glibc may reuse a cached, larger stack; TSan adds some
+    // glibc may reuse a cached, larger stack; TSan adds some.
+    #expect(size >= 512 * 1024 && size <= 4 * (512 + 64) * 1024)
   }
 
   @Test func configuredSizeIsRoundedUpToAPage() throws {

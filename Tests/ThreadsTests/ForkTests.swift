@@ -22,12 +22,13 @@ struct ForkTests {
   @Test("Thread.main.name set on the main thread before anything asked for Thread.current")
   func mainThreadNamesItselfFirstThing() async {
     await #expect(processExitsWith: .success) {
-      exit(inForkedChild { () -> Int32 in
-        Thread.main.name = "renamed"
-        let kernelName = try? Thread.currentKernelName()
-        let named = Thread.main.name == "renamed" && kernelName == "renamed"
-        return named && Thread.current === Thread.main ? 0 : 2
-      } == 0 ? 0 : 1)
+      exit(
+        inForkedChild { () -> Int32 in
+          Thread.main.name = "renamed"
+          let kernelName = try? Thread.currentKernelName()
+          let named = Thread.main.name == "renamed" && kernelName == "renamed"
+          return named && Thread.current === Thread.main ? 0 : 2
+        } == 0 ? 0 : 1)
     }
   }
 }
@@ -72,10 +73,12 @@ func forkWhileACriticalThreadRuns() -> Int32 {
   let started = TestLatch()
   let release = TestLatch()
   guard
-    let worker = try? Thread.spawn(configuration: configuration, {
-      started.open()
-      release.wait()
-    })
+    let worker = try? Thread.spawn(
+      configuration: configuration,
+      {
+        started.open()
+        release.wait()
+      })
   else { return -1 }
   started.wait()
   let status = inForkedChild { 0 }

@@ -89,7 +89,8 @@ enum CriticalThreads {
     }
     let forked = pthread_atfork(nil, nil, { CriticalThreads.processDidFork() })
     if forked != 0 {
-      fatalError("pthread_atfork failed: \(SystemCallError(call: "pthread_atfork", code: SystemErrorCode(rawValue: forked)))")
+      fatalError(
+        "pthread_atfork failed: \(SystemCallError(call: "pthread_atfork", code: SystemErrorCode(rawValue: forked)))")
     }
   }()
 
