@@ -1,12 +1,10 @@
 // The epoll, eventfd and timerfd calls of the run loops and the named ports, in a shape Swift
 // can use: `struct epoll_event` is packed on x86-64 (Swift cannot import its layout
 // reliably), and the epoll/eventfd/timerfd flags are enum constants glibc re-#defines.
-// Error convention (as in tk_port_shims.h and tk_sync_shims.h): every function returns a
+// Error convention (the one every CThreadingShims header follows): every function returns a
 // non-negative result or a negated errno and never reports through `errno` alone, so Swift
-// callers check one value (through Sync's `shimCall`). The pthread-shaped shims in
-// tk_thread_shims.h return what pthread returns (0 or an errno; Sync's `pthreadCall`). EINTR is retried
-// only where a retry is harmless (counter reads and writes, waits with an absolute
-// deadline), never for close.
+// callers check one value (through Sync's `shimCall`). EINTR is retried only where a retry
+// is harmless (counter reads and writes, waits with an absolute deadline), never for close.
 #ifndef TK_RUNLOOP_SHIMS_H
 #define TK_RUNLOOP_SHIMS_H
 

@@ -9,7 +9,7 @@
 // - `systemCall`: the C library's convention, -1 with the code in `errno` (open, read,
 //   listen, sched_yield, ...).
 // - `pthreadCall`: the pthread convention, 0 or the error number as the result
-//   (pthread_create, pthread_attr_*, clock_nanosleep).
+//   (pthread_create, pthread_attr_*).
 // - `shimCall`: the CThreadingShims convention, a non-negative result or the negated error
 //   number (every tk_* function; see the shim headers).
 
