@@ -1,0 +1,252 @@
+import Sync
+
+extension RunLoop {
+  // MARK: Sources
+
+  /// Adds `source` to `mode` (to every common mode for ``RunLoopMode/common``) and calls its
+  /// `schedule` callback for each mode it entered, on the calling thread. Adding a source
+  /// twice to a mode is harmless. Returns false, adding nothing, when the source was
+  /// invalidated. Does not wake the loop. (`CFRunLoopAddSource`)
+  @discardableResult
+  public func add(_ source: RunLoopSource, forMode mode: RunLoopMode) -> Bool {
+    var entered: [RunLoopMode] = []
+    let added: Bool = lock.withLock {
+      guard source.register(in: self) else { return false }
+      if mode == .common && !commonSources.contains(where: { $0 === source }) {
+        commonSources.append(source)
+      }
+      for name in concreteModes(mode) where modeItems(name).insert(source) {
+        entered.append(name)
+      }
+      return true
+    }
+    for name in entered { source.scheduleCallback?(self, name) }
+    return added
+  }
+
+  /// Removes `source` from `mode` (from every common mode for ``RunLoopMode/common``),
+  /// calling its `cancel` callback for each mode it left. Removing what was never added is
+  /// harmless. (`CFRunLoopRemoveSource`)
+  public func remove(_ source: RunLoopSource, forMode mode: RunLoopMode) {
+    let left: [RunLoopMode] = lock.withLock {
+      if mode == .common {
+        guard let index = commonSources.firstIndex(where: { $0 === source }) else { return [] }
+        commonSources.remove(at: index)
+      }
+      let left = concreteModes(mode).filter { modes[$0]?.remove(source) ?? false }
+      if !left.isEmpty { wakeUpIfARunIsLeftEmpty() }
+      return left
+    }
+    for name in left { source.cancelCallback?(self, name) }
+  }
+
+  /// Whether `source` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsSource`)
+  public func contains(_ source: RunLoopSource, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonSources.contains { $0 === source } }
+      return modes[mode]?.contains(source) ?? false
+    }
+  }
+
+  /// Removes an invalidated source everywhere, calling `cancel` for each mode it left.
+  func removeFromEveryMode(_ source: RunLoopSource) {
+    let left: [RunLoopMode] = lock.withLock {
+      commonSources.removeAll { $0 === source }
+      let left = modes.values.filter { $0.remove(source) }.map(\.name)
+      if !left.isEmpty { wakeUpIfARunIsLeftEmpty() }
+      return left
+    }
+    for name in left { source.cancelCallback?(self, name) }
+  }
+
+  // MARK: Timers
+
+  /// Adds `timer` to `mode` (to every common mode for ``RunLoopMode/common``). Returns false,
+  /// adding nothing, when the timer was invalidated. A timer belongs to one run loop: adding
+  /// it to a second one stops the process with a message. If the loop sleeps in that mode
+  /// its timerfd is re-armed at once (no wake-up needed). (`CFRunLoopAddTimer`)
+  @discardableResult
+  public func add(_ timer: RunLoopTimer, forMode mode: RunLoopMode) -> Bool {
+    let outcome: Int = lock.withLock {
+      let claim: Int = timer.lock.withLock {
+        guard timer.valid else { return 0 }
+        if let owner = timer.runLoop, owner !== self { return -1 }
+        if timer.runLoop == nil {
+          // Newly this loop's: it goes after the timers added before it on equal dates.
+          nextTimerSequence &+= 1
+          timer.scheduleSequence = nextTimerSequence
+        }
+        timer.runLoop = self
+        return 1
+      }
+      guard claim == 1 else { return claim }
+      if mode == .common && !commonTimers.contains(where: { $0 === timer }) {
+        commonTimers.append(timer)
+      }
+      for name in concreteModes(mode) { _ = modeItems(name).insert(timer) }
+      renewSchedule(timer)
+      rearmIfSleeping()
+      return 1
+    }
+    if outcome < 0 {
+      runLoopMisuse("RunLoop", "add(timer): the timer is already scheduled in another run loop")
+    }
+    return outcome == 1
+  }
+
+  /// Removes `timer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless if
+  /// it is not there. Once in no mode, the timer may be added to another run loop.
+  /// (`CFRunLoopRemoveTimer`)
+  public func remove(_ timer: RunLoopTimer, forMode mode: RunLoopMode) {
+    lock.withLock {
+      if mode == .common {
+        guard let index = commonTimers.firstIndex(where: { $0 === timer }) else { return }
+        commonTimers.remove(at: index)
+      }
+      for name in concreteModes(mode) { _ = modes[name]?.remove(timer) }
+      releaseTimerIfUnscheduled(timer)
+      wakeUpIfARunIsLeftEmpty()
+    }
+  }
+
+  /// Whether `timer` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsTimer`)
+  public func contains(_ timer: RunLoopTimer, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonTimers.contains { $0 === timer } }
+      return modes[mode]?.contains(timer) ?? false
+    }
+  }
+
+  /// The earliest scheduled fire date among `mode`'s valid timers, or nil.
+  /// (`CFRunLoopGetNextTimerFireDate`)
+  public func nextTimerFireDate(inMode mode: RunLoopMode) -> MonotonicInstant? {
+    lock.withLock {
+      modes[mode]?.timers.compactMap { timer in timer.lock.withLock { timer.valid ? timer.fireDate : nil } }.min()
+    }
+  }
+
+  /// Forgets the timer's owner once it is in no mode. Called with `lock` held.
+  func releaseTimerIfUnscheduled(_ timer: RunLoopTimer) {
+    if commonTimers.contains(where: { $0 === timer }) { return }
+    if modes.values.contains(where: { $0.contains(timer) }) { return }
+    timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
+  }
+
+  /// Removes an invalidated timer everywhere, and forgets being its owner (a re-armed timer
+  /// may join any run loop).
+  func removeFromEveryMode(_ timer: RunLoopTimer) {
+    lock.withLock {
+      commonTimers.removeAll { $0 === timer }
+      for mode in modes.values { _ = mode.remove(timer) }
+      timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } }
+      rearmIfSleeping()
+      wakeUpIfARunIsLeftEmpty()
+    }
+  }
+
+  /// `timer`'s fire date or tolerance changed: renew its schedule, and re-arm now if the
+  /// loop sleeps.
+  func timerScheduleDidChange(_ timer: RunLoopTimer) {
+    lock.withLock {
+      renewSchedule(timer)
+      rearmIfSleeping()
+    }
+  }
+
+  /// Replaces `timer`'s schedule entries in every mode holding it with ones for its current
+  /// fire date and tolerance (none once it is invalid). Called with `lock` held: after it is
+  /// added, after its schedule changes, and after the pass that fired it. A re-armed timer
+  /// gets a new sequence, so it goes after the timers already due at its new instant.
+  func renewSchedule(_ timer: RunLoopTimer) {
+    // Not this loop's any more (or invalid): its entries here are already stale (it left
+    // every mode), and its schedule fields belong to its new loop's lock.
+    guard let schedule = timer.scheduleForRenewal(in: self) else { return }
+    if schedule.rearmed {
+      nextTimerSequence &+= 1
+      timer.scheduleSequence = nextTimerSequence
+    }
+    // Unique in this loop, so no entry of a freed timer matches a timer that reuses its
+    // address (see `ModeItems.currentTimer`).
+    nextTimerGeneration &+= 1
+    timer.scheduleGeneration = nextTimerGeneration
+    for mode in modes.values where mode.contains(timer) {
+      mode.schedule(timer, fireDate: schedule.fireDate, tolerance: schedule.tolerance, in: self)
+    }
+  }
+
+  /// While the loop sleeps, moves the timerfd to the new wake instant of the mode it sleeps
+  /// in, so timer changes from other threads take effect without a wake-up. Called with
+  /// `lock` held.
+  func rearmIfSleeping() {
+    guard isSleeping, let activation = activations.last else { return }
+    let wakeAt = min(activation.mode.earliestWakeDeadline(), currentRunDeadline)
+    if sleepsOnFutex {
+      // A futex sleep has no instant to wake at: if there is one now, the loop must wake
+      // and sleep again in epoll with the timerfd armed.
+      if wakeAt != .distantFuture { wakeUp() }
+      return
+    }
+    if wakeAt != armedDeadline {
+      backend.armTimer(at: wakeAt)
+      armedDeadline = wakeAt
+    }
+  }
+
+  // MARK: Observers
+
+  /// Adds `observer` to `mode` (every common mode for ``RunLoopMode/common``). Returns false,
+  /// adding nothing, when it was invalidated; adding it to a second run loop stops the process
+  /// with a message. (`CFRunLoopAddObserver`)
+  @discardableResult
+  public func add(_ observer: RunLoopObserver, forMode mode: RunLoopMode) -> Bool {
+    let outcome: Int = lock.withLock {
+      let claim: Int = observer.lock.withLock {
+        guard observer.valid else { return 0 }
+        if let owner = observer.runLoop, owner !== self { return -1 }
+        observer.runLoop = self
+        return 1
+      }
+      guard claim == 1 else { return claim }
+      if mode == .common && !commonObservers.contains(where: { $0 === observer }) {
+        commonObservers.append(observer)
+      }
+      for name in concreteModes(mode) { _ = modeItems(name).insert(observer) }
+      return 1
+    }
+    if outcome < 0 {
+      runLoopMisuse("RunLoop", "add(observer): the observer belongs to another run loop")
+    }
+    return outcome == 1
+  }
+
+  /// Removes `observer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless
+  /// if it is not there. (`CFRunLoopRemoveObserver`)
+  public func remove(_ observer: RunLoopObserver, forMode mode: RunLoopMode) {
+    lock.withLock {
+      if mode == .common {
+        guard let index = commonObservers.firstIndex(where: { $0 === observer }) else { return }
+        commonObservers.remove(at: index)
+      }
+      for name in concreteModes(mode) { _ = modes[name]?.remove(observer) }
+    }
+  }
+
+  /// Whether `observer` is in `mode` (for ``RunLoopMode/common``: whether it was added to
+  /// common). (`CFRunLoopContainsObserver`)
+  public func contains(_ observer: RunLoopObserver, inMode mode: RunLoopMode) -> Bool {
+    lock.withLock {
+      if mode == .common { return commonObservers.contains { $0 === observer } }
+      return modes[mode]?.observers.contains { $0 === observer } ?? false
+    }
+  }
+
+  /// Removes an invalidated observer everywhere.
+  func removeFromEveryMode(_ observer: RunLoopObserver) {
+    lock.withLock {
+      commonObservers.removeAll { $0 === observer }
+      for mode in modes.values { _ = mode.remove(observer) }
+    }
+  }
+}

@@ -1,0 +1,440 @@
+import Sync
+import Threads
+
+extension RunLoop {
+  // MARK: Running
+
+  /// Runs the loop in the default mode until ``stop()`` ends it or the mode has no sources or
+  /// timers left (it returns at once if it has none). Blocks the calling thread, which must
+  /// be the loop's own. (`CFRunLoopRun`)
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  public func run() {
+    while true {
+      let result = run(mode: .default, before: .distantFuture, returnAfterSourceHandled: false)
+      if result == .stopped || result == .finished { return }
+    }
+  }
+
+  /// Runs the loop in the default mode until `deadline` (monotonic clock), ``stop()``, or the
+  /// mode becoming empty, and says which. Blocks; the calling thread must be the loop's own.
+  /// Unlike Foundation's `run(until:)`, a stop ends it.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(before deadline: MonotonicInstant) -> RunLoopRunResult {
+    run(mode: .default, before: deadline, returnAfterSourceHandled: false)
+  }
+
+  /// Runs the loop in the default mode for at most `timeout` (monotonic clock); see
+  /// ``run(before:)``.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(timeout: Duration) -> RunLoopRunResult {
+    run(mode: .default, timeout: timeout, returnAfterSourceHandled: false)
+  }
+
+  /// Deprecated: renamed ``run(before:)`` (the toolkit's time rule: `before:` takes a
+  /// deadline), which this forwards to.
+  @available(*, deprecated, renamed: "run(before:)")
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(until deadline: MonotonicInstant) -> RunLoopRunResult {
+    run(before: deadline)
+  }
+
+  /// Runs the loop in `mode` for at most `timeout` (monotonic clock). A zero or negative
+  /// timeout makes exactly one pass. See ``run(mode:before:returnAfterSourceHandled:)``.
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  @discardableResult
+  public func run(mode: RunLoopMode, timeout: Duration, returnAfterSourceHandled: Bool = false) -> RunLoopRunResult {
+    let deadline: MonotonicInstant = timeout <= .zero ? .distantPast : .after(timeout)
+    return run(mode: mode, before: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
+  }
+
+  /// Runs the loop in `mode` until `deadline` passes (``RunLoopRunResult/timedOut``),
+  /// ``stop()`` or an exit request for the loop's thread (``RunLoopRunResult/stopped``, at
+  /// once and without entry/exit notifications when the exit was requested before the call),
+  /// the mode has no sources or timers (``RunLoopRunResult/finished``, at once and without
+  /// entry/exit notifications if it has none on entry), or - when `returnAfterSourceHandled`
+  /// - one source's handler ran (``RunLoopRunResult/handledSource``). A deadline already
+  /// passed makes exactly one pass. Runs nest: a callback may run the loop again in any mode;
+  /// ``stop()`` ends the innermost, an exit request ends them all.
+  ///
+  /// Blocks the calling thread. Misuse stops the process with a message: running another
+  /// thread's run loop, or running in ``RunLoopMode/common``. (`CFRunLoopRunInMode`, with a
+  /// monotonic deadline instead of a relative wall-clock interval)
+  @available(*, noasync, message: "runs the thread's run loop; call it from the thread's entry routine")
+  public func run(mode: RunLoopMode, before deadline: MonotonicInstant, returnAfterSourceHandled: Bool = false)
+    -> RunLoopRunResult
+  {
+    guard isOwnedByCurrentThread else {
+      runLoopMisuse("RunLoop", "run: a run loop can only be run by its own thread")
+    }
+    if mode == .common {
+      runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
+    }
+    // The thread was asked to exit: no run starts (its check and this call may have raced).
+    // Its own flag is read too: the handler that sets the loop's bit runs on the requesting
+    // thread after that flag is set, so a thread that saw its flag could otherwise start a
+    // run in between. (Once this check passed, the handler's wake-up ends the run.)
+    if isExitRequested || Thread.current.isExitRequested { return .stopped }
+    let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
+      guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
+      let activation = Activation(mode: items)
+      let previousDeadline = currentRunDeadline
+      activations.append(activation)
+      // A new activation ignores wake-ups until the top of its first pass.
+      _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+      currentRunDeadline = deadline
+      return (activation, previousDeadline, items.observerMask)
+    }
+    guard let (activation, previousDeadline, entryMask) = start else { return .finished }
+    let items = activation.mode
+    if entryMask & RunLoopActivity.entry.rawValue != 0 { notify(.entry, items) }
+    let (result, exitMask) = runPasses(
+      activation, deadline: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
+    if exitMask & RunLoopActivity.exit.rawValue != 0 { notify(.exit, items) }
+    lock.withLock {
+      activations.removeLast()
+      currentRunDeadline = previousDeadline
+      // Back in the outer activation (mid-pass: wake-ups count unless it ignores them), or
+      // not running (ignored). An outer activation that ignores them keeps `wakeUpDropped`
+      // for the top of its next pass, which re-checks and passes it further out.
+      if let outer = activations.last, !outer.ignoresWakeUps {
+        let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+        // A wake-up dropped while the nested run ignored them may have been meant for any
+        // outer activation, which may not re-check before it sleeps.
+        if state & RunLoop.wakeUpDropped != 0 {
+          for activation in activations { activation.wokenWhileNested = true }
+        }
+      } else {
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+      }
+    }
+    return result
+  }
+
+  /// Whether a run in `mode` has nothing that could ever end a wait: no sources, no timers, no
+  /// queued blocks for it, and no keep-alive item (a common mode of a `RunLoopThread`'s loop).
+  /// Called with `lock` held.
+  func isEmpty(_ mode: ModeItems) -> Bool {
+    guard mode.hasNoSourcesOrTimers else { return false }
+    if keepsCommonModesAlive && (mode === defaultItems || commonModeNames.contains(mode.name)) { return false }
+    return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
+  }
+
+  /// The passes of one run call (steps 2-9 of the guide's list). Returns the result and the
+  /// mode's observer mask at the end (for the exit notification).
+  ///
+  /// Lock traffic is kept to a few acquisitions per pass by folding work into the same
+  /// critical section where the order of events allows it: blocks are taken at the top of a
+  /// pass only when no before-timers/before-sources observer could queue more first, and
+  /// after the wait only when no after-waiting observer or timer runs in between.
+  func runPasses(_ activation: Activation, deadline: MonotonicInstant, returnAfterSourceHandled: Bool)
+    -> (RunLoopRunResult, UInt)
+  {
+    let mode = activation.mode
+    let pollOnly = deadline == .distantPast || deadline.hasPassed
+    let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
+    var firstPass = true
+    while true {
+      // Top of the pass: from here on a wake-up must end the coming sleep.
+      let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
+        activation.ignoresWakeUps = false
+        // This pass re-checks everything, so a wake-up received before it is accounted for
+        // here; one dropped while ignoring may also have been meant for an outer activation.
+        activation.wokenWhileNested = false
+        // Full: its trailing fence keeps the checks of sources and blocks below after the
+        // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
+        let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+        if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
+        if state & RunLoop.exitRequested != 0 { return (mode.observerMask, true, nil) }
+        if firstPass && activation.stopped {  // stopped by an entry observer
+          activation.stopped = false
+          return (mode.observerMask, true, nil)
+        }
+        let early = mode.observerMask & beforeMask == 0 && !blocks.isEmpty
+        return (mode.observerMask, false, early ? takeBlocks() : nil)
+      }
+      if top.stopped { return (.stopped, top.mask) }
+      firstPass = false
+      if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 {
+        notify(.beforeTimers, mode)
+        // Those observers may have added before-sources observers, which this pass calls
+        // (`notify` reads the current mask).
+        notify(.beforeSources, mode)
+      } else if top.mask & RunLoopActivity.beforeSources.rawValue != 0 {
+        notify(.beforeSources, mode)
+      }
+      if let (queued, common) = top.blocks {
+        runBlocks(queued, common, mode)
+      } else if top.mask & beforeMask != 0 {
+        runBlocks(mode)
+      }
+      let sourceHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+      if sourceHandled { runBlocks(mode) }
+      // Deviation from Core Foundation, which would sleep until the deadline: a mode left
+      // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
+      // does not sleep; the pass ends and the run returns finished.
+      let poll: Bool
+      let readyCount: Int
+      if sourceHandled || pollOnly {
+        poll = true
+        readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+      } else {
+        // Without before-waiting observers, deciding to sleep and arming share one lock.
+        let (empty, observed, prepared): (Bool, Bool, WaitPlan) = lock.withLock {
+          if isEmpty(mode) { return (true, false, .none) }
+          if mode.observerMask & RunLoopActivity.beforeWaiting.rawValue != 0 { return (false, true, .none) }
+          return (false, false, prepareWait(activation, poll: false, deadline: deadline))
+        }
+        poll = empty
+        if empty {
+          readyCount = waitForEvents(activation, poll: true, deadline: deadline)
+        } else if observed {
+          notify(.beforeWaiting, mode)
+          readyCount = waitForEvents(activation, poll: false, deadline: deadline)
+        } else {
+          readyCount = wait(prepared)
+        }
+      }
+      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
+        isSleeping = false
+        activation.ignoresWakeUps = true
+        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+        if consumedWakeUp {
+          consumedWakeUp = false
+          if activations.count > 1 { passWakeUpToOuterActivations() }
+        }
+        consumeReadyTokens(readyCount)
+        let due = mode.hasTimers ? mode.dueTimers(at: .now) : []
+        // Blocks can be taken now unless an after-waiting observer or a timer runs first.
+        let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
+        let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
+        return (due, early ? takeBlocks() : nil, mode.observerMask)
+      }
+      if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
+      if !after.due.isEmpty {
+        for timer in after.due { timer.fireIfDue() }
+        // Their fire dates moved (or they ended): schedule them again, in the loop that owns
+        // each now (a callback may have moved its timer to another run loop).
+        var moved: [(RunLoopTimer, RunLoop)] = []
+        lock.withLock {
+          for timer in after.due {
+            if let owner = timer.owningRunLoop, owner !== self {
+              moved.append((timer, owner))
+            } else {
+              renewSchedule(timer)
+            }
+          }
+        }
+        for (timer, owner) in moved { owner.timerScheduleDidChange(timer) }
+      }
+      if let (queued, common) = after.blocks {
+        runBlocks(queued, common, mode)
+      } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
+        runBlocks(mode)
+      }
+      // Step 9 for port-based sources: deliver what the wait reported in this pass.
+      var portHandled = false
+      if descriptorMembersReady {
+        descriptorMembersReady = false
+        portHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+      }
+      let deadlinePassed = pollOnly || (deadline != .distantFuture && deadline.hasPassed)
+      let result: (RunLoopRunResult?, UInt) = lock.withLock {
+        if (sourceHandled || portHandled) && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
+        if deadlinePassed { return (.timedOut, mode.observerMask) }
+        if activation.stopped || isExitRequested {
+          activation.stopped = false
+          return (.stopped, mode.observerMask)
+        }
+        if isEmpty(mode) { return (.finished, mode.observerMask) }
+        return (nil, 0)
+      }
+      if let value = result.0 { return (value, result.1) }
+    }
+  }
+
+  /// Calls `mode`'s observers of `activity` in order, without the lock.
+  func notify(_ activity: RunLoopActivity, _ mode: ModeItems) {
+    let observers: [RunLoopObserver] = lock.withLock {
+      guard mode.observerMask & activity.rawValue != 0 else { return [] }
+      return mode.observers.filter { $0.activities.contains(activity) }
+    }
+    for observer in observers { observer.fire(activity) }
+  }
+
+  /// Fires the signalled sources of `mode`, lower order first, equal orders in the order
+  /// added (when `onlyOne`, until one's handler ran). Returns whether a handler ran. Looks at
+  /// the mode's custom sources and at the descriptor members this loop found ready, never at
+  /// idle members.
+  func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
+    let (claimed, candidates, listed): (RunLoopSource?, [RunLoopSource], Bool) = lock.withLock {
+      let scanned = mode.scannedSources
+      let listed = !readySources.isEmpty
+      // One custom source in the mode and no listed members (the common case): claim its
+      // signal in this critical section.
+      if !listed && scanned.count == 1 {
+        let only = scanned[0]
+        return (only.claimSignal() ? only : nil, [], false)
+      }
+      var ready = scanned.isEmpty ? [] : scanned.filter(\.isReady)
+      if listed {
+        var seen = Set<ObjectIdentifier>()
+        for source in readySources where mode.contains(source) && source.isReady {
+          if seen.insert(ObjectIdentifier(source)).inserted { ready.append(source) }
+        }
+      }
+      if ready.count > 1 {
+        ready.sort {
+          ($0.order, mode.sequence(of: $0) ?? .max) < ($1.order, mode.sequence(of: $1) ?? .max)
+        }
+      }
+      return (nil, ready, listed)
+    }
+    if let claimed { return claimed.fire() }
+    if candidates.isEmpty { return false }
+    var handled = false
+    for source in candidates {
+      // A descriptor drained since it was reported runs no handler and does not count.
+      if source.claimSignal() && source.fire() {
+        handled = true
+        if onlyOne { break }
+      }
+    }
+    // Listed members that fired (or were invalidated) leave the list; those still
+    // signalled wait for a run in one of their modes.
+    if listed {
+      // The sources leaving the list are dropped after the lock: one may hold the last
+      // reference to an invalidated member, whose handler's captures run arbitrary deinits.
+      let left: [RunLoopSource] = lock.withLock {
+        var left: [RunLoopSource] = []
+        var kept: [RunLoopSource] = []
+        for source in readySources {
+          if source.isSignalled { kept.append(source) } else { left.append(source) }
+        }
+        readySources = kept
+        return left
+      }
+      _ = left
+    }
+    return handled
+  }
+
+  /// How a pass waits (step 7), decided with `lock` held by ``prepareWait(_:poll:deadline:)``.
+  enum WaitPlan {
+    /// No system call: nothing could be ready that the pass does not already see.
+    case none
+    /// `epoll_wait` with a zero timeout: descriptor members may be ready.
+    case pollMembers
+    /// Sleep in `epoll_wait` until a member, the timerfd or the wake-up eventfd is ready.
+    case sleepInEpoll
+    /// Sleep on the `wakeState` futex: nothing to wait for but a wake-up.
+    case sleepOnFutex
+  }
+
+  /// Step 7: decides how to wait and waits. Returns how many ready tokens
+  /// `backend.readyTokens` holds; the caller consumes them with the lock held. A polling pass
+  /// without descriptor members makes no system call: timers are checked against the clock,
+  /// wake-ups need no draining.
+  func waitForEvents(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> Int {
+    let plan = lock.withLock { prepareWait(activation, poll: poll, deadline: deadline) }
+    return wait(plan)
+  }
+
+  /// Decides how to wait, arming the timerfd for an epoll sleep with a wake instant. Sets
+  /// `isSleeping` (and `sleepsOnFutex`) for a sleep. Called with `lock` held.
+  ///
+  /// The futex is used only when the loop would sleep with no instant to wake at and no
+  /// descriptor to watch: a futex cannot watch descriptors, and its timeout would add the
+  /// thread's timer slack (50 us by default) to timers, which the timerfd does not.
+  func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> WaitPlan {
+    // A wake-up received by a nested run may have been meant for this one: no sleep before
+    // the next pass has re-checked.
+    if poll || activation.wokenWhileNested { return memberCount > 0 ? .pollMembers : .none }
+    let wakeAt = min(activation.mode.earliestWakeDeadline(), deadline)
+    if wakeAt == .distantFuture && memberCount == 0 {
+      isSleeping = true
+      sleepsOnFutex = true
+      return .sleepOnFutex
+    }
+    if wakeAt <= .now { return memberCount > 0 ? .pollMembers : .none }
+    if wakeAt != armedDeadline {
+      backend.armTimer(at: wakeAt)
+      armedDeadline = wakeAt
+    }
+    isSleeping = true
+    sleepsOnFutex = false
+    return .sleepInEpoll
+  }
+
+  /// Carries out `plan` without the lock. A sleep first publishes itself in `wakeState` by a
+  /// compare-and-swap that requires no wake-up pending; when one is pending the loop does not
+  /// sleep at all (the pass repeats). Returns the number of ready epoll tokens.
+  func wait(_ plan: WaitPlan) -> Int {
+    let sleepingBit: UInt32
+    switch plan {
+    case .none: return 0
+    case .pollMembers: return backend.wait(block: false)
+    case .sleepInEpoll: sleepingBit = RunLoop.sleepingInEpoll
+    case .sleepOnFutex: sleepingBit = RunLoop.sleepingOnFutex
+    }
+    var state = wakeState.load(ordering: .full)
+    while true {
+      if state & RunLoop.exitRequested != 0 { return 0 }
+      if state & RunLoop.wakeUpPending != 0 {
+        // Woken before sleeping: consume the wake-up and make another pass.
+        _ = wakeState.and(~RunLoop.wakeUpPending, ordering: .full)
+        consumedWakeUp = true
+        return 0
+      }
+      if wakeState.compareAndSwap(expected: state, desired: state | sleepingBit, ordering: .full) { break }
+      state = wakeState.load(ordering: .full)
+    }
+    let count: Int
+    if plan == .sleepOnFutex {
+      // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
+      // changed; a spurious return only costs a pass.
+      wakeState.wait(whileEqualTo: state | sleepingBit)
+      count = 0
+    } else {
+      count = backend.wait(block: true)
+    }
+    let ended = wakeState.fetchAnd(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
+    if ended & RunLoop.wakeUpPending != 0 { consumedWakeUp = true }
+    return count
+  }
+
+  /// A descriptor member joined the epoll set. A loop sleeping on its futex would not see the
+  /// member become ready, so it is woken to sleep again in epoll.
+  func memberAdded() {
+    lock.withLock {
+      memberCount += 1
+      if isSleeping && sleepsOnFutex { wakeUp() }
+    }
+  }
+
+  /// A descriptor member left the epoll set.
+  func memberRemoved() {
+    lock.withLock { memberCount -= 1 }
+  }
+
+  /// Consumes the ready epoll tokens. Called with `lock` held.
+  func consumeReadyTokens(_ count: Int) {
+    for index in 0..<count {
+      switch backend.readyTokens[index] {
+      case EpollBackend.wakeUpToken:
+        // Edge-triggered: each write is reported once, the counter needs no read; `wait`
+        // already cleared `wakeUpPending`.
+        break
+      case EpollBackend.timerToken:
+        backend.drainTimer()
+        armedDeadline = .distantPast
+      default:
+        // Descriptor sources and ports: signal the member's source.
+        descriptorTokenReady(backend.readyTokens[index])
+        descriptorMembersReady = true
+      }
+    }
+  }
+}
