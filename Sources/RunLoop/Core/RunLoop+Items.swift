@@ -90,7 +90,7 @@ extension RunLoop {
       return 1
     }
     if outcome < 0 {
-      runLoopMisuse("RunLoop", "add(timer): the timer is already scheduled in another run loop")
+      reportMisuse("RunLoop", "add(timer): the timer is already scheduled in another run loop")
     }
     return outcome == 1
   }
@@ -216,7 +216,7 @@ extension RunLoop {
       return 1
     }
     if outcome < 0 {
-      runLoopMisuse("RunLoop", "add(observer): the observer belongs to another run loop")
+      reportMisuse("RunLoop", "add(observer): the observer belongs to another run loop")
     }
     return outcome == 1
   }

@@ -67,10 +67,10 @@ extension RunLoop {
     -> RunLoopRunResult
   {
     guard isOwnedByCurrentThread else {
-      runLoopMisuse("RunLoop", "run: a run loop can only be run by its own thread")
+      reportMisuse("RunLoop", "run: a run loop can only be run by its own thread")
     }
     if mode == .common {
-      runLoopMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
+      reportMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
     }
     // The thread was asked to exit: no run starts (its check and this call may have raced).
     // Its own flag is read too: the handler that sets the loop's bit runs on the requesting

@@ -242,7 +242,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       return (true, replaced, runLoop)
     }
     if !revived {
-      runLoopMisuse("RunLoopTimer", "rearm: the timer is valid; use setNextFireDate(_:) to move its fire date")
+      reportMisuse("RunLoopTimer", "rearm: the timer is valid; use setNextFireDate(_:) to move its fire date")
     }
     withExtendedLifetime(replaced) {}
     loop?.timerScheduleDidChange(self)

@@ -198,7 +198,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     receiveTimeout: Duration, replyMode: ReplyMode
   ) throws(PortError) -> [UInt8]? {
     guard case .remote(let connection) = role else {
-      fatalError("MessagePort misuse: send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
+      reportMisuse("MessagePort", "send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
     }
     if replyMode == .awaitReply, connection.isValid, let local = LocalPortRegistry.shared.lookup(name: name),
       case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)
@@ -229,7 +229,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   @discardableResult
   public func serve(before deadline: MonotonicInstant) throws(PortError) -> Int {
     guard case .local(let listener) = role else {
-      fatalError("MessagePort misuse: serve on the remote port \"\(name)\"")
+      reportMisuse("MessagePort", "serve on the remote port \"\(name)\"")
     }
     do {
       return try listener.serve(before: deadline)

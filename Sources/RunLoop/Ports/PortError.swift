@@ -30,7 +30,7 @@ public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
   /// `detail` sentence. Stops the process when `status` is ``PortStatus/success``: success
   /// is not an error.
   public init(_ status: PortStatus, cause: SystemCallError? = nil, detail: String) {
-    if status == .success { fatalError("PortError misuse: success is not an error") }
+    if status == .success { reportMisuse("PortError", "success is not an error") }
     self.status = status
     self.cause = cause
     self.detail = detail

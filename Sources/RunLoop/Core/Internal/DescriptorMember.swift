@@ -109,7 +109,7 @@ final class DescriptorMember: @unchecked Sendable {
       }
     } catch {
       // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
-      fatalError("FileDescriptorSource misuse: descriptor \(descriptor) cannot be watched: \(error)")
+      reportMisuse("FileDescriptorSource", "descriptor \(descriptor) cannot be watched: \(error)")
     }
     // Polling passes must ask epoll too, and sleeps must be in epoll, now that it holds a
     // member.

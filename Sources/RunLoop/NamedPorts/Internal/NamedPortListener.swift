@@ -238,7 +238,7 @@ final class NamedPortListener: @unchecked Sendable {
       if serving {
         // The port's own handler serving it again would re-enter a pass; another thread
         // doing so would race it.
-        fatalError("MessagePort misuse: two threads serve port \"\(name)\" at once")
+        reportMisuse("MessagePort", "two threads serve port \"\(name)\" at once")
       }
       serving = true
       servingThread = tk_thread_identity()

@@ -91,7 +91,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
 
   /// Creates an empty queue holding at most `capacity` (>= 1) elements.
   init(capacity: Int) {
-    if capacity < 1 { fatalError("Port misuse: queue capacity must be at least 1, got \(capacity)") }
+    if capacity < 1 { reportMisuse("Port", "queue capacity must be at least 1, got \(capacity)") }
     self.capacity = capacity
     buffer = Array(repeating: nil, count: capacity)
   }
