@@ -16,10 +16,8 @@ enum CurrentRunLoopStorage {
   /// Each thread's run loop, nil until first asked for.
   static let slot = ThreadLocal<RunLoop?>(initialValue: { nil }, destructor: { runLoop in runLoop?.threadDidExit() })
 
-  /// Protects `mainRunLoop`.
-  static let mainLock = Lock()
-  /// The main thread's run loop once created. Protected by `mainLock`.
-  nonisolated(unsafe) static var mainRunLoop: RunLoop?
+  /// The main thread's run loop once created.
+  static let mainRunLoop = LockedValue<RunLoop?>(nil)
 
   /// Whether the calling thread is the process's main thread (its kernel thread id is the
   /// process id). Costs a system call: used only when a run loop is created.
@@ -47,12 +45,12 @@ enum CurrentRunLoopStorage {
 
   /// The main thread's run loop, created on first use by whichever thread asks first.
   static func main() throws(SystemCallError) -> RunLoop {
-    mainLock.lock()
-    defer { mainLock.unlock() }
-    if let mainRunLoop { return mainRunLoop }
-    // Owner tag 0: the main thread claims it when it first asks for its current run loop.
-    let runLoop = try RunLoop(ownerTag: isMainThread ? tk_thread_identity() : 0)
-    mainRunLoop = runLoop
-    return runLoop
+    try mainRunLoop.withLock { (mainRunLoop) throws(SystemCallError) -> RunLoop in
+      if let mainRunLoop { return mainRunLoop }
+      // Owner tag 0: the main thread claims it when it first asks for its current run loop.
+      let runLoop = try RunLoop(ownerTag: isMainThread ? tk_thread_identity() : 0)
+      mainRunLoop = runLoop
+      return runLoop
+    }
   }
 }

@@ -25,7 +25,7 @@ import Sync
 /// Every ready member of a loop is signalled in one wait and fires in the next pass: many
 /// descriptors are handled in one pass, without a helper thread.
 ///
-/// Locks: a run loop's lock, then `DescriptorMember.registryLock`, then a member's `lock`,
+/// Locks: a run loop's lock, then `DescriptorMember.registry`'s lock, then a member's `lock`,
 /// then the source's lock; never the other way round.
 final class DescriptorMember: @unchecked Sendable {
   let descriptor: Int32
@@ -55,11 +55,11 @@ final class DescriptorMember: @unchecked Sendable {
       schedule: { [weak self] runLoop, _ in self?.scheduled(in: runLoop) },
       cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
       reportingPerform: { [weak self] in self?.perform() ?? false })
-    DescriptorMember.registryLock.withLock { DescriptorMember.registry[token] = WeakMember(value: self) }
+    DescriptorMember.registry.withLock { $0[token] = WeakMember(value: self) }
   }
 
   deinit {
-    DescriptorMember.registryLock.withLock { _ = DescriptorMember.registry.removeValue(forKey: token) }
+    DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
   }
 
   /// Stops watching for good: the source leaves every mode (its cancel callbacks remove the
@@ -68,7 +68,7 @@ final class DescriptorMember: @unchecked Sendable {
   func invalidate() {
     let wake: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
     source.invalidate()
-    DescriptorMember.registryLock.withLock { _ = DescriptorMember.registry.removeValue(forKey: token) }
+    DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
     for runLoop in wake { runLoop.wakeUp() }
   }
 
@@ -184,13 +184,12 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// Tokens are unique in the process, so one registry serves every run loop.
   private static let nextToken = AtomicInteger<UInt64>(EpollBackend.firstMemberToken)
-  static let registryLock = Sync.Lock()
-  nonisolated(unsafe) private static var registry: [UInt64: WeakMember] = [:]
+  private static let registry = LockedValue<[UInt64: WeakMember]>([:])
 
   /// Signals the member behind `token` and returns its source. Called by the run loop
   /// with its lock held.
   static func tokenReady(_ token: UInt64) -> RunLoopSource? {
-    guard let member = registryLock.withLock({ registry[token]?.value }) else { return nil }
+    guard let member = registry.withLock({ $0[token]?.value }) else { return nil }
     member.source.signal()
     return member.source
   }

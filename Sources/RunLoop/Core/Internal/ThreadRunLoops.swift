@@ -9,12 +9,11 @@ enum ThreadRunLoops {
     weak var runLoop: RunLoop?
   }
 
-  private static let lock = Sync.Lock()
-  nonisolated(unsafe) private static var entries: [UInt64: Entry] = [:]
+  private static let entries = LockedValue<[UInt64: Entry]>([:])
 
   /// Records `runLoop` as the run loop of the thread with `threadID`.
   static func register(_ runLoop: RunLoop, threadID: UInt64) {
-    lock.withLock {
+    entries.withLock { entries in
       if entries.count > 64 { entries = entries.filter { $0.value.runLoop != nil } }
       entries[threadID] = Entry(runLoop: runLoop)
     }
@@ -23,6 +22,6 @@ enum ThreadRunLoops {
   /// The run loop of `thread`, if it has one that is still alive.
   static func runLoop(of thread: Thread) -> RunLoop? {
     if thread.isMainThread { return RunLoop.main }
-    return lock.withLock { entries[thread.id]?.runLoop }
+    return entries.withLock { $0[thread.id]?.runLoop }
   }
 }

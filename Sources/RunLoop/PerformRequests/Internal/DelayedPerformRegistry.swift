@@ -25,12 +25,11 @@ enum DelayedPerformRegistry {
     }
   }
 
-  private static let lock = Sync.Lock()
-  nonisolated(unsafe) private static var entries: [Entry] = []
+  private static let entries = LockedValue<[Entry]>([])
 
   static func add(_ entry: Entry) {
     var purged: [Entry] = []
-    lock.withLock {
+    entries.withLock { entries in
       entries.removeAll { candidate in
         guard candidate.runLoop == nil || !candidate.timer.isValid else { return false }
         purged.append(candidate)
@@ -42,14 +41,14 @@ enum DelayedPerformRegistry {
   }
 
   static func remove(_ entry: Entry) {
-    lock.withLock { entries.removeAll { $0 === entry } }
+    entries.withLock { entries in entries.removeAll { $0 === entry } }
   }
 
   /// Removes and returns the entries of `runLoop` that `matches` accepts. Entries of ended
   /// run loops are purged too, and released after the lock like those `add` purges.
   static func take(on runLoop: RunLoop, where matches: (Entry) -> Bool) -> [Entry] {
     var purged: [Entry] = []
-    let taken: [Entry] = lock.withLock {
+    let taken: [Entry] = entries.withLock { entries in
       var taken: [Entry] = []
       entries.removeAll { entry in
         guard let owner = entry.runLoop else {
