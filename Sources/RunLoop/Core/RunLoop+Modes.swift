@@ -25,7 +25,9 @@ extension RunLoop {
   /// ``RunLoopMode/common`` itself stops the process with a message.
   /// (`CFRunLoopAddCommonMode`)
   public func addCommonMode(_ mode: RunLoopMode) {
-    if mode == .common { reportMisuse("RunLoop", "addCommonMode(.common): the common pseudo-mode cannot be a common mode") }
+    if mode == .common {
+      reportMisuse("RunLoop", "addCommonMode(.common): the common pseudo-mode cannot be a common mode")
+    }
     let scheduled: [RunLoopSource] = lock.withLock {
       guard !commonModeNames.contains(mode) else { return [] }
       commonModeNames.insert(mode)

@@ -109,7 +109,8 @@ public struct RunLoopThread: ~Copyable, Sendable {
   @available(*, noasync, message: "blocks until the thread has ended")
   public consuming func stop() {
     if core.isCurrentThread {
-      reportMisuse("RunLoopThread", "stop() on the thread itself: a thread cannot join itself (drop the handle instead)")
+      reportMisuse(
+        "RunLoopThread", "stop() on the thread itself: a thread cannot join itself (drop the handle instead)")
     }
     core.stopAndJoin()
   }

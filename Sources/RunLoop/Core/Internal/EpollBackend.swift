@@ -66,7 +66,9 @@ final class EpollBackend {
       // EBADF here would mean someone closed our descriptor: a bug, never ignored. EINTR is
       // not retried: Linux releases the descriptor either way.
       let result = tk_close(descriptor)
-      if result != -EINTR { _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("close(\(descriptor))") { result } } }
+      if result != -EINTR {
+        _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("close(\(descriptor))") { result } }
+      }
     }
   }
 
@@ -83,7 +85,9 @@ final class EpollBackend {
   /// Consumes the timerfd's expiration count. Owning thread only.
   func drainTimer() {
     let result = tk_counter_fd_drain(timerDescriptor)
-    if result != -EAGAIN { _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("read(timerfd)") { result } } }
+    if result != -EAGAIN {
+      _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("read(timerfd)") { result } }
+    }
   }
 
   /// Arms the timerfd to expire at `deadline` (absolute, CLOCK_MONOTONIC, nanosecond
