@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// Runs `body` in a critical section keyed on `object`'s identity: the guide's
 /// `@synchronized(obj) { ... }`.
 ///
@@ -22,6 +26,11 @@
 /// a short internal lock that is never held while waiting for an object's lock, so unrelated
 /// objects only ever share a few instructions' worth of bookkeeping. Entering costs two
 /// short bucket sections and one lock acquisition; for hot state, give it its own ``Lock``.
+///
+/// **Fork.** `fork()` waits until no thread is updating the side table, so the child can use
+/// `synchronized` on any object. A section another thread was inside at the fork stays held
+/// in the child (which has only the forking thread), as every lock does: the child must not
+/// enter it.
 ///
 /// Blocks while another thread is inside a section on the same object. The Objective-C
 /// runtime functions it replaces are `objc_sync_enter` and `objc_sync_exit`.
@@ -93,8 +102,37 @@ enum SynchronizedTable {
       (bucket + FutexLock.wordsSize).bindMemory(to: UnsafeMutablePointer<SynchronizedEntry>?.self, capacity: 2)
         .initialize(repeating: nil, count: 2)
     }
+    // A fork copies the table as it is; a bucket another thread was updating would stay
+    // locked in the child, with nobody to release it, and the child's first section on an
+    // object of that bucket would hang. So fork waits for every bucket to be quiet: the
+    // prepare handler takes all bucket locks (in index order; they are leaf locks held for a
+    // few instructions, so this cannot deadlock), and both sides release them afterwards.
+    // An object's own lock held by another thread at the fork stays held in the child, as
+    // every lock does (POSIX: the child has only the forking thread).
+    mustSucceed("synchronized: cannot make the side table fork-safe") { () throws(SystemCallError) in
+      try pthreadCall("pthread_atfork") {
+        pthread_atfork(
+          { SynchronizedTable.lockAllBuckets() },
+          { SynchronizedTable.unlockAllBuckets() },
+          { SynchronizedTable.unlockAllBuckets() })
+      }
+    }
     return base
   }()
+
+  /// Takes every bucket lock (the fork prepare handler).
+  static func lockAllBuckets() {
+    for index in 0..<bucketCount {
+      _ = bucketLock(index).acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+    }
+  }
+
+  /// Releases every bucket lock (the fork parent and child handlers).
+  static func unlockAllBuckets() {
+    for index in 0..<bucketCount {
+      bucketLock(index).release(checkOwner: false, typeName: "synchronized")
+    }
+  }
 
   /// The bucket lock of bucket `index`.
   static func bucketLock(_ index: Int) -> FutexLock {

@@ -70,6 +70,13 @@ struct SynchronizedTests {
     }
   }
 
+  @Test("a child forked while other threads enter sections can use synchronized on any object")
+  func usableInForkedChild() async {
+    await #expect(processExitsWith: .success) {
+      blocking { forkWhileAnotherThreadEntersSections() }
+    }
+  }
+
   @Test("an object's entry leaves the table when its last user leaves")
   func entriesAreRemoved() {
     let objects = (0..<100).map { _ in Account() }
@@ -129,4 +136,54 @@ func nestUnrelatedObjectsOnTwoThreads() {
       if !finished.wait(timeout: .seconds(20)) { _exit(1) }
     }
   }
+}
+
+/// Exit-test body: one thread enters and leaves sections on fresh objects without pause
+/// (so some bucket of the side table is nearly always mid-update) while this thread forks
+/// 30 children. Each child enters a section on each of 512 objects allocated before the fork
+/// (they cover every bucket) and exits 0; an alarm kills a child stuck on a bucket lock that
+/// the fork copied as held. Exits 1 if any child did not exit 0.
+func forkWhileAnotherThreadEntersSections() {
+  final class Object: Sendable {}
+  let targets = (0..<512).map { _ in Object() }
+  let stop = Gate()
+  let started = Gate()
+  let failures = AtomicInteger<Int>(0)
+  runConcurrently(2) { index in
+    if index == 0 {
+      started.open()
+      while !stop.isOpen {
+        for _ in 0..<64 {
+          let object = Object()
+          synchronized(object) { synchronized(object) {} }
+        }
+      }
+      return
+    }
+    started.wait()
+    var failed = 0
+    for _ in 0..<30 {
+      let child = fork()
+      if child == 0 {
+        // The test runner's threads block most signals; the alarm must be deliverable.
+        var alarmOnly = sigset_t()
+        sigemptyset(&alarmOnly)
+        sigaddset(&alarmOnly, SIGALRM)
+        pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
+        alarm(10)
+        for object in targets { synchronized(object) {} }
+        _exit(0)
+      }
+      precondition(child > 0, "fork failed: \(errno)")
+      var status: Int32 = 0
+      while waitpid(child, &status, 0) == -1 {
+        precondition(errno == EINTR, "waitpid failed: \(errno)")
+      }
+      // Exited normally (low 7 bits 0) with status 0.
+      if status != 0 { failed += 1 }
+    }
+    failures.store(failed, ordering: .relaxed)
+    stop.open()
+  }
+  _exit(failures.load(ordering: .relaxed) == 0 ? 0 : 1)
 }
