@@ -43,6 +43,16 @@ extension AtomicInteger where Value: AtomicWaitableValue {
     Futex.wait(word, expected: UInt32(truncatingIfNeeded: expected), deadline: deadline)
   }
 
+  /// Blocks the calling thread while the value equals `expected`, until a ``wake(count:)``
+  /// or ``wakeAll()`` on this atomic, or until `timeout` (monotonic clock) has elapsed; see
+  /// ``wait(whileEqualTo:before:)``. Returns false only when the time is up; a zero or
+  /// negative timeout returns false at once if the value equals `expected`.
+  @available(*, noasync, message: "blocks the calling thread; use it from a thread, not a task")
+  @discardableResult
+  public func wait(whileEqualTo expected: Value, timeout: Duration) -> Bool {
+    wait(whileEqualTo: expected, before: .after(timeout))
+  }
+
   /// Wakes at most `count` threads blocked in ``wait(whileEqualTo:before:)`` on this atomic
   /// and returns how many woke. Never blocks. Change the value first (with at least
   /// releasing ordering), then wake: a waiter that has not yet slept sees the new value and

@@ -25,6 +25,21 @@ struct AtomicWaitTests {
     #expect(value.load(ordering: .relaxed) == 0)
   }
 
+  @Test("wait with a timeout returns false once the time is up, never before, and at once when the value differs")
+  func timeoutTwin() {
+    let value = AtomicInteger<UInt32>(0)
+    let start = MonotonicInstant.now
+    var result = true
+    // A spurious return (a signal) may come first: loop as callers do.
+    while result && MonotonicInstant.now - start < .milliseconds(20) {
+      result = value.wait(whileEqualTo: 0, timeout: .milliseconds(20) - (MonotonicInstant.now - start))
+    }
+    #expect(result == false)
+    #expect(MonotonicInstant.now - start >= .milliseconds(20))
+    #expect(value.wait(whileEqualTo: 0, timeout: .zero) == false)
+    #expect(value.wait(whileEqualTo: 1, timeout: .seconds(60)))
+  }
+
   @Test("a sleeping waiter survives a wake-up with the value unchanged and returns once it changes")
   func sleeperWakesOnChange() {
     let value = AtomicInteger<UInt32>(0)
