@@ -37,7 +37,7 @@ extension JoinableThread {
   public consuming func value() async throws(Failure) -> Value {
     let slot = JoinSlot(self)
     let result: Result<Value, Failure> = await withUnsafeContinuation { continuation in
-      do throws(SystemCallError) {
+      do throws(ThreadStartError) {
         try Thread.detach(name: "join-helper") {
           continuation.resume(returning: slot.join())
         }

@@ -62,13 +62,25 @@ extension Thread {
     ThreadConfiguration.relativePriority(forNiceValue: try currentNiceValue())
   }
 
-  /// Sets the calling thread's relative priority (0.0...1.0) as its nice value.
+  /// Sets the calling thread's relative priority (0.0...1.0) as its nice value, with the
+  /// mapping ``ThreadConfiguration/relativePriority`` documents.
   ///
-  /// - Throws: `EINVAL` (`setpriority`) outside 0...1 or NaN; `EACCES` (`setpriority`) when
-  ///   raising priority needs `CAP_SYS_NICE`/`RLIMIT_NICE` the process lacks.
-  public static func setCurrentRelativePriority(_ priority: Double) throws(SystemCallError) {
-    guard priority >= 0, priority <= 1 else { throw SystemCallError(call: "setpriority", code: .invalidArgument) }
-    _ = try shimCall("setpriority") { tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)) }
+  /// - Throws: ``ThreadSettingError/invalidValue(_:)`` with
+  ///   ``ThreadConfigurationError/relativePriorityOutOfRange(_:allowed:)`` outside 0...1 or
+  ///   NaN (no C call is made); ``ThreadSettingError/system(_:)`` with `EACCES`
+  ///   (`setpriority`) when raising priority needs `CAP_SYS_NICE`/`RLIMIT_NICE` the process
+  ///   lacks. The corresponding C function is `setpriority(PRIO_PROCESS, 0)`.
+  public static func setCurrentRelativePriority(_ priority: Double) throws(ThreadSettingError) {
+    do throws(ThreadConfigurationError) {
+      try ThreadConfiguration.checkRelativePriority(priority)
+    } catch {
+      throw .invalidValue(error)
+    }
+    do throws(SystemCallError) {
+      _ = try shimCall("setpriority") { tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)) }
+    } catch {
+      throw .system(error)
+    }
   }
 
   /// The CPUs the calling thread may run on, ascending. The corresponding C function is
@@ -84,16 +96,24 @@ extension Thread {
 
   /// Restricts the calling thread to `cpus`.
   ///
-  /// - Throws: `EINVAL` for an empty list, a number outside 0..<1024, or no online CPU in
-  ///   the list. The corresponding C function is `pthread_setaffinity_np`.
-  public static func setCurrentCPUAffinity(_ cpus: [Int]) throws(SystemCallError) {
-    let capacity = Int(tk_cpu_set_capacity())
-    guard !cpus.isEmpty, cpus.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
-      throw SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument)
+  /// - Throws: ``ThreadSettingError/invalidValue(_:)`` with
+  ///   ``ThreadConfigurationError/cpuAffinityEmpty`` for an empty list, or
+  ///   ``ThreadConfigurationError/cpuAffinityOutOfRange(cpu:allowed:)`` for a number outside
+  ///   0..<1024 (no C call is made); ``ThreadSettingError/system(_:)`` with `EINVAL` when no
+  ///   CPU in the list is online. The corresponding C function is `pthread_setaffinity_np`.
+  public static func setCurrentCPUAffinity(_ cpus: [Int]) throws(ThreadSettingError) {
+    do throws(ThreadConfigurationError) {
+      try ThreadConfiguration.checkCPUAffinity(cpus)
+    } catch {
+      throw .invalidValue(error)
     }
     let values = cpus.map { Int32($0) }
-    _ = try shimCall("pthread_setaffinity_np") {
-      values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }
+    do throws(SystemCallError) {
+      _ = try shimCall("pthread_setaffinity_np") {
+        values.withUnsafeBufferPointer { tk_thread_set_affinity($0.baseAddress, Int32($0.count)) }
+      }
+    } catch {
+      throw .system(error)
     }
   }
 

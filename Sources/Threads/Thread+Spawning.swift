@@ -12,15 +12,20 @@ extension Thread {
   /// thread exists (and, when a ``ThreadConfiguration/relativePriority`` is set, once it has
   /// applied it); the body may not have started yet.
   ///
-  /// - Throws: `SystemCallError` for an invalid configuration (`EINVAL`), when the system
-  ///   refuses another thread or cannot map its stack (`EAGAIN` from `pthread_create`), or
-  ///   the priority needs a permission the process lacks (`EPERM` from
-  ///   `pthread_create` for real-time policies, `EACCES` from `setpriority`). After a failure
-  ///   the thread object may be reconfigured and started again.
+  /// - Throws: ``ThreadStartError``:
+  ///   - ``ThreadStartError/invalidConfiguration(_:)`` when a configuration field is out of
+  ///     range (what ``ThreadConfiguration/validate()`` throws); no C call was made.
+  ///   - ``ThreadStartError/system(_:)`` when a call failed: `pthread_create` with `EAGAIN`
+  ///     (``/Sync/SystemErrorCode/tryAgain``) when the system refuses another thread or
+  ///     cannot map its stack, `EPERM` for a real-time policy without permission, `EINVAL`
+  ///     for a CPU affinity with no online CPU; `setpriority` with `EACCES` when raising the
+  ///     priority needs a permission the process lacks.
+  ///
+  ///   After a failure the thread object may be reconfigured and started again.
   ///
   /// Calling `start()` twice, or on the main thread, an adopted thread or a spawned thread,
   /// stops the process (misuse). The corresponding C function is `pthread_create`.
-  public func start() throws(SystemCallError) {
+  public func start() throws(ThreadStartError) {
     guard kind == .toolkit,
       UInt32.atomicCompareAndSwap(
         expected: Lifecycle.notStarted, desired: Lifecycle.starting, at: lifecycleWord, ordering: .full)
@@ -51,12 +56,15 @@ extension Thread {
   ///   - name: The thread's name; overrides `configuration.name` when not nil.
   ///   - configuration: Stack, priority, affinity and the other settings.
   ///   - body: The entry routine; the thread ends when it returns.
-  /// - Throws: `SystemCallError` as described for ``start()``.
+  /// - Throws: ``ThreadStartError`` as described for ``start()``: `.invalidConfiguration`
+  ///   for a configuration field out of range, `.system` for a failed call (`EAGAIN` from
+  ///   `pthread_create`, the system refusing another thread, is `.system` with the code
+  ///   ``/Sync/SystemErrorCode/tryAgain``).
   @inlinable
   public static func spawn<Value: Sendable, Failure: Error>(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration(),
     _ body: @escaping @Sendable () throws(Failure) -> Value
-  ) throws(SystemCallError) -> JoinableThread<Value, Failure> {
+  ) throws(ThreadStartError) -> JoinableThread<Value, Failure> {
     // Inlinable so the generic parts (the result box, the handle) are specialized in the
     // caller: unspecialized, their metadata lookups cost a measurable share of a thread start.
     var configuration = configuration
@@ -75,7 +83,7 @@ extension Thread {
 
   /// Starts a thread made by `init(spawnedWith:entry:)`, joinable.
   @usableFromInline
-  func launchSpawned() throws(SystemCallError) -> pthread_t {
+  func launchSpawned() throws(ThreadStartError) -> pthread_t {
     UInt32.atomicStore(Lifecycle.starting, at: lifecycleWord, ordering: .relaxed)  // not yet shared
     return try launch(joinable: true)
   }
@@ -87,21 +95,37 @@ extension Thread {
   /// ``ThreadConfiguration/finishBeforeExit``.
   ///
   /// - Returns: The thread's object (for its name, dictionary and exit requests).
-  /// - Throws: `SystemCallError` as described for ``start()``.
+  /// - Throws: ``ThreadStartError`` as described for ``start()``.
   @discardableResult
   public static func detach(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration(),
     _ body: @escaping @Sendable () throws -> Void
-  ) throws(SystemCallError) -> Thread {
+  ) throws(ThreadStartError) -> Thread {
     let thread = Thread(name: name, configuration: configuration, body)
     try thread.start()
     return thread
   }
 
   /// Creates the POSIX thread. The caller has moved the lifecycle to `starting`.
-  private func launch(joinable: Bool) throws(SystemCallError) -> pthread_t {
+  private func launch(joinable: Bool) throws(ThreadStartError) -> pthread_t {
     let configuration = withLock { storedConfiguration }
-    let resolved = try configuration.resolved()
+    let resolved: ThreadConfiguration.Resolved
+    do throws(ThreadConfigurationError) {
+      resolved = try configuration.resolved()
+    } catch {
+      throw .invalidConfiguration(error)
+    }
+    do throws(SystemCallError) {
+      return try launch(joinable: joinable, configuration: configuration, resolved: resolved)
+    } catch {
+      throw .system(error)
+    }
+  }
+
+  /// Creates the POSIX thread with checked values.
+  private func launch(
+    joinable: Bool, configuration: ThreadConfiguration, resolved: ThreadConfiguration.Resolved
+  ) throws(SystemCallError) -> pthread_t {
 
     var attributes = pthread_attr_t()
     try check(pthread_attr_init(&attributes), "pthread_attr_init")

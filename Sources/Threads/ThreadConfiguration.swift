@@ -11,9 +11,10 @@ import Sync
 /// A plain value: fill it in, then pass it to ``Thread/spawn(name:configuration:_:)``,
 /// ``Thread/detach(name:configuration:_:)`` or ``Thread/init(name:configuration:_:)``. Every
 /// value is checked before the thread is created (``validate()``); an invalid one makes
-/// creation throw `SystemCallError` with `errno == EINVAL` and `call` naming the C function
-/// that takes the value, exactly as if the C library had rejected it. Nothing is clamped
-/// silently. Once a thread has started its configuration cannot change.
+/// creation throw ``ThreadStartError/invalidConfiguration(_:)`` with a
+/// ``ThreadConfigurationError`` that names the field, the value and what is allowed, before
+/// any C call is made. Nothing is clamped silently. Once a thread has started its
+/// configuration cannot change.
 ///
 /// ```swift
 /// var configuration = ThreadConfiguration()
@@ -51,17 +52,19 @@ public struct ThreadConfiguration: Sendable, Hashable {
   ///
   /// **Rounded up** to a multiple of ``pageSize`` (the guide requires a 4 KiB multiple; the
   /// toolkit rounds instead of failing). Below ``minimumStackSize`` creation throws
-  /// `EINVAL` (`pthread_attr_setstacksize`). A size the system cannot map throws `EAGAIN`
-  /// from `pthread_create` (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX
-  /// specifies). The guard area is allocated in addition to this size. glibc reuses the
+  /// ``ThreadConfigurationError/stackSizeTooSmall(_:minimum:)``; a size too large to round
+  /// up throws ``ThreadConfigurationError/stackSizeTooLarge(_:maximum:)``. A size the system
+  /// cannot map throws ``ThreadStartError/system(_:)`` with `EAGAIN` from `pthread_create`
+  /// (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX specifies). The guard area is allocated in addition to this size. glibc reuses the
   /// stacks of ended threads, and may hand a thread a cached stack up to 4x the requested
   /// size (never a smaller one).
   public var stackSize: Int = ThreadConfiguration.defaultStackSize
 
   /// The size of the inaccessible guard area below the stack that turns a stack overflow
   /// into a crash instead of silent corruption; `nil` keeps the system default (one page).
-  /// Rounded up to a page multiple; `0` disables the guard. Negative values throw `EINVAL`
-  /// (`pthread_attr_setguardsize`).
+  /// Rounded up to a page multiple; `0` disables the guard. Negative values throw
+  /// ``ThreadConfigurationError/guardSizeNegative(_:)``, values too large to round up
+  /// ``ThreadConfigurationError/guardSizeTooLarge(_:maximum:)``.
   public var guardSize: Int? = nil
 
   /// The thread's name, shown in debuggers, crash reports, `top -H` and `/proc`.
@@ -80,22 +83,25 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// (`setpriority(PRIO_PROCESS, tid)`, which on Linux applies to one thread):
   /// `nice = round((0.5 - relativePriority) * 40)` clamped to -20...19, so 0.5 is nice 0,
   /// 0.25 is nice 10, 0.0 is nice 19, 1.0 is nice -20. ``Thread/currentRelativePriority()``
-  /// reads it back (quantized to steps of 1/40). Values outside 0...1 or NaN throw `EINVAL`
-  /// (`setpriority`). Raising priority above the creator's (nice below its current value)
-  /// needs `CAP_SYS_NICE` or `RLIMIT_NICE`; without it creation throws `EACCES`
-  /// (`setpriority`). Not allowed with a real-time ``schedulingPolicy`` (`EINVAL`).
+  /// reads it back (quantized to steps of 1/40). Values outside 0...1 or NaN throw
+  /// ``ThreadConfigurationError/relativePriorityOutOfRange(_:allowed:)``. Raising priority
+  /// above the creator's (nice below its current value) needs `CAP_SYS_NICE` or
+  /// `RLIMIT_NICE`; without it creation throws ``ThreadStartError/system(_:)`` with `EACCES`
+  /// (`setpriority`). Not allowed with a real-time ``schedulingPolicy``
+  /// (``ThreadConfigurationError/relativePriorityWithRealTimePolicy(_:)``).
   public var relativePriority: Double? = nil
 
   /// The scheduling policy; `nil` (default) inherits the creator's policy and priority.
   /// Real-time priorities outside ``ThreadSchedulingPolicy/realTimePriorityRange`` throw
-  /// `EINVAL` (`pthread_attr_setschedparam`); lacking permission throws `EPERM`
-  /// (`pthread_create`).
+  /// ``ThreadConfigurationError/realTimePriorityOutOfRange(_:allowed:)``; lacking permission
+  /// throws ``ThreadStartError/system(_:)`` with `EPERM` (`pthread_create`).
   public var schedulingPolicy: ThreadSchedulingPolicy? = nil
 
   /// The CPUs (numbered from 0) the thread may run on; `nil` (default) inherits the creator's
-  /// affinity. An empty list or a number outside `0..<1024` throws `EINVAL`
-  /// (`pthread_attr_setaffinity_np`); CPUs that are not online make `pthread_create` throw
-  /// `EINVAL`. Applied by the C library before the thread runs its first instruction.
+  /// affinity. An empty list throws ``ThreadConfigurationError/cpuAffinityEmpty``, a number
+  /// outside `0..<1024` ``ThreadConfigurationError/cpuAffinityOutOfRange(cpu:allowed:)``;
+  /// CPUs that are not online make `pthread_create` fail (``ThreadStartError/system(_:)``
+  /// with `EINVAL`). Applied by the C library before the thread runs its first instruction.
   public var cpuAffinity: [Int]? = nil
 
   /// Whether the process must wait for this thread at normal exit: critical work (saving
@@ -148,9 +154,14 @@ public struct ThreadConfiguration: Sendable, Hashable {
     Swift.min(1, Swift.max(0, 0.5 - Double(nice) / 40))
   }
 
-  /// Checks every value without creating a thread; throws what creation would throw for an
-  /// invalid value (`EINVAL`, with `call` naming the C function that takes the value).
-  public func validate() throws(SystemCallError) {
+  /// Checks every value without creating a thread.
+  ///
+  /// - Throws: ``ThreadConfigurationError`` naming the first field that is out of range, with
+  ///   the value and what is allowed; the thread-starting calls throw the same error wrapped
+  ///   in ``ThreadStartError/invalidConfiguration(_:)``. Values only the kernel can judge (a
+  ///   CPU that is not online, a priority the process lacks permission for) pass here and
+  ///   fail when the thread is created.
+  public func validate() throws(ThreadConfigurationError) {
     _ = try resolved()
   }
 
@@ -164,47 +175,65 @@ public struct ThreadConfiguration: Sendable, Hashable {
     var cpuAffinity: [Int32]?
   }
 
+  /// The largest size that rounds up to a page multiple without overflowing `Int`: the
+  /// largest page multiple an `Int` holds (`Int.max` is one less than a power of two, so
+  /// adding `pageSize - 1` to it still fits).
+  static var maximumRoundableSize: Int { Int.max / pageSize * pageSize }
+
+  /// The allowed ``relativePriority`` values.
+  static let relativePriorityRange: ClosedRange<Double> = 0...1
+
+  /// The CPU numbers a CPU affinity may name (those a `cpu_set_t` holds).
+  static var cpuNumberRange: Range<Int> { 0..<Int(tk_cpu_set_capacity()) }
+
+  /// Checks a relative priority (``relativePriority`` or the calling thread's setter).
+  static func checkRelativePriority(_ priority: Double) throws(ThreadConfigurationError) {
+    // `contains` is false for NaN too.
+    guard relativePriorityRange.contains(priority) else {
+      throw .relativePriorityOutOfRange(priority, allowed: relativePriorityRange)
+    }
+  }
+
+  /// Checks a CPU affinity list (``cpuAffinity`` or the calling thread's setter).
+  static func checkCPUAffinity(_ cpus: [Int]) throws(ThreadConfigurationError) {
+    guard !cpus.isEmpty else { throw .cpuAffinityEmpty }
+    let allowed = cpuNumberRange
+    if let cpu = cpus.first(where: { !allowed.contains($0) }) {
+      throw .cpuAffinityOutOfRange(cpu: cpu, allowed: allowed)
+    }
+  }
+
   /// Validates and rounds.
-  func resolved() throws(SystemCallError) -> Resolved {
+  func resolved() throws(ThreadConfigurationError) -> Resolved {
     let page = ThreadConfiguration.pageSize
-    func roundedUp(_ value: Int, _ call: String) throws(SystemCallError) -> Int {
-      let (sum, overflow) = value.addingReportingOverflow(page - 1)
-      if overflow { throw SystemCallError(call: call, code: .invalidArgument) }
-      return sum / page * page
-    }
+    let maximum = ThreadConfiguration.maximumRoundableSize
+    func roundedUp(_ value: Int) -> Int { (value + (page - 1)) / page * page }  // value <= maximum: no overflow
     guard stackSize >= ThreadConfiguration.minimumStackSize else {
-      throw SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)
+      throw .stackSizeTooSmall(stackSize, minimum: ThreadConfiguration.minimumStackSize)
     }
-    let stack = try roundedUp(stackSize, "pthread_attr_setstacksize")
+    guard stackSize <= maximum else { throw .stackSizeTooLarge(stackSize, maximum: maximum) }
+    let stack = roundedUp(stackSize)
     var guardBytes: Int? = nil
     if let guardSize {
-      guard guardSize >= 0 else { throw SystemCallError(call: "pthread_attr_setguardsize", code: .invalidArgument) }
-      guardBytes = try roundedUp(guardSize, "pthread_attr_setguardsize")
+      guard guardSize >= 0 else { throw .guardSizeNegative(guardSize) }
+      guard guardSize <= maximum else { throw .guardSizeTooLarge(guardSize, maximum: maximum) }
+      guardBytes = roundedUp(guardSize)
     }
     var nice: Int32? = nil
     if let relativePriority {
-      guard relativePriority >= 0, relativePriority <= 1 else {  // false for NaN too
-        throw SystemCallError(call: "setpriority", code: .invalidArgument)
-      }
-      switch schedulingPolicy {
-      case .fifo, .roundRobin: throw SystemCallError(call: "setpriority", code: .invalidArgument)
-      case .normal, nil: break
-      }
+      try ThreadConfiguration.checkRelativePriority(relativePriority)
+      if let policy = schedulingPolicy, policy != .normal { throw .relativePriorityWithRealTimePolicy(policy) }
       nice = ThreadConfiguration.niceValue(forRelativePriority: relativePriority)
     }
     switch schedulingPolicy {
     case .fifo(let priority), .roundRobin(let priority):
-      guard ThreadSchedulingPolicy.realTimePriorityRange.contains(priority) else {
-        throw SystemCallError(call: "pthread_attr_setschedparam", code: .invalidArgument)
-      }
+      let allowed = ThreadSchedulingPolicy.realTimePriorityRange
+      guard allowed.contains(priority) else { throw .realTimePriorityOutOfRange(priority, allowed: allowed) }
     case .normal, nil: break
     }
     var cpus: [Int32]? = nil
     if let cpuAffinity {
-      let capacity = Int(tk_cpu_set_capacity())
-      guard !cpuAffinity.isEmpty, cpuAffinity.allSatisfy({ $0 >= 0 && $0 < capacity }) else {
-        throw SystemCallError(call: "pthread_attr_setaffinity_np", code: .invalidArgument)
-      }
+      try ThreadConfiguration.checkCPUAffinity(cpuAffinity)
       cpus = cpuAffinity.map { Int32($0) }
     }
     return Resolved(

@@ -33,7 +33,7 @@ struct Listing2_1Tests {
     #expect(done.wait() == "posix-main-routine")
   }
 
-  /// The error branch: a creation failure arrives as a typed error naming the call and errno.
+  /// The error branch: a creation failure arrives as a typed error naming what to change.
   @Test func launchThreadReportsCreationErrors() {
     var attributes = ThreadConfiguration()
     attributes.stackSize = 1024  // below the 16 KiB minimum
@@ -42,11 +42,10 @@ struct Listing2_1Tests {
       try Thread.detach(configuration: attributes) {}
     } catch {
       log.append("thread creation failed: \(error)")
-      #expect(error.call == "pthread_attr_setstacksize")
-      #expect(error.code == .invalidArgument)
+      #expect(error == .invalidConfiguration(.stackSizeTooSmall(1024, minimum: ThreadConfiguration.minimumStackSize)))
     }
     #expect(log.count == 1)
-    #expect(log.first?.contains("EINVAL") == true)
+    #expect(log.first?.contains("stackSize 1024 is below the minimum") == true)
   }
 }
 

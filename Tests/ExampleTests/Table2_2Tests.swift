@@ -45,7 +45,9 @@ struct Table2_2Tests {
   @Test func sizeRules() throws {
     var attributes = ThreadConfiguration()
     attributes.stackSize = 8 * 1024
-    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)) { try attributes.validate() }
+    #expect(throws: ThreadConfigurationError.stackSizeTooSmall(8 * 1024, minimum: ThreadConfiguration.minimumStackSize)) {
+      try attributes.validate()
+    }
     attributes.stackSize = 64 * 1024 + 1
     let size = try Thread.spawn(configuration: attributes) { try Thread.currentStackSize().stackSize }.join()
     // Rounded up to the next page, never down (a sanitizer may add more on its own).

@@ -34,6 +34,17 @@ private final class HandleSlot: @unchecked Sendable {
     }
   }
 
+  @Test func anInvalidConfigurationIsAThreadStartErrorAndStartsNoThread() {
+    var configuration = ThreadConfiguration()
+    configuration.stackSize = 1
+    #expect(
+      throws: ThreadStartError.invalidConfiguration(
+        .stackSizeTooSmall(1, minimum: ThreadConfiguration.minimumStackSize))
+    ) {
+      _ = try RunLoopThread.start(name: "never", configuration: configuration)
+    }
+  }
+
   @Test func anIdleWorkerSleepsInsteadOfFinishingItsRuns() throws {
     let worker = try RunLoopThread.start()
     // Without the keep-alive item its empty default mode would end every run at once, and

@@ -18,16 +18,25 @@ func onThread<Value: Sendable>(
   try Thread.spawn(configuration: configuration, body).join()
 }
 
-func expectEINVAL(
-  _ call: String, _ edit: (inout ThreadConfiguration) -> Void, sourceLocation: SourceLocation = #_sourceLocation
+/// Expects `validate()` to throw `expected`, and spawn, detach and start to throw it wrapped
+/// in `ThreadStartError.invalidConfiguration`.
+func expectInvalid(
+  _ expected: ThreadConfigurationError, _ edit: (inout ThreadConfiguration) -> Void,
+  sourceLocation: SourceLocation = #_sourceLocation
 ) {
   var configuration = ThreadConfiguration()
   edit(&configuration)
-  #expect(throws: SystemCallError(call: call, code: .invalidArgument), sourceLocation: sourceLocation) {
+  #expect(throws: expected, sourceLocation: sourceLocation) {
     try configuration.validate()
   }
-  #expect(throws: SystemCallError(call: call, code: .invalidArgument), sourceLocation: sourceLocation) {
+  #expect(throws: ThreadStartError.invalidConfiguration(expected), sourceLocation: sourceLocation) {
     try Thread.spawn(configuration: configuration) {}.join()
+  }
+  #expect(throws: ThreadStartError.invalidConfiguration(expected), sourceLocation: sourceLocation) {
+    try Thread.detach(configuration: configuration) {}
+  }
+  #expect(throws: ThreadStartError.invalidConfiguration(expected), sourceLocation: sourceLocation) {
+    try Thread(configuration: configuration) {}.start()
   }
 }
 
@@ -60,11 +69,20 @@ struct StackConfigurationTests {
     #expect(try onThread(configuration) { 42 } == 42)
   }
 
-  @Test func belowMinimumIsEINVAL() {
-    expectEINVAL("pthread_attr_setstacksize") { $0.stackSize = 16 * 1024 - 1 }
-    expectEINVAL("pthread_attr_setstacksize") { $0.stackSize = 0 }
-    expectEINVAL("pthread_attr_setstacksize") { $0.stackSize = -4096 }
-    expectEINVAL("pthread_attr_setstacksize") { $0.stackSize = .max }
+  @Test func belowMinimumIsStackSizeTooSmall() {
+    let minimum = ThreadConfiguration.minimumStackSize
+    expectInvalid(.stackSizeTooSmall(16 * 1024 - 1, minimum: minimum)) { $0.stackSize = 16 * 1024 - 1 }
+    expectInvalid(.stackSizeTooSmall(0, minimum: minimum)) { $0.stackSize = 0 }
+    expectInvalid(.stackSizeTooSmall(-4096, minimum: minimum)) { $0.stackSize = -4096 }
+  }
+
+  @Test func sizeThatCannotBeRoundedIsStackSizeTooLarge() {
+    let maximum = Int.max / ThreadConfiguration.pageSize * ThreadConfiguration.pageSize
+    expectInvalid(.stackSizeTooLarge(.max, maximum: maximum)) { $0.stackSize = .max }
+    expectInvalid(.stackSizeTooLarge(maximum + 1, maximum: maximum)) { $0.stackSize = maximum + 1 }
+    var largest = ThreadConfiguration()
+    largest.stackSize = maximum
+    #expect(throws: Never.self) { try largest.validate() }
   }
 
   @Test func guardSizeIsAppliedAndRounded() throws {
@@ -76,8 +94,13 @@ struct StackConfigurationTests {
     #expect(try onThread(configuration) { try Thread.currentStackSize().guardSize } == 0)
   }
 
-  @Test func negativeGuardSizeIsEINVAL() {
-    expectEINVAL("pthread_attr_setguardsize") { $0.guardSize = -1 }
+  @Test func negativeGuardSizeIsGuardSizeNegative() {
+    expectInvalid(.guardSizeNegative(-1)) { $0.guardSize = -1 }
+  }
+
+  @Test func guardThatCannotBeRoundedIsGuardSizeTooLarge() {
+    let maximum = Int.max / ThreadConfiguration.pageSize * ThreadConfiguration.pageSize
+    expectInvalid(.guardSizeTooLarge(.max, maximum: maximum)) { $0.guardSize = .max }
   }
 }
 
@@ -173,16 +196,40 @@ struct PriorityConfigurationTests {
     #expect(readBack == 0.125)
   }
 
-  @Test func invalidRelativePriorityIsEINVAL() {
-    expectEINVAL("setpriority") { $0.relativePriority = 1.5 }
-    expectEINVAL("setpriority") { $0.relativePriority = -0.1 }
-    expectEINVAL("setpriority") { $0.relativePriority = .nan }
-    expectEINVAL("setpriority") {
+  @Test func relativePriorityOutsideZeroToOneIsRelativePriorityOutOfRange() {
+    expectInvalid(.relativePriorityOutOfRange(1.5, allowed: 0...1)) { $0.relativePriority = 1.5 }
+    expectInvalid(.relativePriorityOutOfRange(-0.1, allowed: 0...1)) { $0.relativePriority = -0.1 }
+    #expect(throws: ThreadSettingError.invalidValue(.relativePriorityOutOfRange(2, allowed: 0...1))) {
+      try Thread.setCurrentRelativePriority(2)
+    }
+  }
+
+  @Test func nanRelativePriorityIsRelativePriorityOutOfRange() throws {
+    // NaN is not equal to itself, so the case is matched instead of compared.
+    var configuration = ThreadConfiguration()
+    configuration.relativePriority = .nan
+    let error = try #require(throws: ThreadConfigurationError.self) { try configuration.validate() }
+    guard case .relativePriorityOutOfRange(let value, let allowed) = error else {
+      Issue.record("unexpected \(error)")
+      return
+    }
+    #expect(value.isNaN && allowed == 0...1)
+    let setterError = try #require(throws: ThreadSettingError.self) { try Thread.setCurrentRelativePriority(.nan) }
+    guard case .invalidValue(.relativePriorityOutOfRange(let setterValue, _)) = setterError else {
+      Issue.record("unexpected \(setterError)")
+      return
+    }
+    #expect(setterValue.isNaN)
+  }
+
+  @Test func relativePriorityWithARealTimePolicyIsRefused() {
+    expectInvalid(.relativePriorityWithRealTimePolicy(.fifo(priority: 1))) {
       $0.relativePriority = 0.5
       $0.schedulingPolicy = .fifo(priority: 1)
     }
-    #expect(throws: SystemCallError(call: "setpriority", code: .invalidArgument)) {
-      try Thread.setCurrentRelativePriority(2)
+    expectInvalid(.relativePriorityWithRealTimePolicy(.roundRobin(priority: 5))) {
+      $0.relativePriority = 0.5
+      $0.schedulingPolicy = .roundRobin(priority: 5)
     }
   }
 
@@ -190,9 +237,11 @@ struct PriorityConfigurationTests {
     #expect(ThreadSchedulingPolicy.realTimePriorityRange == 1...99)
   }
 
-  @Test func realTimePriorityOutOfRangeIsEINVAL() {
-    expectEINVAL("pthread_attr_setschedparam") { $0.schedulingPolicy = .fifo(priority: 0) }
-    expectEINVAL("pthread_attr_setschedparam") { $0.schedulingPolicy = .roundRobin(priority: 100) }
+  @Test func realTimePriorityOutsideTheRangeIsRealTimePriorityOutOfRange() {
+    expectInvalid(.realTimePriorityOutOfRange(0, allowed: 1...99)) { $0.schedulingPolicy = .fifo(priority: 0) }
+    expectInvalid(.realTimePriorityOutOfRange(100, allowed: 1...99)) {
+      $0.schedulingPolicy = .roundRobin(priority: 100)
+    }
   }
 
   @Test func realTimePolicyIsAppliedOrRefusedWithEPERM() throws {
@@ -202,8 +251,8 @@ struct PriorityConfigurationTests {
       do {
         let applied = try onThread(configuration) { try ThreadSchedulingPolicy.ofCurrentThread() }
         #expect(applied == policy)
-      } catch let error as SystemCallError {
-        #expect(error == SystemCallError(call: "pthread_create", code: .operationNotPermitted))
+      } catch let error as ThreadStartError {
+        #expect(error == .system(SystemCallError(call: "pthread_create", code: .operationNotPermitted)))
       }
     }
   }
@@ -240,16 +289,23 @@ struct AffinityConfigurationTests {
     #expect(readBack == [last])
   }
 
-  @Test func invalidAffinityIsEINVAL() {
-    expectEINVAL("pthread_attr_setaffinity_np") { $0.cpuAffinity = [] }
-    expectEINVAL("pthread_attr_setaffinity_np") { $0.cpuAffinity = [-1] }
-    expectEINVAL("pthread_attr_setaffinity_np") { $0.cpuAffinity = [1024] }
+  @Test func emptyAffinityIsCPUAffinityEmpty() {
+    expectInvalid(.cpuAffinityEmpty) { $0.cpuAffinity = [] }
+    #expect(throws: ThreadSettingError.invalidValue(.cpuAffinityEmpty)) { try Thread.setCurrentCPUAffinity([]) }
+  }
+
+  @Test func cpuNumberOutsideTheSetIsCPUAffinityOutOfRange() {
+    expectInvalid(.cpuAffinityOutOfRange(cpu: -1, allowed: 0..<1024)) { $0.cpuAffinity = [-1] }
+    expectInvalid(.cpuAffinityOutOfRange(cpu: 1024, allowed: 0..<1024)) { $0.cpuAffinity = [0, 1024] }
+    #expect(throws: ThreadSettingError.invalidValue(.cpuAffinityOutOfRange(cpu: 1024, allowed: 0..<1024))) {
+      try Thread.setCurrentCPUAffinity([1024])
+    }
   }
 
   @Test func offlineCPUIsRefusedByTheKernel() {
     var configuration = ThreadConfiguration()
     configuration.cpuAffinity = [1000]  // valid number, no such CPU online here
-    #expect(throws: SystemCallError(call: "pthread_create", code: .invalidArgument)) {
+    #expect(throws: ThreadStartError.system(SystemCallError(call: "pthread_create", code: .invalidArgument))) {
       try Thread.spawn(configuration: configuration) {}.join()
     }
   }
@@ -257,15 +313,15 @@ struct AffinityConfigurationTests {
   @Test func offlineCPUForTheCurrentThreadIsATypedError() throws {
     // The error comes back from the C shim as a negated errno; a shim returning the pthread
     // convention (a positive errno) would read as success here.
-    let outcome = try onThread(ThreadConfiguration()) { () -> SystemCallError? in
-      do throws(SystemCallError) {
+    let outcome = try onThread(ThreadConfiguration()) { () -> ThreadSettingError? in
+      do throws(ThreadSettingError) {
         try Thread.setCurrentCPUAffinity([1000])  // valid number, no such CPU online here
         return nil
       } catch {
         return error
       }
     }
-    #expect(outcome == SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument))
+    #expect(outcome == .system(SystemCallError(call: "pthread_setaffinity_np", code: .invalidArgument)))
   }
 }
 
@@ -279,9 +335,9 @@ struct CreationFailureTests {
       try Thread.spawn(configuration: configuration) {}.join()
       Issue.record("a 64 TiB stack was created")
     } catch {
-      #expect(error.call == "pthread_create")
+      #expect(error.systemError?.call == "pthread_create")
       // glibc maps the failed stack mmap (ENOMEM) to EAGAIN, as POSIX specifies.
-      #expect(error.code == .tryAgain, "\(error)")
+      #expect(error.systemError?.code == .tryAgain, "\(error)")
     }
   }
 
@@ -297,7 +353,9 @@ struct CreationFailureTests {
     var configuration = ThreadConfiguration()
     configuration.stackSize = 1
     let thread = Thread(configuration: configuration) { latch.open() }
-    #expect(throws: SystemCallError(call: "pthread_attr_setstacksize", code: .invalidArgument)) { try thread.start() }
+    #expect(throws: ThreadStartError.invalidConfiguration(.stackSizeTooSmall(1, minimum: ThreadConfiguration.minimumStackSize))) {
+      try thread.start()
+    }
     configuration.stackSize = 64 * 1024
     thread.configuration = configuration
     try thread.start()
@@ -319,25 +377,31 @@ func childWithoutSchedulingPermission() -> Int32 {
   precondition(setrlimit(rlimitRealTimePriority, &limit) == 0)
   var configuration = ThreadConfiguration()
   configuration.schedulingPolicy = .fifo(priority: 10)
-  do throws(SystemCallError) {
+  do throws(ThreadStartError) {
     try Thread.spawn(configuration: configuration) {}.join()
     return 1
   } catch {
-    if error != SystemCallError(call: "pthread_create", code: .operationNotPermitted) { return 2 }
+    if error != .system(SystemCallError(call: "pthread_create", code: .operationNotPermitted)) { return 2 }
   }
   var raised = ThreadConfiguration()
   raised.relativePriority = 1.0
-  do throws(SystemCallError) {
+  do throws(ThreadStartError) {
     try Thread.spawn(configuration: raised) {}.join()
     return 3
   } catch {
-    if error != SystemCallError(call: "setpriority", code: .permissionDenied) { return 4 }
+    if error != .system(SystemCallError(call: "setpriority", code: .permissionDenied)) { return 4 }
   }
-  do throws(SystemCallError) {
+  do throws(ThreadStartError) {
     try Thread.detach(configuration: raised) {}
     return 5
   } catch {
-    if error != SystemCallError(call: "setpriority", code: .permissionDenied) { return 6 }
+    if error != .system(SystemCallError(call: "setpriority", code: .permissionDenied)) { return 6 }
+  }
+  do throws(ThreadSettingError) {
+    try Thread.setCurrentRelativePriority(1.0)
+    return 7
+  } catch {
+    if error != .system(SystemCallError(call: "setpriority", code: .permissionDenied)) { return 8 }
   }
   return 0
 }
@@ -347,10 +411,10 @@ func childWithoutThreadAllowance() -> Int32 {
   dropRoot()
   var limit = rlimit(rlim_cur: 0, rlim_max: 0)
   precondition(setrlimit(rlimitProcesses, &limit) == 0)
-  do throws(SystemCallError) {
+  do throws(ThreadStartError) {
     try Thread.spawn {}.join()
     return 1
   } catch {
-    return error == SystemCallError(call: "pthread_create", code: .tryAgain) ? 0 : 2
+    return error == .system(SystemCallError(call: "pthread_create", code: .tryAgain)) ? 0 : 2
   }
 }

@@ -55,12 +55,15 @@ public struct RunLoopThread: ~Copyable, Sendable {
   /// - Parameters:
   ///   - name: The thread's name; overrides `configuration.name` when not nil.
   ///   - configuration: Stack, priority, affinity and the other thread settings.
-  /// - Throws: `SystemCallError` when the thread cannot be created, or when its run loop's
-  ///   descriptors cannot be (the thread has then ended and been joined).
+  /// - Throws: ``/Threads/ThreadStartError``: `.invalidConfiguration` for a configuration
+  ///   field out of range, as ``/Threads/Thread/spawn(name:configuration:_:)`` throws it;
+  ///   `.system` when the thread cannot be created (`EAGAIN` from `pthread_create`, ...) or
+  ///   when its run loop's descriptors cannot be (`EMFILE` from `epoll_create1`, ...; the
+  ///   thread has then ended and been joined).
   @available(*, noasync, message: "blocks until the new thread's run loop runs")
   public static func start(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration()
-  ) throws(SystemCallError) -> RunLoopThread {
+  ) throws(ThreadStartError) -> RunLoopThread {
     let started = Latch(count: 1)
     let outcome = LockedValue<Result<RunLoop, SystemCallError>?>(nil)
     // The thread's `tk_thread_identity()`: tells a drop on the thread itself from others
@@ -95,7 +98,7 @@ public struct RunLoopThread: ~Copyable, Sendable {
       return RunLoopThread(runLoop: runLoop, core: core)
     case .failure(let error)?:
       core.stopAndJoin()
-      throw error
+      throw .system(error)
     case nil:
       preconditionFailure("RunLoopThread.start: the latch opened without an outcome")
     }
