@@ -28,8 +28,9 @@
 ///
 /// **Errors** are thrown as ``SystemCallError``: a directory for the lock that does not
 /// exist (`ENOENT`, `ENOTDIR`) or is not writable (`EACCES`, `EROFS`) fails in the
-/// initializer; I/O failures fail the call that met them. ``unlock()`` throws when the lock
-/// was broken behind this object's back (see there).
+/// initializer; I/O failures fail the call that met them. ``unlock()`` throws a
+/// ``ProcessLockError``: ``ProcessLockError/notOwner`` when the lock was broken behind this
+/// object's back (see there), ``ProcessLockError/system(_:)`` for a failed call.
 ///
 /// **Misuse** stops the process with a message: calling ``unlock()`` on an object that does
 /// not hold the lock.
@@ -154,25 +155,35 @@ public final class ProcessLock: @unchecked Sendable {
 
   /// Releases the lock this object holds by removing the lock file.
   ///
-  /// If another process broke the lock meanwhile (the file is gone, or now records another
-  /// owner), the file is left alone, this object no longer holds the lock, and the call
-  /// throws `SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)` so the caller learns
-  /// that its critical section was not exclusive. Other file-system failures throw too.
+  /// - Throws: ``ProcessLockError/notOwner`` if another process broke the lock meanwhile
+  ///   (the file is gone, or now records another owner): the file is left alone, this object
+  ///   no longer holds the lock, and the caller learns that its critical section may not
+  ///   have been exclusive. ``ProcessLockError/system(_:)`` when reading or removing the
+  ///   file fails (this object no longer holds the lock either way).
+  ///
   /// Calling it on an object that does not hold the lock stops the process (misuse).
   ///
   /// The record check and the removal are two steps: a process that breaks this live lock
   /// and takes it again in the instant between them loses its new lock. Breaking a live
   /// owner's lock is outside the protocol anyway (see ``breakLock()``).
-  public func unlock() throws(SystemCallError) {
-    try guardLock.withLock { () throws(SystemCallError) in
+  public func unlock() throws(ProcessLockError) {
+    try guardLock.withLock { () throws(ProcessLockError) in
       guard let token = heldToken else {
         reportMisuse("ProcessLock", "unlock() of \(path), which this object does not hold")
       }
       heldToken = nil
-      guard let record = try FileCalls.read(path), ProcessLock.parse(record)?.token == token else {
-        throw SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)
+      let record: String?
+      do throws(SystemCallError) {
+        record = try FileCalls.read(path)
+      } catch {
+        throw .system(error)
       }
-      try FileCalls.unlink(path)
+      guard let record, ProcessLock.parse(record)?.token == token else { throw .notOwner }
+      do throws(SystemCallError) {
+        try FileCalls.unlink(path)
+      } catch {
+        throw .system(error)
+      }
     }
   }
 

@@ -73,7 +73,7 @@ struct ProcessLockTests {
     #expect(try lock.lockDate() == nil)
   }
 
-  @Test("breakLock removes anyone's lock; the old holder's unlock then throws EPERM")
+  @Test("breakLock removes anyone's lock; the old holder's unlock then throws notOwner")
   func breakLock() throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }
@@ -84,12 +84,42 @@ struct ProcessLockTests {
     #expect(try holder.tryLock())
     #expect(try breaker.breakLock())
     #expect(try breaker.tryLock(), "free after the break")
-    #expect(throws: SystemCallError(call: "ProcessLock.unlock", code: .operationNotPermitted)) {
+    #expect(throws: ProcessLockError.notOwner) {
       try holder.unlock()
     }
     #expect(!holder.isHeldByThisObject)
     #expect(try breaker.owner()?.processID == getpid(), "the breaker's lock was left alone")
     try breaker.unlock()
+  }
+
+  @Test("unlock after the lock was broken and not taken again throws notOwner")
+  func unlockOfABrokenFreeLock() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/gone.lock"
+    let holder = try ProcessLock(path: path)
+    #expect(try holder.tryLock())
+    #expect(try ProcessLock(path: path).breakLock())
+    #expect(throws: ProcessLockError.notOwner) { try holder.unlock() }
+    #expect(!holder.isHeldByThisObject)
+    #expect(try holder.owner() == nil)
+  }
+
+  @Test("unlock that cannot read the lock file throws the failed call as ProcessLockError.system")
+  func unlockFileSystemFailure() throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/replaced.lock"
+    let holder = try ProcessLock(path: path)
+    #expect(try holder.tryLock())
+    // A directory in the lock file's place: open(O_RDONLY) succeeds, read fails with EISDIR.
+    #expect(unlink(path) == 0)
+    #expect(mkdir(path, 0o755) == 0)
+    defer { rmdir(path) }
+    let error = try #require(throws: ProcessLockError.self) { try holder.unlock() }
+    #expect(error == .system(SystemCallError(call: "read", code: .isDirectory)))
+    #expect(error.systemError?.code == .isDirectory)
+    #expect(!holder.isHeldByThisObject)
   }
 
   @Test("a lock file without an owner record is held by an unknown owner, not free")
