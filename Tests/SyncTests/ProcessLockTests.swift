@@ -151,7 +151,7 @@ struct ProcessLockTests {
     let fd = open(file, O_CREAT | O_WRONLY, 0o644)
     #expect(fd >= 0)
     close(fd)
-    #expect(throws: SystemCallError.self) {
+    #expect(throws: SystemCallError(call: "access", code: .notDirectory)) {
       _ = try ProcessLock(path: file + "/x.lock")
     }
     _ = try ProcessLock(path: "relative.lock")  // the current directory is writable here

@@ -88,14 +88,11 @@ enum FileCalls {
   }
 
   /// Throws unless `directory` exists, is a directory, and the caller may create files in
-  /// it (`access(W_OK | X_OK)`; ENOENT, ENOTDIR, EACCES or EROFS).
+  /// it: `access(W_OK | X_OK)` on the path with a trailing slash, which the kernel resolves
+  /// only to a directory (ENOENT, ENOTDIR, then EACCES or EROFS).
   static func checkWritableDirectory(_ directory: String) throws(SystemCallError) {
-    _ = try systemCall("access") { directory.withCString { access($0, F_OK) } }
-    var info = stat()
-    _ = try systemCall("stat") { directory.withCString { stat($0, &info) } }
-    // What open(O_DIRECTORY) or mkdir would report for a path that is not a directory.
-    if info.st_mode & S_IFMT != S_IFDIR { throw SystemCallError(call: "stat", code: .notDirectory) }
-    _ = try systemCall("access") { directory.withCString { access($0, W_OK | X_OK) } }
+    let asDirectory = directory.hasSuffix("/") ? directory : directory + "/"
+    _ = try systemCall("access") { asDirectory.withCString { access($0, W_OK | X_OK) } }
   }
 
   /// This machine's host name (`gethostname`).
