@@ -5,12 +5,17 @@
 /// that went away), the operation throws a `SystemCallError` naming the call that failed and
 /// the ``code`` it reported. Programming errors (unlocking a lock you do not hold, joining a
 /// thread twice) are not thrown: they stop the process with a message that names the misuse.
+/// A failure that no call reported has its own error type instead (a thread configuration
+/// out of range is the Threads module's `ThreadConfigurationError`, a lock broken by another
+/// process is ``ProcessLockError/notOwner``); those types wrap a `SystemCallError` in a
+/// `.system` case for the failures that are calls'.
 ///
 /// ```swift
 /// do {
-///     try something()
-/// } catch let error where error.code == .tryAgain {
-///     // the system refused another thread; retry later
+///     let lock = try ProcessLock(path: "/var/lock/myapp.lock")
+///     _ = try lock.tryLock()
+/// } catch let error where error.code == .readOnlyFileSystem {
+///     // the lock's directory is on a read-only file system
 /// }
 /// ```
 public struct SystemCallError: Error, Hashable, Sendable, CustomStringConvertible {

@@ -9,9 +9,10 @@
 ///
 /// ```swift
 /// do {
-///     try thread.start()
-/// } catch let error where error.code == .tryAgain {
-///     // the system refused another thread; retry later
+///     let lock = try ProcessLock(path: "/var/lock/myapp.lock")
+///     _ = try lock.tryLock()
+/// } catch let error where error.code == .permissionDenied {
+///     // the directory is not writable by this process
 /// }
 /// ```
 ///

@@ -77,7 +77,8 @@ extension Thread {
       throw .invalidValue(error)
     }
     do throws(SystemCallError) {
-      _ = try shimCall("setpriority") { tk_thread_set_nice(ThreadConfiguration.niceValue(forRelativePriority: priority)) }
+      let nice = ThreadConfiguration.niceValue(forRelativePriority: priority)
+      _ = try shimCall("setpriority") { tk_thread_set_nice(nice) }
     } catch {
       throw .system(error)
     }

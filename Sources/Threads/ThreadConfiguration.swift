@@ -55,9 +55,10 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// ``ThreadConfigurationError/stackSizeTooSmall(_:minimum:)``; a size too large to round
   /// up throws ``ThreadConfigurationError/stackSizeTooLarge(_:maximum:)``. A size the system
   /// cannot map throws ``ThreadStartError/system(_:)`` with `EAGAIN` from `pthread_create`
-  /// (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX specifies). The guard area is allocated in addition to this size. glibc reuses the
-  /// stacks of ended threads, and may hand a thread a cached stack up to 4x the requested
-  /// size (never a smaller one).
+  /// (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX specifies). The
+  /// guard area is allocated in addition to this size. glibc reuses the stacks of ended
+  /// threads, and may hand a thread a cached stack up to 4x the requested size (never a
+  /// smaller one).
   public var stackSize: Int = ThreadConfiguration.defaultStackSize
 
   /// The size of the inaccessible guard area below the stack that turns a stack overflow

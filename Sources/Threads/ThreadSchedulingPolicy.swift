@@ -12,13 +12,15 @@ import Sync
 /// runnable: use them only for short, bounded work, or they starve the rest of the system
 /// (the guide's warning about priorities applies doubly). Starting a real-time thread needs
 /// `CAP_SYS_NICE` or a non-zero `RLIMIT_RTPRIO`; without it, thread creation throws
-/// a ``/Sync/SystemCallError`` for `pthread_create` with the code `.operationNotPermitted` (EPERM).
+/// ``ThreadStartError/system(_:)`` for `pthread_create` with the code `.operationNotPermitted`
+/// (EPERM). A priority outside ``realTimePriorityRange`` is refused before that, with
+/// ``ThreadConfigurationError/realTimePriorityOutOfRange(_:allowed:)``.
 ///
 /// ```swift
 /// var configuration = ThreadConfiguration()
 /// configuration.schedulingPolicy = .fifo(priority: ThreadSchedulingPolicy.realTimePriorityRange.lowerBound)
 /// do { _ = try Thread.spawn(configuration: configuration) { audioLoop() } }
-/// catch let error where error.code == .operationNotPermitted { /* no permission: fall back */ }
+/// catch let error where error.systemError?.code == .operationNotPermitted { /* no permission: fall back */ }
 /// ```
 public enum ThreadSchedulingPolicy: Sendable, Hashable, CustomStringConvertible {
   /// Time sharing (`SCHED_OTHER`): the default for every thread.

@@ -45,7 +45,8 @@ struct Table2_2Tests {
   @Test func sizeRules() throws {
     var attributes = ThreadConfiguration()
     attributes.stackSize = 8 * 1024
-    #expect(throws: ThreadConfigurationError.stackSizeTooSmall(8 * 1024, minimum: ThreadConfiguration.minimumStackSize)) {
+    let minimum = ThreadConfiguration.minimumStackSize
+    #expect(throws: ThreadConfigurationError.stackSizeTooSmall(8 * 1024, minimum: minimum)) {
       try attributes.validate()
     }
     attributes.stackSize = 64 * 1024 + 1

@@ -353,7 +353,8 @@ struct CreationFailureTests {
     var configuration = ThreadConfiguration()
     configuration.stackSize = 1
     let thread = Thread(configuration: configuration) { latch.open() }
-    #expect(throws: ThreadStartError.invalidConfiguration(.stackSizeTooSmall(1, minimum: ThreadConfiguration.minimumStackSize))) {
+    let minimum = ThreadConfiguration.minimumStackSize
+    #expect(throws: ThreadStartError.invalidConfiguration(.stackSizeTooSmall(1, minimum: minimum))) {
       try thread.start()
     }
     configuration.stackSize = 64 * 1024
