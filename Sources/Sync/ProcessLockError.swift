@@ -2,7 +2,7 @@
 /// call failed.
 ///
 /// ```swift
-/// do {
+/// do throws(ProcessLockError) {
 ///     try lock.unlock()
 /// } catch .notOwner {
 ///     // another process broke the lock while we held it: the work just done may have

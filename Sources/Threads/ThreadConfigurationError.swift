@@ -13,9 +13,9 @@
 /// ```swift
 /// var configuration = ThreadConfiguration()
 /// configuration.stackSize = 8 * 1024
-/// do {
+/// do throws(ThreadConfigurationError) {
 ///     try configuration.validate()
-/// } catch case .stackSizeTooSmall(_, let minimum) {
+/// } catch .stackSizeTooSmall(_, let minimum) {
 ///     configuration.stackSize = minimum
 /// } catch {
 ///     print(error)    // says which field to change, and how

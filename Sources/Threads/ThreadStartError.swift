@@ -8,7 +8,7 @@ import Sync
 /// join or release.
 ///
 /// ```swift
-/// do {
+/// do throws(ThreadStartError) {
 ///     let worker = try Thread.spawn(configuration: configuration) { work() }
 ///     worker.join()
 /// } catch .invalidConfiguration(let problem) {

@@ -51,3 +51,40 @@ struct ThreadErrorTests {
     #expect(!ran.value)
   }
 }
+
+/// The documentation's catch patterns, compiled and run.
+@Suite("Thread errors: documented patterns", .timeLimit(.minutes(1)))
+struct ThreadErrorPatternTests {
+  @Test func validateErrorCarriesTheMinimumToRetryWith() throws {
+    var configuration = ThreadConfiguration()
+    configuration.stackSize = 8 * 1024
+    var fixed = false
+    do throws(ThreadConfigurationError) {
+      try configuration.validate()
+    } catch .stackSizeTooSmall(_, let minimum) {
+      configuration.stackSize = minimum
+      fixed = true
+    } catch {
+      Issue.record("unexpected \(error)")
+    }
+    #expect(fixed)
+    try configuration.validate()
+  }
+
+  @Test func startErrorCasesAreMatchedByPattern() {
+    var configuration = ThreadConfiguration()
+    configuration.cpuAffinity = [4096]
+    var problem: ThreadConfigurationError?
+    do throws(ThreadStartError) {
+      let worker = try Thread.spawn(configuration: configuration) {}
+      worker.join()
+    } catch .invalidConfiguration(let found) {
+      problem = found
+    } catch let error where error.systemError?.code == .tryAgain {
+      Issue.record("unexpected \(error)")
+    } catch {
+      Issue.record("unexpected \(error)")
+    }
+    #expect(problem == .cpuAffinityOutOfRange(cpu: 4096, allowed: 0..<1024))
+  }
+}
