@@ -269,10 +269,18 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
 
   /// Sets the function run once when the port becomes invalid, by ``invalidate()`` or
   /// because its peer went away (`CFMessagePortSetInvalidationCallBack`). It runs on the
-  /// thread that noticed. Setting it on an already invalid port runs it at once.
+  /// thread that noticed. Setting it on an already invalid port runs it at once, on the
+  /// calling thread, also when an earlier handler already ran for that invalidation. A
+  /// handler it replaces is released before it returns, with no toolkit lock held.
   public func setInvalidationHandler(_ handler: (@Sendable (MessagePort) -> Void)?) {
-    callbacks.setInvalidation(handler)
-    if !isValid { fireInvalidation() }
+    let (replaced, runNow) = callbacks.setInvalidation(handler)
+    // Released here, outside the slot's lock: its captures may use this port in their deinit.
+    withExtendedLifetime(replaced) {}
+    if let runNow {
+      runNow(self)
+    } else if !isValid {
+      fireInvalidation()
+    }
   }
 
   /// Sets the function told, on the serving thread, about each peer a local port refused
@@ -326,15 +334,27 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 }
 
-/// The invalidation callback, fired at most once.
+/// The invalidation callback, fired at most once. No handler is released or called with
+/// `mutex` held: they leave it as return values.
 private final class CallbackSlots: @unchecked Sendable {
   // Protected by `mutex`.
   private let mutex = Sync.Lock()
   private var invalidation: (@Sendable (MessagePort) -> Void)?
+  /// Set once the invalidation was reported; a handler set afterwards is run by its setter
+  /// instead of being stored (it would never be taken).
   private var fired = false
 
-  func setInvalidation(_ handler: (@Sendable (MessagePort) -> Void)?) {
-    mutex.withLock { invalidation = handler }
+  /// Stores `handler`, returning the one it replaces (for the caller to release); once the
+  /// invalidation was reported, stores nothing and returns `handler` as `runNow`.
+  func setInvalidation(
+    _ handler: (@Sendable (MessagePort) -> Void)?
+  ) -> (replaced: (@Sendable (MessagePort) -> Void)?, runNow: (@Sendable (MessagePort) -> Void)?) {
+    mutex.withLock {
+      if fired { return (nil, handler) }
+      let replaced = invalidation
+      invalidation = handler
+      return (replaced, nil)
+    }
   }
 
   func takeInvalidation() -> (@Sendable (MessagePort) -> Void)? {

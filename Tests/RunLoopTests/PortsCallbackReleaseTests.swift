@@ -1,0 +1,53 @@
+import RunLoop
+import Sync
+import Testing
+import TestSupport
+
+/// Runs `body` when released: a capture whose deinit does something.
+private final class OnDeinit: Sendable {
+  let body: @Sendable () -> Void
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+  deinit { body() }
+}
+
+@Suite("Ports: invalidation handlers and the remote-port registry release and run user code outside their locks", .timeLimit(.minutes(1)))
+struct PortsCallbackReleaseTests {
+  @Test("a handler set after the invalidation was reported runs at once, as the first one did")
+  func handlerSetAfterReportedInvalidationRuns() throws {
+    let port = try MessagePort.local(name: uniquePortName("late-handler")) { _ in nil }
+    let first = PortsCounter()
+    port.setInvalidationHandler { _ in first.increment() }
+    port.invalidate()
+    #expect(first.count == 1)
+    let second = PortsCounter()
+    port.setInvalidationHandler { _ in second.increment() }
+    #expect(second.count == 1, "setting a handler on an invalid port runs it")
+    #expect(first.count == 1)
+  }
+
+  @Test("a replaced invalidation handler is released with no port lock held")
+  func replacedHandlerReleasedOutsideTheLock() throws {
+    let port = try MessagePort.local(name: uniquePortName("replaced-handler")) { _ in nil }
+    defer { port.invalidate() }
+    // The replaced handler's capture asks another thread to set the port's handler and
+    // waits for it: that setter needs the handler slot's lock.
+    let otherSetterDone = Box(false)
+    let setter = Box<TestThread?>(nil)
+    let makeWatchdog = {
+      OnDeinit {
+        let done = Semaphore(value: 0)
+        setter.value = TestThread.spawn {
+          port.setInvalidationHandler(nil)
+          done.signal()
+        }
+        otherSetterDone.value = done.wait(timeout: .seconds(10))
+      }
+    }
+    port.setInvalidationHandler { [watchdog = makeWatchdog()] _ in withExtendedLifetime(watchdog) {} }
+    port.setInvalidationHandler { _ in }
+    // Joined only now: with the lock held across the release, the setter finishes only
+    // once the release is over.
+    setter.value?.join()
+    #expect(otherSetterDone.value, "the replaced handler was released while the slot's lock was held")
+  }
+}
