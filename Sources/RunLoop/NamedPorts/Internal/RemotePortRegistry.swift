@@ -12,8 +12,10 @@ final class RemotePortRegistry: @unchecked Sendable {
   }
 
   // Protected by `mutex`, taken before a connection's state lock (through `isValid`), never
-  // after. Nothing is released with it held: a port that loses `adopt` is returned to its
-  // caller to release.
+  // after. No user code is released with it held: a port that loses `adopt` is returned to
+  // its caller to release, and the only port a lookup can drop here (a strong reference
+  // loaded from a weak entry that turned out to be the last one) is invalid, so its
+  // invalidation handler has already run and been released.
   private let mutex = Sync.Lock()
   private var ports: [String: WeakPort] = [:]
 
