@@ -38,7 +38,8 @@ extension AtomicPrimitive {
   package static func atomicCompareExchange(
     expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
   ) -> Self {
-    AtomicBits.fetchCompareAndSwap(expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
+    AtomicBits.fetchCompareAndSwap(
+      expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Replaces `expected` with `desired` if present; returns whether it did (`AO_compare_and_swap`).
@@ -47,41 +48,52 @@ extension AtomicPrimitive {
   package static func atomicCompareAndSwap(
     expected: Self, desired: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
   ) -> Bool {
-    AtomicBits.compareAndSwap(expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
+    AtomicBits.compareAndSwap(
+      expected: expected, desired: desired, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Stores `value` and returns the previous value.
   @inlinable
   @inline(__always)
-  package static func atomicExchange(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+  package static func atomicExchange(
+    _ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Self {
     AtomicBits.update(.exchange, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Adds `value` with wrap-around and returns the previous value (`AO_fetch_and_add`).
   @inlinable
   @inline(__always)
-  package static func atomicFetchAdd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+  package static func atomicFetchAdd(
+    _ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Self {
     AtomicBits.update(.add, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Bitwise-ands `value` in and returns the previous value.
   @inlinable
   @inline(__always)
-  package static func atomicFetchAnd(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+  package static func atomicFetchAnd(
+    _ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Self {
     AtomicBits.update(.and, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Bitwise-ors `value` in and returns the previous value.
   @inlinable
   @inline(__always)
-  package static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+  package static func atomicFetchOr(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update)
+    -> Self
+  {
     AtomicBits.update(.or, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 
   /// Bitwise-xors `value` in and returns the previous value.
   @inlinable
   @inline(__always)
-  package static func atomicFetchXor(_ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update) -> Self {
+  package static func atomicFetchXor(
+    _ value: Self, at pointer: UnsafeMutablePointer<Self>, ordering: MemoryOrder.Update
+  ) -> Self {
     AtomicBits.update(.xor, value, UnsafeMutableRawPointer(pointer), ordering: ordering)
   }
 }
@@ -151,17 +163,25 @@ enum AtomicBits {
     let o = ordering.rawValue
     switch V.bitWidth {
     case 8:
-      return V(truncatingIfNeeded: tk_atomic_u8_fetch_compare_and_swap(
-        p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected), UInt8(truncatingIfNeeded: desired), o))
+      return V(
+        truncatingIfNeeded: tk_atomic_u8_fetch_compare_and_swap(
+          p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected),
+          UInt8(truncatingIfNeeded: desired), o))
     case 16:
-      return V(truncatingIfNeeded: tk_atomic_u16_fetch_compare_and_swap(
-        p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected), UInt16(truncatingIfNeeded: desired), o))
+      return V(
+        truncatingIfNeeded: tk_atomic_u16_fetch_compare_and_swap(
+          p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected),
+          UInt16(truncatingIfNeeded: desired), o))
     case 32:
-      return V(truncatingIfNeeded: tk_atomic_u32_fetch_compare_and_swap(
-        p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected), UInt32(truncatingIfNeeded: desired), o))
+      return V(
+        truncatingIfNeeded: tk_atomic_u32_fetch_compare_and_swap(
+          p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected),
+          UInt32(truncatingIfNeeded: desired), o))
     default:
-      return V(truncatingIfNeeded: tk_atomic_u64_fetch_compare_and_swap(
-        p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected), UInt64(truncatingIfNeeded: desired), o))
+      return V(
+        truncatingIfNeeded: tk_atomic_u64_fetch_compare_and_swap(
+          p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected),
+          UInt64(truncatingIfNeeded: desired), o))
     }
   }
 
@@ -174,16 +194,20 @@ enum AtomicBits {
     switch V.bitWidth {
     case 8:
       return tk_atomic_u8_compare_and_swap(
-        p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected), UInt8(truncatingIfNeeded: desired), o)
+        p.assumingMemoryBound(to: UInt8.self), UInt8(truncatingIfNeeded: expected), UInt8(truncatingIfNeeded: desired),
+        o)
     case 16:
       return tk_atomic_u16_compare_and_swap(
-        p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected), UInt16(truncatingIfNeeded: desired), o)
+        p.assumingMemoryBound(to: UInt16.self), UInt16(truncatingIfNeeded: expected),
+        UInt16(truncatingIfNeeded: desired), o)
     case 32:
       return tk_atomic_u32_compare_and_swap(
-        p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected), UInt32(truncatingIfNeeded: desired), o)
+        p.assumingMemoryBound(to: UInt32.self), UInt32(truncatingIfNeeded: expected),
+        UInt32(truncatingIfNeeded: desired), o)
     default:
       return tk_atomic_u64_compare_and_swap(
-        p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected), UInt64(truncatingIfNeeded: desired), o)
+        p.assumingMemoryBound(to: UInt64.self), UInt64(truncatingIfNeeded: expected),
+        UInt64(truncatingIfNeeded: desired), o)
     }
   }
 
@@ -195,7 +219,8 @@ enum AtomicBits {
     let o = ordering.rawValue
     switch V.bitWidth {
     case 8:
-      let w = p.assumingMemoryBound(to: UInt8.self), v = UInt8(truncatingIfNeeded: value)
+      let w = p.assumingMemoryBound(to: UInt8.self)
+      let v = UInt8(truncatingIfNeeded: value)
       switch operation {
       case .exchange: return V(truncatingIfNeeded: tk_atomic_u8_exchange(w, v, o))
       case .add: return V(truncatingIfNeeded: tk_atomic_u8_fetch_add(w, v, o))
@@ -204,7 +229,8 @@ enum AtomicBits {
       case .xor: return V(truncatingIfNeeded: tk_atomic_u8_fetch_xor(w, v, o))
       }
     case 16:
-      let w = p.assumingMemoryBound(to: UInt16.self), v = UInt16(truncatingIfNeeded: value)
+      let w = p.assumingMemoryBound(to: UInt16.self)
+      let v = UInt16(truncatingIfNeeded: value)
       switch operation {
       case .exchange: return V(truncatingIfNeeded: tk_atomic_u16_exchange(w, v, o))
       case .add: return V(truncatingIfNeeded: tk_atomic_u16_fetch_add(w, v, o))
@@ -213,7 +239,8 @@ enum AtomicBits {
       case .xor: return V(truncatingIfNeeded: tk_atomic_u16_fetch_xor(w, v, o))
       }
     case 32:
-      let w = p.assumingMemoryBound(to: UInt32.self), v = UInt32(truncatingIfNeeded: value)
+      let w = p.assumingMemoryBound(to: UInt32.self)
+      let v = UInt32(truncatingIfNeeded: value)
       switch operation {
       case .exchange: return V(truncatingIfNeeded: tk_atomic_u32_exchange(w, v, o))
       case .add: return V(truncatingIfNeeded: tk_atomic_u32_fetch_add(w, v, o))
@@ -222,7 +249,8 @@ enum AtomicBits {
       case .xor: return V(truncatingIfNeeded: tk_atomic_u32_fetch_xor(w, v, o))
       }
     default:
-      let w = p.assumingMemoryBound(to: UInt64.self), v = UInt64(truncatingIfNeeded: value)
+      let w = p.assumingMemoryBound(to: UInt64.self)
+      let v = UInt64(truncatingIfNeeded: value)
       switch operation {
       case .exchange: return V(truncatingIfNeeded: tk_atomic_u64_exchange(w, v, o))
       case .add: return V(truncatingIfNeeded: tk_atomic_u64_fetch_add(w, v, o))

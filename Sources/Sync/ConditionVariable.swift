@@ -137,7 +137,9 @@ public final class ConditionVariable: @unchecked Sendable {
       return
     }
     if UInt64.atomicLoad(at: core.boundLock, ordering: .relaxed) != address {
-      reportMisuse("ConditionVariable", "wait with a different mutex than earlier waits (a condition variable pairs with one mutex)")
+      reportMisuse(
+        "ConditionVariable",
+        "wait with a different mutex than earlier waits (a condition variable pairs with one mutex)")
     }
   }
 }

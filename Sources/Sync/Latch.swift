@@ -63,7 +63,8 @@ public final class Latch: @unchecked Sendable {
       }
       // Releasing: the counting thread's writes happen before a waiter's acquiring load
       // sees zero.
-      let seen = UInt32.atomicCompareExchange(expected: current, desired: current - step, at: remaining, ordering: .releasing)
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current - step, at: remaining, ordering: .releasing)
       if seen == current { break }
       current = seen
     }

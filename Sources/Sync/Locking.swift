@@ -51,7 +51,9 @@ extension Locking {
   /// Runs `body` holding the lock if it is free right now, and returns its result; returns
   /// nil without running `body` if the lock is busy. Never blocks.
   @inlinable
-  public func withLockIfAvailable<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result? {
+  public func withLockIfAvailable<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure)
+    -> Result?
+  {
     guard tryLock() else { return nil }
     defer { unlock() }
     return try body()

@@ -82,7 +82,8 @@ public enum MisuseChecking {
       if previous != undecidedWord, previous != word {
         reportMisuse(
           "MisuseChecking",
-          "mode set to \(newValue) after the process already runs \(newValue == .checked ? Mode.unchecked : .checked) (set it before the first lock is created)")
+          "mode set to \(newValue) after the process already runs \(newValue == .checked ? Mode.unchecked : .checked) (set it before the first lock is created)"
+        )
       }
     }
   }

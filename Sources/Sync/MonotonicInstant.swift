@@ -63,7 +63,9 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
     let value = tk_monotonic_now_ns()
     // CLOCK_MONOTONIC is always present on Linux; failure would mean a broken libc.
     if value < 0 {
-      fatalError("\(SystemCallError(call: "clock_gettime(CLOCK_MONOTONIC)", code: SystemErrorCode(rawValue: Int32(truncatingIfNeeded: -value))))")
+      fatalError(
+        "\(SystemCallError(call: "clock_gettime(CLOCK_MONOTONIC)", code: SystemErrorCode(rawValue: Int32(truncatingIfNeeded: -value))))"
+      )
     }
     return MonotonicInstant(nanoseconds: value)
   }
@@ -93,7 +95,9 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
   @inlinable
   public func duration(to other: MonotonicInstant) -> Duration {
     let (difference, overflow) = other.nanoseconds.subtractingReportingOverflow(nanoseconds)
-    if overflow { return other.nanoseconds > nanoseconds ? .seconds(Int64.max / 1_000_000_000) : .seconds(Int64.min / 1_000_000_000) }
+    if overflow {
+      return other.nanoseconds > nanoseconds ? .seconds(Int64.max / 1_000_000_000) : .seconds(Int64.min / 1_000_000_000)
+    }
     return .nanoseconds(difference)
   }
 

@@ -84,12 +84,15 @@ public final class ProcessLock: @unchecked Sendable {
   /// ``SystemCallError`` if the directory that would hold the file does not exist, is not a
   /// directory, or is not writable by this process.
   public convenience init(path: String) throws(SystemCallError) {
-    try self.init(path: path, linkFile: { (existing, new) throws(SystemCallError) -> Bool in try FileCalls.link(existing, new) })
+    try self.init(
+      path: path, linkFile: { (existing, new) throws(SystemCallError) -> Bool in try FileCalls.link(existing, new) })
   }
 
   /// A lock whose `link` calls go through `linkFile` (a test seam: a file system that
   /// performs a link but reports a failure).
-  init(path: String, linkFile: @escaping @Sendable (String, String) throws(SystemCallError) -> Bool) throws(SystemCallError) {
+  init(path: String, linkFile: @escaping @Sendable (String, String) throws(SystemCallError) -> Bool)
+    throws(SystemCallError)
+  {
     self.path = path
     self.linkFile = linkFile
     let directory: String
@@ -120,7 +123,8 @@ public final class ProcessLock: @unchecked Sendable {
       let now = FileCalls.wallClockNow()
       let token = "\(pid).\(MonotonicInstant.now.nanoseconds).\(UInt64.random(in: 0...UInt64.max))"
       let (seconds, attoseconds) = now.components
-      let record = "pid=\(pid)\nhost=\(host)\nseconds=\(seconds)\nnanoseconds=\(attoseconds / 1_000_000_000)\ntoken=\(token)\n"
+      let record =
+        "pid=\(pid)\nhost=\(host)\nseconds=\(seconds)\nnanoseconds=\(attoseconds / 1_000_000_000)\ntoken=\(token)\n"
       let scratch = "\(path).\(token).tmp"
       try FileCalls.createExclusive(scratch, contents: record)
       // What `link` reports is only a hint (a retransmitted NFS `link` reports EEXIST, or

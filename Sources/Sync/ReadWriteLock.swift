@@ -166,7 +166,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     var current = spin()
     while true {
       if Self.isReadLockable(current) {
-        let seen = UInt32.atomicCompareExchange(expected: current, desired: current + 1, at: state, ordering: .acquiring)
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current + 1, at: state, ordering: .acquiring)
         if seen == current { return true }
         current = seen
         continue

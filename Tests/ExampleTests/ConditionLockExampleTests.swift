@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// The guide's `NSConditionLock` producer/consumer: the producer takes the lock whatever
 /// the condition, appends, and unlocks with HAS_DATA; the consumer locks only when the

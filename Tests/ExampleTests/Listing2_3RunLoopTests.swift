@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 /// Listing 2-3: a long job that, after each chunk of work, runs its run loop for zero time and
 /// reads an exit flag from its thread dictionary; another thread sets the flag through a custom

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listing 3-10: two timers, one created by hand to start after 1 s and repeat every 0.1 s,
 /// one scheduled to fire every 0.2 s. (Times scaled by 1/10.)

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listing 3-11: a timer created with a first fire 0.1 s ahead and a 0.3 s interval, added to
 /// the common modes. (Times scaled by 1/10.) Being in the common modes, it fires in every

@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 // Listings 3-12..3-15: configuring an NSMachPort between the main thread and a worker. The
 // main thread creates a port, installs it in its run loop and hands it to a new worker; the
@@ -96,7 +96,8 @@ struct Listing3_12_3_15Tests {
     let controller = MainThreadController()
     let worker = try controller.launchThread()
     portExampleRunUntil { controller.distantPort.value != nil }
-    let workerPort = try #require(controller.distantPort.value, "check-in message 100 arrived, carrying the worker's port")
+    let workerPort = try #require(
+      controller.distantPort.value, "check-in message 100 arrived, carrying the worker's port")
     try workerPort.send(PortMessage(msgid: workMessage, payload: [1, 2, 3]), timeout: .seconds(10))
     portExampleRunUntil { controller.results.count == 1 }
     #expect(controller.results.snapshot == [[2, 4, 6]])

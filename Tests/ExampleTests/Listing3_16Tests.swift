@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
   import Glibc
@@ -28,7 +28,9 @@ struct Listing3_16Tests {
 
     // The name finds the same port in this process...
     #expect(MessagePort.registered(name: localPortName) === localPort)
-    #expect(try MessagePort.local(name: localPortName) { _ in nil } === localPort, "an existing name returns the existing port")
+    #expect(
+      try MessagePort.local(name: localPortName) { _ in nil } === localPort,
+      "an existing name returns the existing port")
     // ...and a sender anywhere (here: this thread) reaches it by name.
     let remote = try MessagePort.remote(name: localPortName)
     try remote.send(msgid: 7, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)

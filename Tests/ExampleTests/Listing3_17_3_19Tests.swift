@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 #if canImport(Glibc)
   import Glibc
@@ -62,15 +62,19 @@ func serverThreadEntryPoint(mainPortName: String, myPortName: String) {
   guard let mainThreadPort = try? remotePortEventually(mainPortName) else { return }
   let shouldExit = Box(false)
   // Create a port for the worker thread (ProcessClientRequest answers requests).
-  guard let myPort = try? MessagePort.local(name: myPortName, handler: { message in
-    switch message.msgid {
-    case kWorkMessage: return message.payload.reversed()
-    case kExitMessage:
-      shouldExit.value = true
-      return nil
-    default: return nil
-    }
-  }) else { return }
+  guard
+    let myPort = try? MessagePort.local(
+      name: myPortName,
+      handler: { message in
+        switch message.msgid {
+        case kWorkMessage: return message.payload.reversed()
+        case kExitMessage:
+          shouldExit.value = true
+          return nil
+        default: return nil
+        }
+      })
+  else { return }
   // Add the source to the current run loop.
   RunLoop.current.add(myPort, forMode: .default)
   // Package up the port name and send the check-in message.
@@ -102,7 +106,8 @@ struct Listing3_17_3_19Tests {
     let workerPort = try #require(active.ports.snapshot.first, "the worker checked in with its port name")
     #expect(workerPort.name.hasPrefix("com.MyApp.Thread-"))
     let reply = try workerPort.send(
-      msgid: kWorkMessage, data: [1, 2, 3], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+      msgid: kWorkMessage, data: [1, 2, 3], sendTimeout: .seconds(10), receiveTimeout: .seconds(30),
+      replyMode: .awaitReply)
     #expect(reply == [3, 2, 1])
     try workerPort.send(msgid: kExitMessage, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
     worker.join()
@@ -114,9 +119,13 @@ struct Listing3_17_3_19Tests {
     // The parent's "main thread" (a thread of its own, since this test awaits the child).
     let parent = TestThread.spawn {
       let active = ActiveThreads()
-      guard let myPort = try? MessagePort.local(name: "com.myapp.MainProcess-\(getpid())", handler: { message in
-        mainThreadResponseHandler(message, active)
-      }) else {
+      guard
+        let myPort = try? MessagePort.local(
+          name: "com.myapp.MainProcess-\(getpid())",
+          handler: { message in
+            mainThreadResponseHandler(message, active)
+          })
+      else {
         outcome.append("cannot register")
         return
       }

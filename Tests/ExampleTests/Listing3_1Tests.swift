@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listing 3-1: a thread adds an observer of every activity and a repeating 0.1 s timer to its
 /// run loop, then runs it until a date one second ahead, ten times. (Times scaled by 1/10.)

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listing 3-2: a skeleton thread main routine runs its run loop with a timeout, returning
 /// after each source, and ends when the loop was stopped or has nothing left to run.

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 // Listings 3-3..3-9: a custom input source with a command buffer. Its schedule routine
 // registers the source with the "main thread" (here a coordinator thread running its own run

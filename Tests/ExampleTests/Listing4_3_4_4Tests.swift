@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listings 4-3 and 4-4: an `NSCondition` guarding a work counter. The worker waits in a
 /// loop while there is no work (conditions may wake spuriously) and takes one unit; the
@@ -10,7 +10,7 @@ struct Listing4_3_4_4Tests {
   final class Shared: @unchecked Sendable {
     let cocoaCondition = Condition()
     var timeToDoWork = 0  // protected by `cocoaCondition`
-    var workDone = 0      // protected by `cocoaCondition`
+    var workDone = 0  // protected by `cocoaCondition`
 
     /// Listing 4-3.
     func doWork() {
@@ -36,7 +36,8 @@ struct Listing4_3_4_4Tests {
   @Test("every signalled unit of work is done exactly once by the waiting workers")
   func listing() {
     let shared = Shared()
-    let workers = 3, unitsPerWorker = 1_000
+    let workers = 3
+    let unitsPerWorker = 1_000
     runThreads(workers + 1) { index in
       if index < workers {
         for _ in 0..<unitsPerWorker { shared.doWork() }

@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Listings 4-5 and 4-6: a POSIX condition variable paired with a mutex and a `ready_to_go`
 /// flag. The waiter loops on the flag with the mutex held, does its work, and resets the
@@ -12,7 +12,7 @@ struct Listing4_5_4_6Tests {
     let mutex = Lock()
     let condition = ConditionVariable()
     var readyToGo = false  // protected by `mutex`
-    var workDone = 0       // protected by `mutex`
+    var workDone = 0  // protected by `mutex`
 
     /// Listing 4-5: MyWaitOnConditionFunction.
     func waitOnCondition() {

@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// The guide's NSLock example: a thread keeps computing and only updates the display
 /// (shared state) when `tryLock` succeeds, instead of blocking.
@@ -8,8 +8,8 @@ import TestSupport
 struct NSLockExampleTests {
   final class Display: @unchecked Sendable {
     let theLock = Lock()
-    var updates = 0        // protected by `theLock`
-    var latestValue = 0    // protected by `theLock`
+    var updates = 0  // protected by `theLock`
+    var latestValue = 0  // protected by `theLock`
   }
 
   @Test("shared state changes only when the lock was acquired")

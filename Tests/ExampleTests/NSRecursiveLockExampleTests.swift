@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// The guide's NSRecursiveLock example: a recursive function takes the lock on every call;
 /// called with 5 it re-acquires five more times without deadlocking.
@@ -8,8 +8,8 @@ import TestSupport
 struct NSRecursiveLockExampleTests {
   final class Example: @unchecked Sendable {
     let theLock = RecursiveLock()
-    var calls = 0          // protected by `theLock`
-    var deepestLevel = 0   // protected by `theLock`
+    var calls = 0  // protected by `theLock`
+    var deepestLevel = 0  // protected by `theLock`
 
     func myRecursiveFunction(_ value: Int) {
       theLock.lock()

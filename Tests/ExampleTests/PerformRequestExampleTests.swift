@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 // The guide's Table 3-2: performing work on another thread through its run loop
 // (performSelectorOnMainThread:, performSelector:onThread:, performSelector:afterDelay:,
@@ -65,10 +65,11 @@ struct PerformRequestExampleTests {
     }
     try RunLoop.performAndWait(on: worker.thread) { log.append("waited") }
     // Requests run in the order made; the waiting one ran before the call returned.
-    #expect(log.snapshot == [
-      "queued 0 on perform-example-worker", "queued 1 on perform-example-worker",
-      "queued 2 on perform-example-worker", "waited",
-    ])
+    #expect(
+      log.snapshot == [
+        "queued 0 on perform-example-worker", "queued 1 on perform-example-worker",
+        "queued 2 on perform-example-worker", "waited",
+      ])
     // A time limit turns "the target is busy" into an error instead of a hang.
     let busy = Box(false)
     try RunLoop.performAndWakeUp(on: worker.thread) {

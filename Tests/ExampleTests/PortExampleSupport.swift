@@ -14,4 +14,3 @@ func portExampleRunUntil(_ mode: RunLoopMode = .default, _ done: () -> Bool) {
     _ = RunLoop.current.run(mode: mode, before: giveUp, returnAfterSourceHandled: true)
   }
 }
-

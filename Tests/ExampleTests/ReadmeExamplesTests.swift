@@ -1,3 +1,5 @@
+// swift-format-ignore-file
+// (Each test body is its README block verbatim, with the README's 4-space indentation.)
 // The README's examples, compiled and run, so the front page never shows code that does not
 // work. Keep each test body identical to its README block (plus the assertions).
 import RunLoop

@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// The guide's `@synchronized(anObj) { ... }`: any object is the lock key; everything in
 /// the braces is protected; different objects do not block each other; the block is left

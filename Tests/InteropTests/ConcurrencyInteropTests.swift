@@ -3,8 +3,8 @@
 import Foundation
 import RunLoop
 import RunLoopConcurrency
-import Synchronization
 import Sync
+import Synchronization
 import Testing
 import Threads
 

@@ -2,8 +2,8 @@
 // types of the same names (Thread, RunLoop, Timer, Mutex...). If a toolkit name becomes
 // ambiguous in a way module selectors cannot resolve, this target stops building.
 import Foundation
-import Synchronization
 import Sync
+import Synchronization
 import Testing
 
 @Suite("Sync beside Foundation and Synchronization", .timeLimit(.minutes(2)))
@@ -24,7 +24,11 @@ struct SyncInteropTests {
     foundationLock.lock()
     foundationLock.unlock()
     let standardMutex = Synchronization.Mutex(0)
-    #expect(standardMutex.withLock { $0 += 1; return $0 } == 1)
+    #expect(
+      standardMutex.withLock {
+        $0 += 1
+        return $0
+      } == 1)
   }
 
   @Test("atomics, barriers, instants and errors are usable with the peers imported")
@@ -43,7 +47,9 @@ struct SyncInteropTests {
     let ordering: (MemoryOrder.Load, MemoryOrder.Store, MemoryOrder.Update) = (.relaxed, .releasing, .full)
     #expect(ordering.2 == .full)
     #expect(Synchronization.AtomicLoadOrdering.relaxed == .relaxed)
-    #expect(UInt32.atomicLoad(at: UnsafeMutablePointer<UInt32>.allocate(capacity: 1).initializedForTest(), ordering: .relaxed) == 0)
+    #expect(
+      UInt32.atomicLoad(at: UnsafeMutablePointer<UInt32>.allocate(capacity: 1).initializedForTest(), ordering: .relaxed)
+        == 0)
   }
 }
 

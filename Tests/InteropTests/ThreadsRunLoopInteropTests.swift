@@ -2,8 +2,8 @@
 // timer types exist in Foundation too; module selectors pick the toolkit's.
 import Foundation
 import RunLoop
-import Synchronization
 import Sync
+import Synchronization
 import Testing
 import Threads
 

@@ -1,12 +1,13 @@
-#if canImport(Glibc)
-  import Glibc
-#endif
 import CAllocationStats
 import RunLoop
 import RunLoopConcurrency
 import Sync
 import Testing
 import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 @Suite(.timeLimit(.minutes(2))) struct RunLoopExecutorMisuseTests {
   @Test func assumeIsolatedOffTheLoopThreadStopsTheProcess() async {
@@ -17,7 +18,8 @@ import Threads
       readValueAssumingIsolation(actor)
     }
     let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
-    #expect(stderr.contains("ran on another thread") || stderr.contains("Incorrect actor executor assumption"), "\(stderr)")
+    #expect(
+      stderr.contains("ran on another thread") || stderr.contains("Incorrect actor executor assumption"), "\(stderr)")
   }
 
   @Test func aJobEnqueuedAfterTheLoopThreadEndedStopsTheProcess() async {
@@ -28,7 +30,9 @@ import Threads
       loop.stop()
       _ = await actor.increment()
     }
-    #expect(result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("job enqueued after the run loop") == true)
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "job enqueued after the run loop") == true)
   }
 
   @Test func anExecutorForARunLoopWhoseThreadEndedStopsTheProcess() async {
@@ -38,7 +42,9 @@ import Threads
       await thread.value()
       _ = RunLoopExecutor(runLoop: slot.withLock { $0 }!)
     }
-    #expect(result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("created for a run loop whose thread has ended") == true)
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "created for a run loop whose thread has ended") == true)
   }
 
   @Test func aThreadEndingWithJobsQueuedOnItsLoopStopsTheProcess() async {

@@ -28,7 +28,8 @@ import Threads
     for task in tasks { await task.value }
     // Stable sort by descending priority: the expected order of the indices.
     let expected = priorities.enumerated().sorted { lhs, rhs in
-      lhs.element.rawValue != rhs.element.rawValue ? lhs.element.rawValue > rhs.element.rawValue : lhs.offset < rhs.offset
+      lhs.element.rawValue != rhs.element.rawValue
+        ? lhs.element.rawValue > rhs.element.rawValue : lhs.offset < rhs.offset
     }.map(\.offset)
     #expect(await actor.order == expected)
     loop.stop()

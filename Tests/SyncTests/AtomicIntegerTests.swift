@@ -1,5 +1,5 @@
-import Sync
 import Glibc
+import Sync
 import Testing
 
 @Suite("AtomicInteger", .timeLimit(.minutes(2)))

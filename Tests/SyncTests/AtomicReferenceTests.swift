@@ -71,9 +71,12 @@ struct AtomicReferenceTests {
     let live = AtomicInteger<Int>(0)
     let reference = AtomicReference<Snapshot>()
     let seenFromDeinit = AtomicInteger<Int>(-1)
-    reference.store(Snapshot(1, live: live, onDeinit: { [reference] in
-      seenFromDeinit.store(reference.load()?.sequence ?? 0, ordering: .relaxed)
-    }))
+    reference.store(
+      Snapshot(
+        1, live: live,
+        onDeinit: { [reference] in
+          seenFromDeinit.store(reference.load()?.sequence ?? 0, ordering: .relaxed)
+        }))
     reference.store(Snapshot(2, live: live))
     #expect(seenFromDeinit.load(ordering: .relaxed) == 2)
     reference.store(nil)

@@ -92,11 +92,13 @@ struct ConditionLockTests {
 
   @Test("stress: NO_DATA/HAS_DATA producer and consumers move exact item counts")
   func producerConsumerStress() {
-    let noData = 0, hasData = 1
+    let noData = 0
+    let hasData = 1
     let lock = ConditionLock(condition: noData)
     let queue = GuardedValue<[Int]>([])
     let taken = GuardedValue<[Int]>([])
-    let items = 5_000, consumers = 3
+    let items = 5_000
+    let consumers = 3
     runConcurrently(1 + consumers) { index in
       if index == 0 {
         for item in 0..<items {
@@ -125,7 +127,8 @@ struct ConditionLockTests {
 
   @Test("a ring of threads each waiting for its own value passes the turn exactly")
   func ring() {
-    let parties = 4, laps = 300
+    let parties = 4
+    let laps = 300
     let lock = ConditionLock(condition: 0)
     let order = GuardedValue<[Int]>([])
     runConcurrently(parties) { index in

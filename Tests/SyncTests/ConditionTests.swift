@@ -9,7 +9,8 @@ final class GuardedValue<Value>: @unchecked Sendable {
 }
 
 /// Checks a timed wait that ran from `start` with `timeout`: never early, not absurdly late.
-func expectTimedOut(from start: MonotonicInstant, timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) {
+func expectTimedOut(from start: MonotonicInstant, timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation)
+{
   let waited = start.duration(to: .now)
   #expect(waited >= timeout, "returned early after \(waited)", sourceLocation: sourceLocation)
   #expect(waited < timeout + .seconds(5), "returned late after \(waited)", sourceLocation: sourceLocation)
@@ -144,7 +145,9 @@ struct ConditionTests {
     let queue = GuardedValue<[Int]>([])
     let consumed = GuardedValue(0)
     let sum = GuardedValue(0)
-    let producers = 2, consumers = 2, perProducer = 5_000
+    let producers = 2
+    let consumers = 2
+    let perProducer = 5_000
     let total = producers * perProducer
     runConcurrently(producers + consumers) { index in
       if index < producers {

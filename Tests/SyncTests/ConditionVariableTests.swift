@@ -33,7 +33,8 @@ struct ConditionVariableTests {
     let notFull = ConditionVariable()
     let buffer = GuardedValue<[Int]>([])
     let received = GuardedValue<[Int]>([])
-    let count = 10_000, capacity = 4
+    let count = 10_000
+    let capacity = 4
     runConcurrently(2) { index in
       if index == 0 {
         for item in 0..<count {
@@ -112,7 +113,8 @@ struct ConditionVariableTests {
     await #expect(processExitsWith: .failure) {
       blocking {
         let condition = ConditionVariable()
-        let first = Lock(), second = Lock()
+        let first = Lock()
+        let second = Lock()
         first.withLock { _ = condition.wait(first, timeout: .zero) }
         second.withLock { _ = condition.wait(second, timeout: .zero) }
       }

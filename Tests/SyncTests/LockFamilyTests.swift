@@ -22,7 +22,10 @@ struct RecursiveMutexTests {
     lock.unlock()
     #expect(lock.levelsHeldByCurrentThread == 0)
     runConcurrently(1) { _ in
-      if lock.tryLock() { busyElsewhere.store(2, ordering: .relaxed); lock.unlock() }
+      if lock.tryLock() {
+        busyElsewhere.store(2, ordering: .relaxed)
+        lock.unlock()
+      }
     }
     #expect(busyElsewhere.load(ordering: .relaxed) == 2)
   }
@@ -202,12 +205,16 @@ struct ReadWriteLockTests {
     runConcurrently(threads) { index in
       var random = UInt64(index + 1) &* 0x9E37_79B9_7F4A_7C15
       for _ in 0..<3_000 {
-        random ^= random << 13; random ^= random >> 7; random ^= random << 17
+        random ^= random << 13
+        random ^= random >> 7
+        random ^= random << 17
         let choice = random % 6
         if choice < 3 {
           let acquired: Bool
           switch choice {
-          case 0: lock.writeLock(); acquired = true
+          case 0:
+            lock.writeLock()
+            acquired = true
           case 1: acquired = lock.writeLock(timeout: .microseconds(200))
           default: acquired = lock.tryWriteLock()
           }
@@ -222,7 +229,9 @@ struct ReadWriteLockTests {
         } else {
           let acquired: Bool
           switch choice {
-          case 3: lock.readLock(); acquired = true
+          case 3:
+            lock.readLock()
+            acquired = true
           case 4: acquired = lock.readLock(timeout: .microseconds(200))
           default: acquired = lock.tryReadLock()
           }

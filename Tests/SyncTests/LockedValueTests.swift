@@ -210,7 +210,8 @@ struct LockedValueWaitTests {
     #expect(result.load(ordering: .relaxed) == 5)
   }
 
-  @Test("timed withLock runs the body when the lock is free and returns nil when another thread holds it past the deadline")
+  @Test(
+    "timed withLock runs the body when the lock is free and returns nil when another thread holds it past the deadline")
   func timedWithLock() {
     let locked = LockedValue(1)
     #expect(locked.withLock(before: .distantPast) { $0 + 1 } == 2, "free: one attempt succeeds")

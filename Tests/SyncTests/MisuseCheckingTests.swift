@@ -28,8 +28,9 @@ struct MisuseCheckingTests {
         runConcurrently(1) { _ in mutex.unlock() }
       }
     }.map { result in
-      #expect(String(decoding: result.standardErrorContent, as: UTF8.self)
-        .contains("unlock() from a thread that does not hold the lock"))
+      #expect(
+        String(decoding: result.standardErrorContent, as: UTF8.self)
+          .contains("unlock() from a thread that does not hold the lock"))
     }
   }
 
@@ -84,7 +85,8 @@ struct MisuseCheckingTests {
       setenv("THREADING_TOOLKIT_CHECKS", "sometimes", 1)
       _ = MisuseChecking.mode
     }.map { result in
-      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("THREADING_TOOLKIT_CHECKS=sometimes"))
+      #expect(
+        String(decoding: result.standardErrorContent, as: UTF8.self).contains("THREADING_TOOLKIT_CHECKS=sometimes"))
     }
   }
 }

@@ -1,6 +1,7 @@
 import Glibc
-@testable import Sync
 import Testing
+
+@testable import Sync
 
 /// A fresh private directory under /tmp, removed with its contents by `remove()`.
 struct ScratchDirectory {

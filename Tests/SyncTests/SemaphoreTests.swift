@@ -72,7 +72,8 @@ struct SemaphoreTests {
 
   @Test("ping-pong between two threads hands over exactly")
   func pingPong() {
-    let ping = Semaphore(), pong = Semaphore()
+    let ping = Semaphore()
+    let pong = Semaphore()
     let rounds = 2_000
     let log = GuardedValue(0)
     runConcurrently(2) { index in

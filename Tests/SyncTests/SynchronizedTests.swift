@@ -1,6 +1,7 @@
 import Glibc
-@testable import Sync
 import Testing
+
+@testable import Sync
 
 @Suite("synchronized(obj)", .serialized, .timeLimit(.minutes(2)))
 struct SynchronizedTests {

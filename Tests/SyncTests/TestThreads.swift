@@ -12,11 +12,13 @@ func runConcurrently(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
   for index in 0..<count {
     let box = Unmanaged.passRetained(Box { body(index) }).toOpaque()
     var thread = pthread_t()
-    let result = pthread_create(&thread, nil, { raw in
-      let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-      box.body()
-      return nil
-    }, box)
+    let result = pthread_create(
+      &thread, nil,
+      { raw in
+        let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+        box.body()
+        return nil
+      }, box)
     precondition(result == 0, "pthread_create failed: \(result)")
     threads.append(thread)
   }

@@ -6,7 +6,8 @@ import Testing
 struct ThreadBarrierTests {
   @Test("stress: many threads, many rounds, exactly one last arrival per round, no overtaking")
   func rounds() {
-    let parties = 8, rounds = 200
+    let parties = 8
+    let rounds = 200
     let barrier = ThreadBarrier(parties: parties)
     #expect(barrier.parties == parties)
     let lastCount = AtomicInteger<Int>(0)

@@ -108,12 +108,13 @@ public func blocking(_ body: () -> Void) {
 /// Connects to the named port `name`, retrying while it is not registered yet (another
 /// thread or process is starting it), for at most `limit`. The pause between attempts is
 /// not synchronization: no in-process primitive can tell when another process registers.
-public func remotePortEventually(_ name: String, within limit: Duration = .seconds(60)) throws(PortError) -> MessagePort {
+public func remotePortEventually(_ name: String, within limit: Duration = .seconds(60)) throws(PortError) -> MessagePort
+{
   let giveUp = MonotonicInstant.after(limit)
   while true {
     do {
       return try MessagePort.remote(name: name)
-    } catch where error.status == .invalid && !giveUp.hasPassed {
+    } catch  where error.status == .invalid && !giveUp.hasPassed {
       var pause = timespec(tv_sec: 0, tv_nsec: 2_000_000)
       _ = nanosleep(&pause, nil)
     }

@@ -145,13 +145,15 @@ struct IdentityTests {
     let box = TestBox<Thread?>(nil)
     var handle = pthread_t()
     let context = Unmanaged.passRetained(box).toOpaque()
-    let result = pthread_create(&handle, nil, { context in
-      let box = Unmanaged<TestBox<Thread?>>.fromOpaque(context!).takeRetainedValue()
-      let current = Thread.current
-      current.threadDictionary["probe"] = 1
-      box.value = current
-      return nil
-    }, context)
+    let result = pthread_create(
+      &handle, nil,
+      { context in
+        let box = Unmanaged<TestBox<Thread?>>.fromOpaque(context!).takeRetainedValue()
+        let current = Thread.current
+        current.threadDictionary["probe"] = 1
+        box.value = current
+        return nil
+      }, context)
     try #require(result == 0)
     #expect(pthread_join(handle, nil) == 0)
     let adopted = try #require(box.value)
@@ -174,7 +176,10 @@ struct ExitRequestTests {
     let worker = try Thread.spawn { () -> Int in
       started.open()
       var iterations = 0
-      while !Thread.current.isExitRequested { iterations += 1; Thread.yield() }
+      while !Thread.current.isExitRequested {
+        iterations += 1
+        Thread.yield()
+      }
       return iterations
     }
     started.wait()

@@ -30,9 +30,12 @@ struct SVG {
     return out
   }
 
-  mutating func line(_ x1: Double, _ y1: Double, _ x2: Double, _ y2: Double, stroke: String = "#cccccc", width: Double = 1) {
+  mutating func line(
+    _ x1: Double, _ y1: Double, _ x2: Double, _ y2: Double, stroke: String = "#cccccc", width: Double = 1
+  ) {
     body.append(
-      "<line x1=\"\(n(x1))\" y1=\"\(n(y1))\" x2=\"\(n(x2))\" y2=\"\(n(y2))\" stroke=\"\(stroke)\" stroke-width=\"\(n(width))\"/>")
+      "<line x1=\"\(n(x1))\" y1=\"\(n(y1))\" x2=\"\(n(x2))\" y2=\"\(n(y2))\" stroke=\"\(stroke)\" stroke-width=\"\(n(width))\"/>"
+    )
   }
 
   mutating func polyline(_ points: [(Double, Double)], stroke: String, width: Double, dashed: Bool) {
@@ -149,12 +152,21 @@ struct Charts {
     let contended = series.filter { $0.base.contains("contended") && !$0.base.contains("with-work") }
     let combined = contended.flatMap { entry in
       entry.subjects(in: results).filter(\.isToolkit).map { subject in
-        (label: subject.name + " (" + entry.base + ")", ours: true, points: entry.medians(subject: subject, in: results))
+        (
+          label: subject.name + " (" + entry.base + ")", ours: true,
+          points: entry.medians(subject: subject, in: results)
+        )
       }
     }
-    let pthreadMutex = contended.first { $0.base == "mutex.contended" }.map { entry in
-      [(label: "pthread (mutex.contended)", ours: false, points: entry.medians(subject: .peer("pthread"), in: results))]
-    } ?? []
+    let pthreadMutex =
+      contended.first { $0.base == "mutex.contended" }.map { entry in
+        [
+          (
+            label: "pthread (mutex.contended)", ours: false,
+            points: entry.medians(subject: .peer("pthread"), in: results)
+          )
+        ]
+      } ?? []
     if combined.count >= 2 {
       try save(
         "contention-toolkit.svg",
@@ -207,14 +219,14 @@ struct Charts {
     let ns = Array(Set(lines.flatMap { $0.points.map(\.n) })).sorted()
     let maximum = lines.flatMap { $0.points.compactMap(\.value) }.max() ?? 1
     let ticks = niceTicks(upTo: maximum)
-    let top_ = ticks.last ?? maximum
+    let topTick = ticks.last ?? maximum
     let logMin = log2(Double(Swift.max(1, ns.first ?? 1)))
     let logMax = log2(Double(Swift.max(2, ns.last ?? 2)))
     func x(_ n: Int) -> Double {
       let span = Swift.max(logMax - logMin, 1)
       return left + (log2(Double(Swift.max(1, n))) - logMin) / span * plotWidth
     }
-    func y(_ value: Double) -> Double { top + plotHeight - value / top_ * plotHeight }
+    func y(_ value: Double) -> Double { top + plotHeight - value / topTick * plotHeight }
 
     svg.text(left, 28, title, size: 17, weight: "bold")
     svg.text(left, 48, subtitle, size: 12, fill: "#555555")
@@ -291,7 +303,8 @@ struct Charts {
   func histogram(rows: [BenchmarkRow]) -> SVG {
     var bySubject: [(label: String, isToolkit: Bool, values: [Double])] = []
     for row in rows {
-      let label = rows.contains { $0.subject == row.subject && $0.benchmark != row.benchmark }
+      let label =
+        rows.contains { $0.subject == row.subject && $0.benchmark != row.benchmark }
         ? row.subject.name + " (" + row.benchmark + ")" : row.subject.name
       bySubject.append((label, row.subject.isToolkit, row.samples.filter { $0.isFinite }))
     }
@@ -324,7 +337,9 @@ struct Charts {
     func x(_ index: Double) -> Double { left + index / Double(binCount) * plotWidth }
     func y(_ fraction: Double) -> Double { top + plotHeight - fraction / yTop * plotHeight }
     svg.text(left, 28, "Timer lateness: fire time minus deadline", size: 17, weight: "bold")
-    svg.text(left, 48, "share of samples per bin (log-spaced bins); left is better; never early is the goal", size: 12, fill: "#555555")
+    svg.text(
+      left, 48, "share of samples per bin (log-spaced bins); left is better; never early is the goal", size: 12,
+      fill: "#555555")
     for tick in ticks {
       svg.line(left, y(tick), left + plotWidth, y(tick), stroke: "#e3e3e3")
       svg.text(left - 8, y(tick) + 4, Format.fixed(tick * 100, 0) + "%", size: 11, anchor: "end")
@@ -353,14 +368,16 @@ struct Charts {
       svg.polyline(points, stroke: color, width: ours ? 2.5 : 2, dashed: !ours)
       let sorted = entry.values.sorted()
       func percentile(_ p: Double) -> String {
-        sorted.isEmpty ? "n/a" : Format.value(sorted[Swift.min(sorted.count - 1, Int(Double(sorted.count) * p))], unit: "ns")
+        sorted.isEmpty
+          ? "n/a" : Format.value(sorted[Swift.min(sorted.count - 1, Int(Double(sorted.count) * p))], unit: "ns")
       }
       let legendX = left + plotWidth + 20
       svg.line(legendX, legendY, legendX + 26, legendY, stroke: color, width: ours ? 3 : 2)
       svg.text(legendX + 32, legendY + 4, entry.label, size: 12, weight: ours ? "bold" : "normal")
       svg.text(
         legendX + 32, legendY + 19,
-        "p50 " + percentile(0.5) + ", p99 " + percentile(0.99) + ", max " + (sorted.last.map { Format.value($0, unit: "ns") } ?? "n/a")
+        "p50 " + percentile(0.5) + ", p99 " + percentile(0.99) + ", max "
+          + (sorted.last.map { Format.value($0, unit: "ns") } ?? "n/a")
           + ", n=" + String(sorted.count), size: 11, fill: "#555555")
       legendY += 40
     }

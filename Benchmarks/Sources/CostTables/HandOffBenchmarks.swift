@@ -33,12 +33,14 @@ private final class HandOffThreadBody: @unchecked Sendable {
 private func handOffSpawn(_ body: @escaping @Sendable () -> Void) -> pthread_t {
   var thread = pthread_t()
   let box = Unmanaged.passRetained(HandOffThreadBody(body)).toOpaque()
-  let result = pthread_create(&thread, nil, { raw in
-    // Every thread these rows start is the partner side of a ping-pong or hand-off.
-    PingPongPlacement.pinPartner()
-    Unmanaged<HandOffThreadBody>.fromOpaque(raw!).takeRetainedValue().body()
-    return nil
-  }, box)
+  let result = pthread_create(
+    &thread, nil,
+    { raw in
+      // Every thread these rows start is the partner side of a ping-pong or hand-off.
+      PingPongPlacement.pinPartner()
+      Unmanaged<HandOffThreadBody>.fromOpaque(raw!).takeRetainedValue().body()
+      return nil
+    }, box)
   precondition(result == 0, "pthread_create failed: \(result)")
   return thread
 }
@@ -63,103 +65,117 @@ private func registerConditionHandoff(_ harness: Harness) {
   let group = "Conditions: round trip of two signal-to-wake hand-offs"
   let rounds = 20_000
 
-  harness.measureInterleaved(id: id, group: group, operations: rounds, [
-    (.toolkit("Sync.Condition"), { iterations in
-      let condition = Sync.Condition()
-      let turn = Turn()
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          condition.lock()
-          while turn.value != 1 { condition.wait() }
-          turn.value = 0
-          condition.signal()
-          condition.unlock()
+  harness.measureInterleaved(
+    id: id, group: group, operations: rounds,
+    [
+      (
+        .toolkit("Sync.Condition"),
+        { iterations in
+          let condition = Sync.Condition()
+          let turn = Turn()
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              condition.lock()
+              while turn.value != 1 { condition.wait() }
+              turn.value = 0
+              condition.signal()
+              condition.unlock()
+            }
+          }
+          for _ in 0..<iterations {
+            condition.lock()
+            turn.value = 1
+            condition.signal()
+            while turn.value != 0 { condition.wait() }
+            condition.unlock()
+          }
+          handOffJoin(partner)
         }
-      }
-      for _ in 0..<iterations {
-        condition.lock()
-        turn.value = 1
-        condition.signal()
-        while turn.value != 0 { condition.wait() }
-        condition.unlock()
-      }
-      handOffJoin(partner)
-    }),
-    (.toolkit("Sync.ConditionVariable+Lock"), { iterations in
-      let mutex = Sync.Lock()
-      let condition = ConditionVariable()
-      let turn = Turn()
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          mutex.lock()
-          while turn.value != 1 { condition.wait(mutex) }
-          turn.value = 0
-          condition.signal()
-          mutex.unlock()
+      ),
+      (
+        .toolkit("Sync.ConditionVariable+Lock"),
+        { iterations in
+          let mutex = Sync.Lock()
+          let condition = ConditionVariable()
+          let turn = Turn()
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              mutex.lock()
+              while turn.value != 1 { condition.wait(mutex) }
+              turn.value = 0
+              condition.signal()
+              mutex.unlock()
+            }
+          }
+          for _ in 0..<iterations {
+            mutex.lock()
+            turn.value = 1
+            condition.signal()
+            while turn.value != 0 { condition.wait(mutex) }
+            mutex.unlock()
+          }
+          handOffJoin(partner)
         }
-      }
-      for _ in 0..<iterations {
-        mutex.lock()
-        turn.value = 1
-        condition.signal()
-        while turn.value != 0 { condition.wait(mutex) }
-        mutex.unlock()
-      }
-      handOffJoin(partner)
-    }),
-    (.peer("pthread_cond"), { iterations in
-      let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-      let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-      precondition(pthread_mutex_init(mutex, nil) == 0)
-      precondition(pthread_cond_init(condition, nil) == 0)
-      nonisolated(unsafe) let m = mutex
-      nonisolated(unsafe) let c = condition
-      let turn = Turn()
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          precondition(pthread_mutex_lock(m) == 0)
-          while turn.value != 1 { precondition(pthread_cond_wait(c, m) == 0) }
-          turn.value = 0
-          precondition(pthread_cond_signal(c) == 0)
-          precondition(pthread_mutex_unlock(m) == 0)
+      ),
+      (
+        .peer("pthread_cond"),
+        { iterations in
+          let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+          let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+          precondition(pthread_mutex_init(mutex, nil) == 0)
+          precondition(pthread_cond_init(condition, nil) == 0)
+          nonisolated(unsafe) let m = mutex
+          nonisolated(unsafe) let c = condition
+          let turn = Turn()
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              precondition(pthread_mutex_lock(m) == 0)
+              while turn.value != 1 { precondition(pthread_cond_wait(c, m) == 0) }
+              turn.value = 0
+              precondition(pthread_cond_signal(c) == 0)
+              precondition(pthread_mutex_unlock(m) == 0)
+            }
+          }
+          for _ in 0..<iterations {
+            precondition(pthread_mutex_lock(m) == 0)
+            turn.value = 1
+            precondition(pthread_cond_signal(c) == 0)
+            while turn.value != 0 { precondition(pthread_cond_wait(c, m) == 0) }
+            precondition(pthread_mutex_unlock(m) == 0)
+          }
+          handOffJoin(partner)
+          precondition(pthread_cond_destroy(condition) == 0)
+          precondition(pthread_mutex_destroy(mutex) == 0)
+          condition.deallocate()
+          mutex.deallocate()
         }
-      }
-      for _ in 0..<iterations {
-        precondition(pthread_mutex_lock(m) == 0)
-        turn.value = 1
-        precondition(pthread_cond_signal(c) == 0)
-        while turn.value != 0 { precondition(pthread_cond_wait(c, m) == 0) }
-        precondition(pthread_mutex_unlock(m) == 0)
-      }
-      handOffJoin(partner)
-      precondition(pthread_cond_destroy(condition) == 0)
-      precondition(pthread_mutex_destroy(mutex) == 0)
-      condition.deallocate()
-      mutex.deallocate()
-    }),
-    (.peer("Foundation.NSCondition"), { iterations in
-      let condition = NSCondition()
-      let c = condition
-      let turn = Turn()
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          c.lock()
-          while turn.value != 1 { c.wait() }
-          turn.value = 0
-          c.signal()
-          c.unlock()
+      ),
+      (
+        .peer("Foundation.NSCondition"),
+        { iterations in
+          let condition = NSCondition()
+          let c = condition
+          let turn = Turn()
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              c.lock()
+              while turn.value != 1 { c.wait() }
+              turn.value = 0
+              c.signal()
+              c.unlock()
+            }
+          }
+          for _ in 0..<iterations {
+            condition.lock()
+            turn.value = 1
+            condition.signal()
+            while turn.value != 0 { condition.wait() }
+            condition.unlock()
+          }
+          handOffJoin(partner)
         }
-      }
-      for _ in 0..<iterations {
-        condition.lock()
-        turn.value = 1
-        condition.signal()
-        while turn.value != 0 { condition.wait() }
-        condition.unlock()
-      }
-      handOffJoin(partner)
-    }),
-  ])
+      ),
+    ])
 }
 
 // MARK: - semaphore.pingpong
@@ -171,54 +187,67 @@ private func registerSemaphorePingPong(_ harness: Harness) {
   let group = "Semaphores: ping-pong round trip between two threads"
   let rounds = 20_000
 
-  harness.measureInterleaved(id: id, group: group, operations: rounds, [
-    (.toolkit("Sync.Semaphore"), { iterations in
-      let ping = Sync.Semaphore(), pong = Sync.Semaphore()
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          ping.wait()
-          pong.signal()
+  harness.measureInterleaved(
+    id: id, group: group, operations: rounds,
+    [
+      (
+        .toolkit("Sync.Semaphore"),
+        { iterations in
+          let ping = Sync.Semaphore()
+          let pong = Sync.Semaphore()
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              ping.wait()
+              pong.signal()
+            }
+          }
+          for _ in 0..<iterations {
+            ping.signal()
+            pong.wait()
+          }
+          handOffJoin(partner)
         }
-      }
-      for _ in 0..<iterations {
-        ping.signal()
-        pong.wait()
-      }
-      handOffJoin(partner)
-    }),
-    (.peer("POSIX sem_t"), { iterations in
-      let semaphores = UnsafeMutablePointer<sem_t>.allocate(capacity: 2)
-      precondition(sem_init(semaphores, 0, 0) == 0)
-      precondition(sem_init(semaphores + 1, 0, 0) == 0)
-      nonisolated(unsafe) let ping = semaphores
-      nonisolated(unsafe) let pong = semaphores + 1
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          while sem_wait(ping) != 0 { precondition(errno == EINTR) }
-          precondition(sem_post(pong) == 0)
+      ),
+      (
+        .peer("POSIX sem_t"),
+        { iterations in
+          let semaphores = UnsafeMutablePointer<sem_t>.allocate(capacity: 2)
+          precondition(sem_init(semaphores, 0, 0) == 0)
+          precondition(sem_init(semaphores + 1, 0, 0) == 0)
+          nonisolated(unsafe) let ping = semaphores
+          nonisolated(unsafe) let pong = semaphores + 1
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              while sem_wait(ping) != 0 { precondition(errno == EINTR) }
+              precondition(sem_post(pong) == 0)
+            }
+          }
+          for _ in 0..<iterations {
+            precondition(sem_post(ping) == 0)
+            while sem_wait(pong) != 0 { precondition(errno == EINTR) }
+          }
+          handOffJoin(partner)
+          precondition(sem_destroy(ping) == 0 && sem_destroy(pong) == 0)
+          semaphores.deallocate()
         }
-      }
-      for _ in 0..<iterations {
-        precondition(sem_post(ping) == 0)
-        while sem_wait(pong) != 0 { precondition(errno == EINTR) }
-      }
-      handOffJoin(partner)
-      precondition(sem_destroy(ping) == 0 && sem_destroy(pong) == 0)
-      semaphores.deallocate()
-    }),
-    (.peer("Dispatch.DispatchSemaphore"), { iterations in
-      let ping = DispatchSemaphore(value: 0), pong = DispatchSemaphore(value: 0)
-      let partner = handOffSpawn {
-        for _ in 0..<iterations {
-          ping.wait()
-          pong.signal()
+      ),
+      (
+        .peer("Dispatch.DispatchSemaphore"),
+        { iterations in
+          let ping = DispatchSemaphore(value: 0)
+          let pong = DispatchSemaphore(value: 0)
+          let partner = handOffSpawn {
+            for _ in 0..<iterations {
+              ping.wait()
+              pong.signal()
+            }
+          }
+          for _ in 0..<iterations {
+            ping.signal()
+            pong.wait()
+          }
+          handOffJoin(partner)
         }
-      }
-      for _ in 0..<iterations {
-        ping.signal()
-        pong.wait()
-      }
-      handOffJoin(partner)
-    }),
-  ])
+      ),
+    ])
 }

@@ -379,11 +379,26 @@ func registerLockBenchmarks(_ harness: Harness) {
     harness.sampleInterleaved(
       id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (.toolkit("Sync.Lock"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.toolkit("Sync.LockedValue"), { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("pthread"), { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("Foundation.NSLock"), { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("Synchronization.Mutex"), { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (
+          .toolkit("Sync.Lock"),
+          { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .toolkit("Sync.LockedValue"),
+          { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("pthread"),
+          { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("Foundation.NSLock"),
+          { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("Synchronization.Mutex"),
+          { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
       ])
     // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
     // between threads far more often, as in real code.
@@ -391,40 +406,73 @@ func registerLockBenchmarks(_ harness: Harness) {
       id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
       samples: 11,
       [
-        (.toolkit("Sync.Lock"), { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (
+          .toolkit("Sync.Lock"),
+          { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
         (
           .toolkit("Sync.LockedValue"),
           { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
         ),
-        (.peer("pthread"), { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }),
+        (
+          .peer("pthread"),
+          { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+        ),
         (
           .peer("Foundation.NSLock"),
           { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
         ),
         (
           .peer("Synchronization.Mutex"),
-          { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+          {
+            contendedRun(
+              synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32)
+          }
         ),
       ])
     harness.sampleInterleaved(
-      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
+      id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
+      samples: 11,
       [
-        (.toolkit("Sync.RecursiveLock"), { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("pthread"), { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("Foundation.NSRecursiveLock"), { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (
+          .toolkit("Sync.RecursiveLock"),
+          { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("pthread"),
+          { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("Foundation.NSRecursiveLock"),
+          { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
       ])
     harness.sampleInterleaved(
       id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (.toolkit("Sync.ReadWriteLock"), { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("pthread"), { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("pthread (writer-preferring)"), { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (
+          .toolkit("Sync.ReadWriteLock"),
+          { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("pthread"), { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("pthread (writer-preferring)"),
+          { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
       ])
     harness.sampleInterleaved(
       id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (.toolkit("Sync.SpinLock"), { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
-        (.peer("pthread"), { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }),
+        (
+          .toolkit("Sync.SpinLock"),
+          { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
+        (
+          .peer("pthread"),
+          { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+        ),
       ])
   }
 }

@@ -36,29 +36,46 @@ func registerOnceBenchmarks(_ harness: Harness) {
   defer { control.deallocate() }
   precondition(pthread_once(control, {}) == 0)
 
-  harness.measureInterleaved(id: id, group: group, operations: calls, [
-    (.toolkit("Sync.AtomicInteger.load(acquiring)"), { iterations in
-      var hits = 0
-      for _ in 0..<iterations where word.load(ordering: .acquiring) == 3 { hits &+= 1 }
-      precondition(hits == iterations)
-    }),
-    (.peer("Synchronization.Atomic.load(acquiring)"), { iterations in
-      var hits = 0
-      for _ in 0..<iterations where holder.word.load(ordering: .acquiring) == 3 { hits &+= 1 }
-      precondition(hits == iterations)
-    }),
-    (.toolkit("Sync.Once"), { iterations in
-      for _ in 0..<iterations { once.run { counter += 1 } }
-    }),
-    (.toolkit("Sync.Lazy.value"), { iterations in
-      var sum = 0
-      for _ in 0..<iterations { sum &+= lazy.value }
-      precondition(sum == 42 &* iterations)
-    }),
-    (.peer("pthread_once"), { iterations in
-      for _ in 0..<iterations { precondition(pthread_once(control, {}) == 0) }
-    }),
-  ])
+  harness.measureInterleaved(
+    id: id, group: group, operations: calls,
+    [
+      (
+        .toolkit("Sync.AtomicInteger.load(acquiring)"),
+        { iterations in
+          var hits = 0
+          for _ in 0..<iterations where word.load(ordering: .acquiring) == 3 { hits &+= 1 }
+          precondition(hits == iterations)
+        }
+      ),
+      (
+        .peer("Synchronization.Atomic.load(acquiring)"),
+        { iterations in
+          var hits = 0
+          for _ in 0..<iterations where holder.word.load(ordering: .acquiring) == 3 { hits &+= 1 }
+          precondition(hits == iterations)
+        }
+      ),
+      (
+        .toolkit("Sync.Once"),
+        { iterations in
+          for _ in 0..<iterations { once.run { counter += 1 } }
+        }
+      ),
+      (
+        .toolkit("Sync.Lazy.value"),
+        { iterations in
+          var sum = 0
+          for _ in 0..<iterations { sum &+= lazy.value }
+          precondition(sum == 42 &* iterations)
+        }
+      ),
+      (
+        .peer("pthread_once"),
+        { iterations in
+          for _ in 0..<iterations { precondition(pthread_once(control, {}) == 0) }
+        }
+      ),
+    ])
   precondition(counter == 1)
 }
 

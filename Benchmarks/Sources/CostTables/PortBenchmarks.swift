@@ -34,7 +34,8 @@ private func portsCheck(_ condition: Bool, _ what: String) {
 
 /// Starts a toolkit thread running `body`, pinned to the partner side's CPU of a ping-pong
 /// (or to the measuring side's, `onMainCPU`; see `PingPongPlacement`).
-private func portsSpawn(onMainCPU: Bool = false, _ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never> {
+private func portsSpawn(onMainCPU: Bool = false, _ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never>
+{
   do {
     return try Thread.spawn { () throws(Never) in
       if onMainCPU { PingPongPlacement.pinMain() } else { PingPongPlacement.pinPartner() }
@@ -181,49 +182,70 @@ private func portsInProcessRows(_ harness: Harness) {
   let performTarget = sideThreads.value[0]
 
   let ping = PortMessage(msgid: 1, payload: [1, 2, 3, 4])
-  let samples = portsInterleaved(harness, id: "ports.roundtrip.inprocess", group: group, operations: 5_000, [
-    (.peer("raw eventfd"), { iterations in
-      var value: UInt64 = 1
-      for _ in 0..<iterations {
-        value = 1
-        portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
-        portsCheck(read(rawFromPeer, &value, 8) == 8, "read(eventfd)")
-      }
-    }),
-    (.toolkit("RunLoop.Port (run loops)"), { iterations in
-      do {
-        try loopTarget.send(PortMessage(msgid: Int32(2 * iterations), payload: [1, 2, 3, 4]), before: .distantFuture)
-        _ = try finished.receive(before: .distantFuture)
-      } catch {
-        fatalError("port round trips: \(error)")
-      }
-    }),
-    (.toolkit("RunLoopSource signal + wakeUp (core path, reference)"), { iterations in
-      bouncesLeft.store(2 * iterations, ordering: .full)
-      let (loop, source) = sourceSides.value[0]
-      source.signal()
-      loop.wakeUp()
-      do { _ = try finished.receive(before: .distantFuture) } catch { fatalError("\(error)") }
-    }),
-    (.toolkit("RunLoop.Port (blocking receive)"), { iterations in
-      for _ in 0..<iterations {
-        do {
-          try blockingToPeer.send(ping, before: .distantFuture)
-          _ = try blockingFromPeer.receive(before: .distantFuture)
-        } catch {
-          fatalError("port round trip: \(error)")
+  let samples = portsInterleaved(
+    harness, id: "ports.roundtrip.inprocess", group: group, operations: 5_000,
+    [
+      (
+        .peer("raw eventfd"),
+        { iterations in
+          var value: UInt64 = 1
+          for _ in 0..<iterations {
+            value = 1
+            portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
+            portsCheck(read(rawFromPeer, &value, 8) == 8, "read(eventfd)")
+          }
         }
-      }
-    }),
-    (.toolkit("RunLoop.performAndWait(on:)"), { iterations in
-      for _ in 0..<iterations {
-        do { try RunLoop.performAndWait(on: performTarget) {} } catch { fatalError("perform: \(error)") }
-      }
-    }),
-  ])
+      ),
+      (
+        .toolkit("RunLoop.Port (run loops)"),
+        { iterations in
+          do {
+            try loopTarget.send(
+              PortMessage(msgid: Int32(2 * iterations), payload: [1, 2, 3, 4]), before: .distantFuture)
+            _ = try finished.receive(before: .distantFuture)
+          } catch {
+            fatalError("port round trips: \(error)")
+          }
+        }
+      ),
+      (
+        .toolkit("RunLoopSource signal + wakeUp (core path, reference)"),
+        { iterations in
+          bouncesLeft.store(2 * iterations, ordering: .full)
+          let (loop, source) = sourceSides.value[0]
+          source.signal()
+          loop.wakeUp()
+          do { _ = try finished.receive(before: .distantFuture) } catch { fatalError("\(error)") }
+        }
+      ),
+      (
+        .toolkit("RunLoop.Port (blocking receive)"),
+        { iterations in
+          for _ in 0..<iterations {
+            do {
+              try blockingToPeer.send(ping, before: .distantFuture)
+              _ = try blockingFromPeer.receive(before: .distantFuture)
+            } catch {
+              fatalError("port round trip: \(error)")
+            }
+          }
+        }
+      ),
+      (
+        .toolkit("RunLoop.performAndWait(on:)"),
+        { iterations in
+          for _ in 0..<iterations {
+            do { try RunLoop.performAndWait(on: performTarget) {} } catch { fatalError("perform: \(error)") }
+          }
+        }
+      ),
+    ])
   // The perform goal is stated against the port round trip: show both under one id.
-  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.Port (run loops)"), group: group, nanoseconds: samples[1])
-  harness.record(id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.performAndWait(on:)"), group: group, nanoseconds: samples[4])
+  harness.record(
+    id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.Port (run loops)"), group: group, nanoseconds: samples[1])
+  harness.record(
+    id: "ports.perform.roundtrip", subject: .toolkit("RunLoop.performAndWait(on:)"), group: group,
+    nanoseconds: samples[4])
 
   var value = stopValue
   portsCheck(write(rawToPeer, &value, 8) == 8, "write(eventfd)")
@@ -295,10 +317,14 @@ private func portsCrossProcessRows(_ harness: Harness) {
   let portChild = portsFork {
     // Drop the inherited end of the raw pair, or the raw child never sees end of stream.
     if close(pair[0]) != 0 { return 4 }
-    guard let port = try? MessagePort.local(name: name, handler: { message in
-      if message.msgid == 0 { _exit(0) }
-      return message.payload
-    }) else { return 2 }
+    guard
+      let port = try? MessagePort.local(
+        name: name,
+        handler: { message in
+          if message.msgid == 0 { _exit(0) }
+          return message.payload
+        })
+    else { return 2 }
     while true {
       do { try port.serve(before: .after(.seconds(300))) } catch { return 3 }
     }
@@ -315,28 +341,38 @@ private func portsCrossProcessRows(_ harness: Harness) {
   let remote = found!
 
   var buffer = payload
-  portsInterleaved(harness, id: id, group: group, operations: 3_000, [
-    (.peer("raw Unix socket"), { iterations in
-      for _ in 0..<iterations {
-        portsCheck(buffer.withUnsafeBytes { write(pair[0], $0.baseAddress!, 32) } == 32, "write")
-        var got = 0
-        while got < 32 {
-          let count = buffer.withUnsafeMutableBytes { read(pair[0], $0.baseAddress! + got, 32 - got) }
-          portsCheck(count > 0, "read")
-          got += count
+  portsInterleaved(
+    harness, id: id, group: group, operations: 3_000,
+    [
+      (
+        .peer("raw Unix socket"),
+        { iterations in
+          for _ in 0..<iterations {
+            portsCheck(buffer.withUnsafeBytes { write(pair[0], $0.baseAddress!, 32) } == 32, "write")
+            var got = 0
+            while got < 32 {
+              let count = buffer.withUnsafeMutableBytes { read(pair[0], $0.baseAddress! + got, 32 - got) }
+              portsCheck(count > 0, "read")
+              got += count
+            }
+          }
         }
-      }
-    }),
-    (.toolkit("RunLoop.MessagePort request/reply"), { iterations in
-      for _ in 0..<iterations {
-        do {
-          _ = try remote.send(msgid: 1, data: payload, sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply)
-        } catch {
-          fatalError("cost-tables (ports): request failed: \(error)")
+      ),
+      (
+        .toolkit("RunLoop.MessagePort request/reply"),
+        { iterations in
+          for _ in 0..<iterations {
+            do {
+              _ = try remote.send(
+                msgid: 1, data: payload, sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply
+              )
+            } catch {
+              fatalError("cost-tables (ports): request failed: \(error)")
+            }
+          }
         }
-      }
-    }),
-  ])
+      ),
+    ])
 
   portsCheck(close(pair[0]) == 0, "close")
   portsReap(rawChild)

@@ -388,7 +388,8 @@ struct Report {
     for id in ids {
       for row in results.rows(id: id) {
         table.rows.append([
-          row.benchmark, row.subject.name, Format.value(row.median, unit: row.unit), Format.value(row.min, unit: row.unit),
+          row.benchmark, row.subject.name, Format.value(row.median, unit: row.unit),
+          Format.value(row.min, unit: row.unit),
           Format.value(row.max, unit: row.unit), String(row.samples.count), results.ratioText(row),
         ])
         if !methods.contains(row.method) { methods.append(row.method) }
@@ -418,7 +419,8 @@ struct Report {
       if let worst, let median = medians.first(where: { $0.n == worst.n })?.value, worst.value > 20 * median {
         findings.append(
           "Finding: " + subject.name + " has samples " + Format.fixed(worst.value / median, 0) + "x its median at N="
-            + String(worst.n) + " (" + Format.value(worst.value, unit: unit) + " per operation): it collapses now and then.")
+            + String(worst.n) + " (" + Format.value(worst.value, unit: unit)
+            + " per operation): it collapses now and then.")
       }
       if growth.hasPrefix("SUPER-LINEAR") {
         findings.append("Finding: " + subject.name + " grows super-linearly in " + series.base + ": " + growth + ".")
@@ -455,7 +457,8 @@ struct Report {
       for row in results.rows(id: id) where row.isOurs && row.median >= best.median {
         table.rows.append([
           id, row.subject.name, Format.value(row.median, unit: row.unit),
-          Format.value(best.median, unit: best.unit) + " (" + best.subject.name + ")", Format.ratio(row.median / best.median),
+          Format.value(best.median, unit: best.unit) + " (" + best.subject.name + ")",
+          Format.ratio(row.median / best.median),
         ])
       }
     }
@@ -483,7 +486,8 @@ struct Report {
       "Machine: " + field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
         + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? ""),
       "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
-        + "; up to " + String(sampleCount) + " samples per row after one warm-up (each row says); peers interleaved with ours.",
+        + "; up to " + String(sampleCount)
+        + " samples per row after one warm-up (each row says); peers interleaved with ours.",
       "Every figure was taken in a multithreaded process (one thread started and joined first).",
       PingPongPlacement.summary,
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",

@@ -12,8 +12,12 @@ struct JSONRow: Codable {
   var role: String
   var group: String
   var unit: String
+  // The report's JSON field names (snake case, as every consumer of the files reads them).
+  // swift-format-ignore: AlwaysUseLowerCamelCase
   var median_ns: Double
+  // swift-format-ignore: AlwaysUseLowerCamelCase
   var min_ns: Double
+  // swift-format-ignore: AlwaysUseLowerCamelCase
   var max_ns: Double
   var samples: Int
   var method: String?
@@ -42,6 +46,7 @@ struct JSONRow: Codable {
   }
 
   enum CodingKeys: String, CodingKey {
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     case benchmark, subject, role, group, unit, median_ns, min_ns, max_ns, samples, method, values
   }
 

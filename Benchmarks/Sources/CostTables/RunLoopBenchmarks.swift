@@ -44,7 +44,8 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   let counter = Counter()
 
   let ours = RunLoop::RunLoop.current
-  harness.measure(id: id, subject: .toolkit("RunLoop (perform + zero-timeout run)"), group: group, operations: 20_000) { n in
+  harness.measure(id: id, subject: .toolkit("RunLoop (perform + zero-timeout run)"), group: group, operations: 20_000) {
+    n in
     for _ in 0..<n {
       ours.perform(inModes: [.default]) { counter.value &+= 1 }
       ours.run(mode: .default, timeout: .zero)
@@ -54,7 +55,9 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   // A far-future timer keeps Foundation's default mode non-empty, so run(until:) makes a pass.
   let keepAlive = Foundation.Timer(timeInterval: 1e6, repeats: false) { _ in }
   foundation.add(keepAlive, forMode: .default)
-  harness.measure(id: id, subject: .peer("Foundation.RunLoop (perform + run(until: now))"), group: group, operations: 20_000) { n in
+  harness.measure(
+    id: id, subject: .peer("Foundation.RunLoop (perform + run(until: now))"), group: group, operations: 20_000
+  ) { n in
     for _ in 0..<n {
       foundation.perform(inModes: [.default]) { counter.value &+= 1 }
       foundation.run(until: Date())
@@ -63,7 +66,8 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   keepAlive.invalidate()
 
   let batchID = "runloop.perform-block-batch64"
-  harness.measure(id: batchID, subject: .toolkit("RunLoop (64 performs, one drain)"), group: group, operations: 20_000) { n in
+  harness.measure(id: batchID, subject: .toolkit("RunLoop (64 performs, one drain)"), group: group, operations: 20_000)
+  { n in
     for _ in 0..<(n / 64) {
       for _ in 0..<64 { ours.perform(inModes: [.default]) { counter.value &+= 1 } }
       ours.run(mode: .default, timeout: .zero)
@@ -71,7 +75,9 @@ private func benchmarkPerformBlock(_ harness: Harness) {
   }
   let keepAlive2 = Foundation.Timer(timeInterval: 1e6, repeats: false) { _ in }
   foundation.add(keepAlive2, forMode: .default)
-  harness.measure(id: batchID, subject: .peer("Foundation.RunLoop (64 performs, one drain)"), group: group, operations: 20_000) { n in
+  harness.measure(
+    id: batchID, subject: .peer("Foundation.RunLoop (64 performs, one drain)"), group: group, operations: 20_000
+  ) { n in
     for _ in 0..<(n / 64) {
       for _ in 0..<64 { foundation.perform(inModes: [.default]) { counter.value &+= 1 } }
       foundation.run(until: Date())
@@ -205,7 +211,8 @@ private func crossThreadWakeRows(_ harness: Harness, id: String) {
     ours.append(runLoopPingPong(roundTrips: roundTrips))
     raw.append(eventfdPingPong(roundTrips: roundTrips))
   }
-  harness.record(id: id, subject: .toolkit("RunLoop (source signal + wakeUp, round trip)"), group: "RunLoop", nanoseconds: ours)
+  harness.record(
+    id: id, subject: .toolkit("RunLoop (source signal + wakeUp, round trip)"), group: "RunLoop", nanoseconds: ours)
   harness.record(id: id, subject: .peer("raw eventfd ping-pong (round trip)"), group: "RunLoop", nanoseconds: raw)
 }
 
@@ -231,8 +238,9 @@ private func benchmarkTimerLateness(_ harness: Harness) {
   let loop = RunLoop::RunLoop.current
   let timer = RunLoopTimer(after: .milliseconds(2), interval: .milliseconds(2)) { timer in
     let now = MonotonicInstant.now
-    ours.values.append(Double(timer.nextFireDate.duration(to: now).components.attoseconds / 1_000_000_000)
-      + Double(timer.nextFireDate.duration(to: now).components.seconds) * 1e9)
+    ours.values.append(
+      Double(timer.nextFireDate.duration(to: now).components.attoseconds / 1_000_000_000)
+        + Double(timer.nextFireDate.duration(to: now).components.seconds) * 1e9)
     if ours.values.count >= fires { timer.invalidate() }
   }
   loop.add(timer, forMode: .default)
@@ -247,8 +255,10 @@ private func benchmarkTimerLateness(_ harness: Harness) {
   Foundation.RunLoop.current.add(foundationTimer, forMode: .default)
   while foundationTimer.isValid { Foundation.RunLoop.current.run(until: Date(timeIntervalSinceNow: 0.1)) }
 
-  harness.record(id: id, subject: .toolkit("RunLoopTimer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: ours.values)
-  harness.record(id: id, subject: .peer("Foundation.Timer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: theirs.values)
+  harness.record(
+    id: id, subject: .toolkit("RunLoopTimer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: ours.values)
+  harness.record(
+    id: id, subject: .peer("Foundation.Timer 2 ms (lateness, ns)"), group: "RunLoop", nanoseconds: theirs.values)
   harness.record(
     id: id + "-p99", subject: .toolkit("RunLoopTimer 2 ms (p99 lateness, ns)"), group: "RunLoop",
     nanoseconds: [percentile(ours.values, 0.99)])

@@ -20,22 +20,36 @@ func registerSynchronizedBenchmarks(_ harness: Harness) {
   let recursive = RecursiveLock()
   let lock = NSRecursiveLock()
 
-  harness.measureInterleaved(id: id, group: group, operations: operations, [
-    (.toolkit("Sync.synchronized(obj)"), { iterations in
-      for _ in 0..<iterations { synchronized(account) { account.balance &+= 1 } }
-    }),
-    (.toolkit("Sync.Lock.withLock"), { iterations in
-      for _ in 0..<iterations { mutex.withLock { account.balance &+= 1 } }
-    }),
-    (.toolkit("Sync.RecursiveLock.withLock"), { iterations in
-      for _ in 0..<iterations { recursive.withLock { account.balance &+= 1 } }
-    }),
-    (.peer("Foundation.NSRecursiveLock"), { iterations in
-      for _ in 0..<iterations {
-        lock.lock()
-        account.balance &+= 1
-        lock.unlock()
-      }
-    }),
-  ])
+  harness.measureInterleaved(
+    id: id, group: group, operations: operations,
+    [
+      (
+        .toolkit("Sync.synchronized(obj)"),
+        { iterations in
+          for _ in 0..<iterations { synchronized(account) { account.balance &+= 1 } }
+        }
+      ),
+      (
+        .toolkit("Sync.Lock.withLock"),
+        { iterations in
+          for _ in 0..<iterations { mutex.withLock { account.balance &+= 1 } }
+        }
+      ),
+      (
+        .toolkit("Sync.RecursiveLock.withLock"),
+        { iterations in
+          for _ in 0..<iterations { recursive.withLock { account.balance &+= 1 } }
+        }
+      ),
+      (
+        .peer("Foundation.NSRecursiveLock"),
+        { iterations in
+          for _ in 0..<iterations {
+            lock.lock()
+            account.balance &+= 1
+            lock.unlock()
+          }
+        }
+      ),
+    ])
 }

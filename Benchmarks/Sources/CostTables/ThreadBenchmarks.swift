@@ -101,26 +101,36 @@ func registerThreadBenchmarks(_ harness: Harness) {
   // MARK: per-thread state (beyond the guide)
 
   let lookups = 1_000_000
-  harness.measure(id: "thread.current", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.current", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups) {
+    count in
     for _ in 0..<count { blackHole(Threads.Thread.current) }
   }
-  harness.measure(id: "thread.current", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups) { count in
+  harness.measure(id: "thread.current", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups) {
+    count in
     for _ in 0..<count { blackHole(Foundation.Thread.current) }
   }
-  harness.measure(id: "thread.current", subject: .peer("pthread (pthread_getspecific)"), group: "Threads", operations: lookups) { count in
+  harness.measure(
+    id: "thread.current", subject: .peer("pthread (pthread_getspecific)"), group: "Threads", operations: lookups
+  ) { count in
     let key = rawKey
     for _ in 0..<count { blackHole(pthread_getspecific(key)) }
   }
-  harness.measure(id: "thread.exit-request-check", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups) { count in
+  harness.measure(
+    id: "thread.exit-request-check", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups
+  ) { count in
     let thread = Threads.Thread.current
     for _ in 0..<count { blackHole(thread.isExitRequested) }
   }
   Threads.Thread.current.threadDictionary["bench"] = 1
-  harness.measure(id: "thread.dictionary-read", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups / 10) { count in
+  harness.measure(
+    id: "thread.dictionary-read", subject: .toolkit("Threads.Thread"), group: "Threads", operations: lookups / 10
+  ) { count in
     for _ in 0..<count { blackHole(Threads.Thread.current.threadDictionary["bench"]) }
   }
   Foundation.Thread.current.threadDictionary["bench"] = 1
-  harness.measure(id: "thread.dictionary-read", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups / 10) { count in
+  harness.measure(
+    id: "thread.dictionary-read", subject: .peer("Foundation.Thread"), group: "Threads", operations: lookups / 10
+  ) { count in
     for _ in 0..<count { blackHole(Foundation.Thread.current.threadDictionary["bench"]) }
   }
 
@@ -137,8 +147,10 @@ func registerThreadBenchmarks(_ harness: Harness) {
         try! Threads.Thread.spawn(configuration: configuration) { currentStackMapping() }.join()
       }
       let subject = Subject.toolkit("Threads.Thread (\(label))")
-      harness.record(id: "thread.stack-reserved-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.size) })
-      harness.record(id: "thread.stack-resident-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.rss) })
+      harness.record(
+        id: "thread.stack-reserved-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.size) })
+      harness.record(
+        id: "thread.stack-resident-bytes", subject: subject, group: group, nanoseconds: sizes.map { Double($0.rss) })
     }
   }
 
@@ -163,7 +175,9 @@ func registerThreadBenchmarks(_ harness: Harness) {
       slabPerThread.append(Double(after.unreclaimableSlab - before.unreclaimableSlab) / Double(count))
       rssPerThread.append(Double(after.residentSet - before.residentSet) / Double(count))
     }
-    harness.record(id: "thread.kernel-stack-bytes", subject: .peer("Linux (KernelStack / thread)"), group: group, nanoseconds: stackPerThread)
+    harness.record(
+      id: "thread.kernel-stack-bytes", subject: .peer("Linux (KernelStack / thread)"), group: group,
+      nanoseconds: stackPerThread)
     // The per-thread kernel objects by their slab sizes (root only): the task_struct, its pid,
     // and the two VMAs of the stack (stack and guard). Signal, file and mm structures are
     // shared by the threads of a process.
@@ -173,8 +187,12 @@ func registerThreadBenchmarks(_ harness: Harness) {
         id: "thread.kernel-objects-bytes", subject: .peer("Linux (task_struct + pid + 2 VMAs, /proc/slabinfo)"),
         group: group, nanoseconds: [bytes])
     }
-    harness.record(id: "thread.kernel-slab-bytes", subject: .peer("Linux (SUnreclaim / thread)"), group: group, nanoseconds: slabPerThread)
-    harness.record(id: "thread.process-resident-bytes", subject: .toolkit("Threads.Thread (VmRSS / parked thread)"), group: group, nanoseconds: rssPerThread)
+    harness.record(
+      id: "thread.kernel-slab-bytes", subject: .peer("Linux (SUnreclaim / thread)"), group: group,
+      nanoseconds: slabPerThread)
+    harness.record(
+      id: "thread.process-resident-bytes", subject: .toolkit("Threads.Thread (VmRSS / parked thread)"), group: group,
+      nanoseconds: rssPerThread)
   }
 }
 
@@ -209,10 +227,12 @@ private func rawPthreadCreateToStart(stackSize: Int) -> Double {
   precondition(pthread_attr_setstacksize(&attributes, stackSize) == 0)
   var handle = pthread_t()
   let start = Harness.now()
-  let result = pthread_create(&handle, &attributes, { slot in
-    slot!.assumingMemoryBound(to: UInt64.self).pointee = Harness.now()
-    return nil
-  }, slot)
+  let result = pthread_create(
+    &handle, &attributes,
+    { slot in
+      slot!.assumingMemoryBound(to: UInt64.self).pointee = Harness.now()
+      return nil
+    }, slot)
   precondition(result == 0)
   precondition(pthread_join(handle, nil) == 0)
   return Double(slot.pointee - start)

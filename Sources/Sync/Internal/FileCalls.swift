@@ -43,7 +43,7 @@ enum FileCalls {
     do throws(SystemCallError) {
       _ = try systemCall("link") { existing.withCString { from in new.withCString { to in Glibc.link(from, to) } } }
       return true
-    } catch where error.code == .fileExists {
+    } catch  where error.code == .fileExists {
       return false
     }
   }
@@ -61,7 +61,7 @@ enum FileCalls {
     do throws(SystemCallError) {
       _ = try systemCall("unlink") { path.withCString { Glibc.unlink($0) } }
       return true
-    } catch where error.code == .noSuchFileOrDirectory {
+    } catch  where error.code == .noSuchFileOrDirectory {
       return false
     }
   }
@@ -71,7 +71,7 @@ enum FileCalls {
     let fd: Int32
     do throws(SystemCallError) {
       fd = try systemCall("open") { path.withCString { open($0, O_RDONLY | O_CLOEXEC) } }
-    } catch where error.code == .noSuchFileOrDirectory {
+    } catch  where error.code == .noSuchFileOrDirectory {
       return nil
     }
     defer { _ = close(fd) }  // read-only descriptor: a close error loses nothing

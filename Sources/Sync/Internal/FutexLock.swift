@@ -141,7 +141,8 @@ struct FutexLock {
   func acquireSlow(before deadline: MonotonicInstant, spins: Int, typeName: String) -> Bool {
     let me = currentThreadTag()
     if ownerTag == me {
-      reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
+      reportMisuse(
+        typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
     }
     // Bounded spinning: poll, one pause per poll, while the lock is held; a holder about to
     // leave hands over without a system call. Never unbounded. A thread that has not slept

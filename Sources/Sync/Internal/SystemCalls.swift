@@ -49,7 +49,9 @@ package func shimCall<Result: FixedWidthInteger & SignedInteger>(
   _ call: String, _ body: () -> Result
 ) throws(SystemCallError) -> Result {
   let result = body()
-  if result < 0 { throw SystemCallError(call: call, code: SystemErrorCode(rawValue: Int32(truncatingIfNeeded: -result))) }
+  if result < 0 {
+    throw SystemCallError(call: call, code: SystemErrorCode(rawValue: Int32(truncatingIfNeeded: -result)))
+  }
   return result
 }
 
