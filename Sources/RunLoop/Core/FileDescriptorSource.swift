@@ -15,8 +15,8 @@ import Sync
 /// ``enable(_:)`` and ``disable(_:)`` choose the events of interest (a disabled source stays
 /// scheduled but is never called); ``invalidate()`` removes the source from every run loop
 /// for good. The source does not own the descriptor: invalidate it before closing the
-/// descriptor (closing first is tolerated: the kernel forgets a closed descriptor, and the
-/// source then simply never fires).
+/// descriptor (see ``invalidate()`` for when closing is safe; closing first is tolerated:
+/// the kernel forgets a closed descriptor, and the source then simply never fires).
 ///
 /// ```swift
 /// let source = FileDescriptorSource(descriptor: socket, events: .readable) { source, events in
@@ -96,6 +96,16 @@ public final class FileDescriptorSource: Hashable, Sendable, CustomStringConvert
 
   /// Removes the source from every mode of every run loop; it never fires again. Idempotent;
   /// any thread. (`CFFileDescriptorInvalidate`)
+  ///
+  /// Once it returns, no run loop watches the descriptor and the source makes no further
+  /// system call on it, so you may close it (and its number may be reused by a new source).
+  /// If a run loop is checking the descriptor at that moment, the call waits for that
+  /// zero-timeout `poll` or re-arm to end (it never waits for the handler).
+  ///
+  /// Invalidated from another thread, a handler call the run loop's thread has already
+  /// begun may still be running or about to start, with the events polled before: such a
+  /// handler must not assume the descriptor is still open. Invalidating and closing on the
+  /// run loop's thread (for example from the handler itself) rules that out.
   public func invalidate() {
     member.invalidate()
   }

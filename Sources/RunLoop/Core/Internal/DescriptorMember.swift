@@ -25,6 +25,13 @@ import Sync
 /// Every ready member of a loop is signalled in one wait and fires in the next pass: many
 /// descriptors are handled in one pass, without a helper thread.
 ///
+/// Every `epoll_ctl` and `poll` on the descriptor runs under the member's `lock` and only
+/// while the member is not `retired`: `invalidate()` sets that mark under the same lock, so
+/// once it returns no call on the descriptor is under way or will follow, and the owner may
+/// close it. Otherwise a re-arm could modify, under this member's stale token, the
+/// registration of a later member watching a descriptor that reuses the number in the same
+/// loop (which would then never fire), and `poll` could ask about another file.
+///
 /// Locks: a run loop's lock, then `DescriptorMember.registry`'s lock, then a member's `lock`,
 /// then the source's lock; never the other way round.
 final class DescriptorMember: @unchecked Sendable {
@@ -33,8 +40,14 @@ final class DescriptorMember: @unchecked Sendable {
   /// The version-0 source that carries the member into run-loop modes.
   private(set) var source: RunLoopSource!
 
-  /// Protects `interest`, `loops`.
+  /// Protects `interest`, `loops`, `retired`, `testHooks`, and is held across every system
+  /// call on `descriptor` (zero-timeout `poll`, `epoll_ctl`; never user code).
   private let lock = Sync.Lock()
+  /// Set by `invalidate()`: the descriptor may be closed from then on, so it is never
+  /// touched again.
+  private var retired = false
+  /// Test seam, nil outside tests; see ``TestHooks``.
+  private var testHooks: TestHooks?
   /// TK_EPOLL_READABLE / TK_EPOLL_WRITABLE bits the handler wants (0 = disabled).
   private var interest: UInt32
   /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
@@ -62,11 +75,30 @@ final class DescriptorMember: @unchecked Sendable {
     DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
   }
 
-  /// Stops watching for good: the source leaves every mode (its cancel callbacks remove the
-  /// descriptor from each epoll set), and the run loops are woken so a run whose mode is now
-  /// empty returns instead of sleeping on.
+  /// Calls a test makes from `perform` (on the run-loop thread, without the member's lock),
+  /// to put another thread's `invalidate()` at a chosen point.
+  struct TestHooks: Sendable {
+    /// Called before the member polls the descriptor.
+    var beforePoll: (@Sendable () -> Void)?
+    /// Called after the handler, before the member re-arms the descriptor.
+    var beforeRearm: (@Sendable () -> Void)?
+  }
+
+  /// Installs (or removes) the test seam.
+  func setTestHooks(_ hooks: TestHooks?) {
+    lock.withLock { testHooks = hooks }
+  }
+
+  /// Stops watching for good: the member is retired (an in-progress `poll` or re-arm ends
+  /// first, none starts after), the source leaves every mode (its cancel callbacks remove the
+  /// descriptor from each epoll set before it returns), and the run loops are woken so a run
+  /// whose mode is now empty returns instead of sleeping on. Once it returns, the owner may
+  /// close the descriptor.
   func invalidate() {
-    let wake: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
+    let wake: [RunLoop] = lock.withLock {
+      retired = true
+      return loops.compactMap(\.runLoop.value)
+    }
     source.invalidate()
     DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
     for runLoop in wake { runLoop.wakeUp() }
@@ -74,11 +106,13 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// Changes the events of interest and re-arms the descriptor in every run loop.
   func setInterest(_ newInterest: UInt32) {
-    let targets: [RunLoop] = lock.withLock {
+    // Taken first and released after the lock: the last reference to a run loop is never
+    // dropped with the member's lock held.
+    let alive = liveRunLoops()
+    lock.withLock {
       interest = newInterest
-      return loops.compactMap(\.runLoop.value)
+      rearmEverywhere(alive)
     }
-    for runLoop in targets { rearm(in: runLoop, interest: newInterest) }
   }
 
   var currentInterest: UInt32 { lock.withLock { interest } }
@@ -86,31 +120,37 @@ final class DescriptorMember: @unchecked Sendable {
   /// Whether the member is scheduled in the calling thread's run loop and in no other: only
   /// this thread, by running its loop, can then handle the descriptor.
   var isScheduledOnlyInCallingThreadsLoop: Bool {
-    let live: [RunLoop] = lock.withLock { loops.compactMap(\.runLoop.value) }
+    let live = liveRunLoops()
     return live.count == 1 && live[0].isOwnedByCurrentThread
+  }
+
+  private func liveRunLoops() -> [RunLoop] {
+    lock.withLock { loops.compactMap(\.runLoop.value) }
   }
 
   // MARK: - Source callbacks
 
   private func scheduled(in runLoop: RunLoop) {
-    let (first, events): (Bool, UInt32) = lock.withLock {
+    let first: Bool = lock.withLock {
+      // Invalidated while being added: the descriptor may be closed already.
+      if retired { return false }
       if let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) {
         loops[index].modes += 1
-        return (false, interest)
+        return false
       }
       loops.removeAll { $0.runLoop.value == nil }
       loops.append((WeakRunLoop(value: runLoop), 1))
-      return (true, interest)
+      do throws(SystemCallError) {
+        _ = try shimCall("epoll_ctl") {
+          tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
+        }
+      } catch {
+        // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
+        reportMisuse("FileDescriptorSource", "descriptor \(descriptor) cannot be watched: \(error)")
+      }
+      return true
     }
     guard first else { return }
-    do throws(SystemCallError) {
-      _ = try shimCall("epoll_ctl") {
-        tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(events), token)
-      }
-    } catch {
-      // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
-      reportMisuse("FileDescriptorSource", "descriptor \(descriptor) cannot be watched: \(error)")
-    }
     // Polling passes must ask epoll too, and sleeps must be in epoll, now that it holds a
     // member.
     runLoop.memberAdded()
@@ -122,50 +162,66 @@ final class DescriptorMember: @unchecked Sendable {
       loops[index].modes -= 1
       if loops[index].modes > 0 { return false }
       loops.remove(at: index)
+      // Under the lock, also once retired: `invalidate()` is still running (its source's
+      // cancel callbacks call this), so the owner has not closed the descriptor yet.
+      do throws(SystemCallError) {
+        _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
+      } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+        // The descriptor was closed before the source was invalidated; closing already took
+        // it out of the epoll set, so there is nothing left to remove.
+      } catch {
+        fatalError("RunLoop: \(error)")
+      }
       return true
     }
     guard last else { return }
-    do throws(SystemCallError) {
-      _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
-    } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
-      // The descriptor was closed before the source was invalidated; closing already took
-      // it out of the epoll set, so there is nothing left to remove.
-    } catch {
-      fatalError("RunLoop: \(error)")
-    }
     runLoop.memberRemoved()
   }
 
   /// Calls the handler if the descriptor is still ready (it may have been drained since the
   /// wait reported it) and re-arms it; returns whether the handler ran.
   private func perform() -> Bool {
-    let events = currentInterest
-    var handled = false
-    if events != 0 {
-      var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: events), revents: 0)
+    let hooks = lock.withLock { testHooks }
+    hooks?.beforePoll?()
+    // Under the lock (a zero-timeout poll never blocks), so that `invalidate()` cannot
+    // return, and the owner close the descriptor, while the poll is under way.
+    let ready: UInt32? = lock.withLock {
+      guard !retired, interest != 0 else { return nil }
+      var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: interest), revents: 0)
       // A zero-timeout poll: retrying after a signal asks the same question again.
-      let ready = mustSucceed("RunLoop") { () throws(SystemCallError) in
+      let count = mustSucceed("RunLoop") { () throws(SystemCallError) in
         try systemCall("poll", retryingInterrupts: true) { poll(&entry, 1, 0) }
       }
-      if ready > 0 {
-        handler(UInt32(UInt16(bitPattern: entry.revents)))
-        handled = true
-      }
+      return count > 0 ? UInt32(UInt16(bitPattern: entry.revents)) : nil
     }
+    // The handler runs without any lock.
+    if let ready { handler(ready) }
+    hooks?.beforeRearm?()
     // Re-arm after the handler, in every loop: whatever is still ready is reported again.
-    let (targets, now): ([RunLoop], UInt32) = lock.withLock { (loops.compactMap(\.runLoop.value), interest) }
-    if !source.isValid { return handled }
-    for runLoop in targets { rearm(in: runLoop, interest: now) }
-    return handled
+    let alive = liveRunLoops()
+    lock.withLock { rearmEverywhere(alive) }
+    return ready != nil
   }
 
+  /// Re-arms the descriptor with the current interest in each of `alive` that still holds
+  /// the member, unless the member is retired. Called with `lock` held; `alive` is the
+  /// caller's, so no run loop is released here.
+  private func rearmEverywhere(_ alive: [RunLoop]) {
+    guard !retired else { return }
+    for runLoop in alive where loops.contains(where: { $0.runLoop.value === runLoop }) {
+      rearm(in: runLoop, interest: interest)
+    }
+  }
+
+  /// Called with `lock` held.
   private func rearm(in runLoop: RunLoop, interest: UInt32) {
     do throws(SystemCallError) {
       _ = try shimCall("epoll_ctl(EPOLL_CTL_MOD)") {
         tk_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
       }
     } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
-      // Removed meanwhile (cancelled on another thread), or closed by its owner.
+      // Not yet added to this loop's set (`scheduled` adds it with the current interest), or
+      // closed by its owner before invalidating the source.
     } catch {
       fatalError("RunLoop: \(error)")
     }
