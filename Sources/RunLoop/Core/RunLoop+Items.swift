@@ -78,9 +78,16 @@ extension RunLoop {
           timer.scheduleSequence = nextTimerSequence
         }
         timer.runLoop = self
+        // A generation of this loop from the claim on, even if the timer is invalidated
+        // before `renewSchedule` (which then skips it): one it kept from an earlier stay here
+        // or in another loop could match an old entry of this loop's heaps once a `rearm`
+        // makes it valid again, before `renewSchedule` or its removal runs.
+        nextTimerGeneration &+= 1
+        timer.scheduleGeneration = nextTimerGeneration
         return 1
       }
       guard claim == 1 else { return claim }
+      timerClaimedForTesting?(timer)
       if mode == .common && !commonTimers.contains(where: { $0 === timer }) {
         commonTimers.append(timer)
       }

@@ -149,6 +149,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   var nextTimerSequence: UInt64 = 0
   /// Hands out `RunLoopTimer.scheduleGeneration` values. Protected by `lock`.
   var nextTimerGeneration: UInt64 = 0
+  /// Test seam, nil outside tests: called by `add(_:forMode:)` for a timer, with `lock`
+  /// held, right after the loop claimed the timer, so a test can invalidate it at that point.
+  /// Protected by `lock`.
+  var timerClaimedForTesting: (@Sendable (RunLoopTimer) -> Void)?
   /// The deadline of the innermost run call. Protected by `lock`.
   var currentRunDeadline: MonotonicInstant = .distantFuture
   /// How many descriptor members are in the epoll set; with none, a polling pass
