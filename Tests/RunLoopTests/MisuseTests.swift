@@ -71,6 +71,18 @@ private func stopARunLoopThreadFromItself() {
     }
   }
 
+  @Test func rearmingAValidTimerFromAnotherThreadWhileItsCallbackRunsIsRefused() async {
+    await #expect(processExitsWith: .failure) {
+      let runLoop = RunLoop.current
+      let timer = RunLoopTimer(after: .zero) { timer in
+        // Only the callback's own thread may re-arm the still valid timer.
+        TestThread.run { timer.rearm(after: .zero) { _ in } }
+      }
+      runLoop.add(timer, forMode: .default)
+      runOnce(runLoop, mode: .default)
+    }
+  }
+
   @Test func addingAnObserverToASecondRunLoopIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let observer = RunLoopObserver(activities: .entry) { _, _ in }

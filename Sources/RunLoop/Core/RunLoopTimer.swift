@@ -1,3 +1,4 @@
+import CThreadingShims
 import Sync
 
 /// A timer that fires a block on its run loop's thread at a scheduled monotonic instant,
@@ -94,6 +95,10 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   var valid = true
   /// True while the callback runs, so a nested run does not fire it again. Protected by `lock`.
   var firing = false
+  /// While `firing`: the identity of the thread running the callback (Sync's thread
+  /// identity, never reused by a later thread), so ``rearm(fireAt:_:)`` of a valid timer is
+  /// accepted from that callback only. Protected by `lock`.
+  var firingThread: UInt64 = 0
   /// The run loop it was added to (nil until added, and again once in no mode). Protected by
   /// `lock`.
   weak var runLoop: RunLoop?
@@ -225,12 +230,13 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// (a one-shot timer is, until its callback returns): `date` and `block` replace the
   /// current ones, the timer stays in its modes and fires at `date` (a one-shot timer is then
   /// not invalidated after this firing). Elsewhere, re-arming a valid timer is misuse and
-  /// stops the process (use ``setNextFireDate(_:)`` to move its fire date). Core Foundation
+  /// stops the process (use ``setNextFireDate(_:)`` to move its fire date), also from another
+  /// thread while the callback runs. Core Foundation
   /// has no counterpart (an invalidated `CFRunLoopTimer` stays invalid); libuv's
   /// `uv_timer_start` on a stopped timer is the peer.
   public func rearm(fireAt date: MonotonicInstant, _ block: @escaping @Sendable (RunLoopTimer) -> Void) {
     let (revived, replaced, loop): (Bool, (@Sendable (RunLoopTimer) -> Void)?, RunLoop?) = lock.withLock {
-      guard !valid || firing else { return (false, nil, nil) }
+      guard !valid || (firing && firingThread == tk_thread_identity()) else { return (false, nil, nil) }
       // Moved out, to be released after the lock.
       let replaced = callback
       valid = true
@@ -308,6 +314,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     let due: (MonotonicInstant, UInt64, @Sendable (RunLoopTimer) -> Void)? = lock.withLock {
       guard valid && !firing && fireDate <= .now, let callback else { return nil }
       firing = true
+      firingThread = tk_thread_identity()
       lastScheduledFireDate = fireDate
       return (fireDate, rearmCount, callback)
     }
@@ -317,6 +324,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     block(self)
     let oneShotDone: Bool = lock.withLock {
       firing = false
+      firingThread = 0
       guard valid else { return false }
       // Re-armed by its callback: the new schedule stands.
       guard rearmCount == rearmsBefore else { return false }
