@@ -1,3 +1,5 @@
+import CThreadingShims
+
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -87,28 +89,31 @@ struct SynchronizedSection {
 @usableFromInline
 enum SynchronizedTable {
   /// How many buckets the table spreads objects over.
-  static let bucketCount = 64
+  static var bucketCount: Int { 64 }
 
   /// Bytes per bucket: its lock words, then the list heads.
-  static let bucketSize = 64
+  static var bucketSize: Int { 64 }
 
-  // nonisolated(unsafe): written once by the lazy global initializer (swift_once), then only
-  // read; each bucket's words are reached through its lock's atomics or with it held.
-  nonisolated(unsafe) static let buckets: UnsafeMutableRawPointer = {
-    let base = UnsafeMutableRawPointer.allocate(byteCount: bucketCount * bucketSize, alignment: 64)
-    for index in 0..<bucketCount {
-      let bucket = base + index * bucketSize
-      _ = FutexLock(wordsAt: bucket)
-      (bucket + FutexLock.wordsSize).bindMemory(to: UnsafeMutablePointer<SynchronizedEntry>?.self, capacity: 2)
-        .initialize(repeating: nil, count: 2)
-    }
-    // A fork copies the table as it is; a bucket another thread was updating would stay
-    // locked in the child, with nobody to release it, and the child's first section on an
-    // object of that bucket would hang. So fork waits for every bucket to be quiet: the
-    // prepare handler takes all bucket locks (in index order; they are leaf locks held for a
-    // few instructions, so this cannot deadlock), and both sides release them afterwards.
-    // An object's own lock held by another thread at the fork stays held in the child, as
-    // every lock does (POSIX: the child has only the forking thread).
+  /// The buckets: static, zero-initialized C storage (all zero is every bucket's initial
+  /// state: an unlocked lock, empty lists). Not a lazily initialized Swift global: a fork
+  /// that raced its initializer would leave it "in progress" forever in the child.
+  @inline(__always)
+  static var buckets: UnsafeMutableRawPointer { tk_synchronized_table() }
+
+  /// Registers the fork handlers, once per process, before the first section enters.
+  ///
+  /// A fork copies the table as it is; a bucket another thread was updating would stay
+  /// locked in the child, with nobody to release it, and the child's first section on an
+  /// object of that bucket would hang. So fork waits for every bucket to be quiet: the
+  /// prepare handler takes all bucket locks (in index order; they are leaf locks held for a
+  /// few instructions, so this cannot deadlock), and both sides release them afterwards.
+  /// An object's own lock held by another thread at the fork stays held in the child, as
+  /// every lock does (POSIX: the child has only the forking thread). The first caller
+  /// registers before it takes any bucket lock, so every bucket lock taken in the process
+  /// happens after the handlers exist, except those of threads racing that very first call.
+  @inline(__always)
+  static func registerForkHandlersOnce() {
+    guard tk_synchronized_claim_fork_registration() != 0 else { return }
     mustSucceed("synchronized: cannot make the side table fork-safe") { () throws(SystemCallError) in
       try pthreadCall("pthread_atfork") {
         pthread_atfork(
@@ -117,8 +122,7 @@ enum SynchronizedTable {
           { SynchronizedTable.unlockAllBuckets() })
       }
     }
-    return base
-  }()
+  }
 
   /// Takes every bucket lock (the fork prepare handler).
   static func lockAllBuckets() {
@@ -156,6 +160,7 @@ enum SynchronizedTable {
   /// then acquires the object's lock, or adds a level if the calling thread holds it.
   @usableFromInline
   static func enter(_ object: AnyObject) -> SynchronizedSection {
+    registerForkHandlersOnce()
     let key = UInt(bitPattern: ObjectIdentifier(object))
     let index = bucket(for: key)
     let bucketLock = bucketLock(index)

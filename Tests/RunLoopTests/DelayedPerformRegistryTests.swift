@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 import Threads
 
 /// The target/action spellings, reached through a protocol so the tests compile without

@@ -1,6 +1,6 @@
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 @testable import RunLoop
 
@@ -25,22 +25,23 @@ struct DescriptorInvalidationRaceTests {
       let later = Box<FileDescriptorSource?>(nil)
       let source = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in _ = first.readAll() }
       let invalidated = Box(false)
-      source.member.setTestHooks(.init(beforeRearm: { [weak source] in
-        guard !invalidated.value, let source else { return }
-        invalidated.value = true
-        // Another thread invalidates the source and closes its descriptor; the number is
-        // reused at once (dup2 closes the old file) and watched by a new source.
-        TestThread.run {
-          source.invalidate()
-          #expect(dup2(second.readEnd, number) == number)
-        }
-        let replacement = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in
-          fired.append(number)
-          _ = second.readAll()
-        }
-        runLoop.add(replacement, forMode: .default)
-        later.value = replacement
-      }))
+      source.member.setTestHooks(
+        .init(beforeRearm: { [weak source] in
+          guard !invalidated.value, let source else { return }
+          invalidated.value = true
+          // Another thread invalidates the source and closes its descriptor; the number is
+          // reused at once (dup2 closes the old file) and watched by a new source.
+          TestThread.run {
+            source.invalidate()
+            #expect(dup2(second.readEnd, number) == number)
+          }
+          let replacement = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in
+            fired.append(number)
+            _ = second.readAll()
+          }
+          runLoop.add(replacement, forMode: .default)
+          later.value = replacement
+        }))
       runLoop.add(source, forMode: .default)
       first.write(1)
       let giveUp = MonotonicInstant.after(.seconds(10))
@@ -63,16 +64,17 @@ struct DescriptorInvalidationRaceTests {
       let handled = Recorder<Int32>()
       let source = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in handled.append(number) }
       let invalidated = Box(false)
-      source.member.setTestHooks(.init(beforePoll: { [weak source] in
-        guard !invalidated.value, let source else { return }
-        invalidated.value = true
-        TestThread.run {
-          source.invalidate()
-          // The number now names a readable file the source never watched.
-          second.write(1)
-          #expect(dup2(second.readEnd, number) == number)
-        }
-      }))
+      source.member.setTestHooks(
+        .init(beforePoll: { [weak source] in
+          guard !invalidated.value, let source else { return }
+          invalidated.value = true
+          TestThread.run {
+            source.invalidate()
+            // The number now names a readable file the source never watched.
+            second.write(1)
+            #expect(dup2(second.readEnd, number) == number)
+          }
+        }))
       runLoop.add(source, forMode: .default)
       first.write(1)
       let giveUp = MonotonicInstant.after(.seconds(10))

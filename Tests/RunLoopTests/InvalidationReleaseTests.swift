@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 /// Counts its deinit, so a test can tell when a callback's captures were released.
 private final class Captured: @unchecked Sendable {

@@ -1,9 +1,10 @@
+import RunLoop
+import TestSupport
+import Testing
+
 #if canImport(Glibc)
   import Glibc
 #endif
-import RunLoop
-import Testing
-import TestSupport
 
 /// Starts a `RunLoopThread` and calls its `stop()` from a block on that thread.
 private func stopARunLoopThreadFromItself() {

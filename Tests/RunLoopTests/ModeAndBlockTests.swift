@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct ModeAndBlockTests {
   @Test func commonItemsArePresentInEveryCommonModeIncludingLaterOnes() {

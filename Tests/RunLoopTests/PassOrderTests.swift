@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// The exact sequence of one run's observer notifications (GUIDE.md section 3, "The order of
 /// one pass"), each on a fresh thread so its run loop starts empty.

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Runs `body` when released: a capture whose deinit does something.
 private final class OnDeinit: Sendable {

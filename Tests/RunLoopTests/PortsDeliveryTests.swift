@@ -1,7 +1,8 @@
-@testable import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
+
+@testable import RunLoop
 
 @Suite("Ports: messages that wait are delivered", .timeLimit(.minutes(1)))
 struct PortsDeliveryTests {

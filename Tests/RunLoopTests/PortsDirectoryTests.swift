@@ -1,7 +1,8 @@
 import Glibc
-@testable import RunLoop
 import Sync
 import Testing
+
+@testable import RunLoop
 
 @Suite("Ports: per-user directory", .timeLimit(.minutes(2)))
 struct PortsDirectoryTests {
@@ -22,7 +23,8 @@ struct PortsDirectoryTests {
     _ = rmdir(path)
   }
 
-  @Test("a directory that group or others may access is refused, not repaired", arguments: [0o750, 0o705, 0o777, 0o710])
+  @Test(
+    "a directory that group or others may access is refused, not repaired", arguments: [0o750, 0o705, 0o777, 0o710])
   func refusesLooseModes(mode: Int) throws {
     let path = makePortsTestDirectory()
     defer { removePortsTestDirectory(path) }

@@ -1,5 +1,6 @@
-@testable import RunLoop
 import Testing
+
+@testable import RunLoop
 
 @Suite("Ports: frames and names", .timeLimit(.minutes(2)))
 struct PortsFrameTests {
@@ -43,7 +44,10 @@ struct PortsFrameTests {
   func oversized() {
     var bytes = Frame(kind: .oneWay, msgid: 1, sequence: 1, replyPortName: nil, payload: []).encoded()
     // Declare 2 MiB; send only the header.
-    bytes[16] = 0; bytes[17] = 0; bytes[18] = 0x20; bytes[19] = 0
+    bytes[16] = 0
+    bytes[17] = 0
+    bytes[18] = 0x20
+    bytes[19] = 0
     var decoder = FrameDecoder(limits: .standard)
     decoder.append(bytes)
     #expect(throws: FrameError.payloadTooLarge(declared: 0x20_0000, limit: 1 << 20)) { try decoder.nextFrame() }
@@ -54,7 +58,9 @@ struct PortsFrameTests {
   @Test("a payload at exactly the limit is accepted")
   func atLimit() throws {
     var decoder = FrameDecoder(limits: Frame.Limits(maximumPayload: 10))
-    decoder.append(Frame(kind: .oneWay, msgid: 1, sequence: 1, replyPortName: nil, payload: Array(repeating: 7, count: 10)).encoded())
+    decoder.append(
+      Frame(kind: .oneWay, msgid: 1, sequence: 1, replyPortName: nil, payload: Array(repeating: 7, count: 10)).encoded()
+    )
     #expect(try decoder.nextFrame()?.payload.count == 10)
   }
 

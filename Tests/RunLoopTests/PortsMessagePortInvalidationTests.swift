@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// A local port whose handler, for message 1, announces itself and then waits until the
 /// test releases it: a handler busy for as long as the test wants.
@@ -99,7 +99,9 @@ struct PortsMessagePortInvalidationTests {
     busy.thread.join()
   }
 
-  @Test("a remote port answers isValid and description, invalidates and is released without waiting for its request in flight")
+  @Test(
+    "a remote port answers isValid and description, invalidates and is released without waiting for its request in flight"
+  )
   func remoteDoesNotBlockOnItsRequestInFlight() throws {
     let server = try BusyServer()
     defer { server.finish() }
@@ -144,13 +146,15 @@ struct PortsMessagePortInvalidationTests {
     let second = try MessagePort.remote(name: name)
     #expect(first === second)
     #expect(first == second)
-    #expect(try second.send(msgid: 5, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [5])
+    #expect(
+      try second.send(msgid: 5, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [5])
     first.invalidate()
     #expect(!second.isValid, "one port: invalidating it ends it for every user")
     let third = try MessagePort.remote(name: name)
     #expect(third !== first)
     #expect(third.isValid)
-    #expect(try third.send(msgid: 6, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [6])
+    #expect(
+      try third.send(msgid: 6, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [6])
     third.invalidate()
   }
 

@@ -1,8 +1,8 @@
 import Glibc
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Serves `port` on a new thread until it is invalidated; returns the thread to join.
 func portsServeInBackground(_ port: MessagePort) -> pthread_t {
@@ -12,12 +12,14 @@ func portsServeInBackground(_ port: MessagePort) -> pthread_t {
   }
   var thread = pthread_t()
   let box = Unmanaged.passRetained(Box(port)).toOpaque()
-  let result = pthread_create(&thread, nil, { raw in
-    let port = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().port
-    while true {
-      do { try port.serve(before: .after(.seconds(60))) } catch { return nil }
-    }
-  }, box)
+  let result = pthread_create(
+    &thread, nil,
+    { raw in
+      let port = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().port
+      while true {
+        do { try port.serve(before: .after(.seconds(60))) } catch { return nil }
+      }
+    }, box)
   precondition(result == 0)
   return thread
 }
@@ -75,9 +77,12 @@ struct PortsMessagePortTests {
     }
     let remote = try MessagePort.remote(name: name)
     #expect(remote.isRemote)
-    let reply = try remote.send(msgid: 1, data: [1, 2, 3], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+    let reply = try remote.send(
+      msgid: 1, data: [1, 2, 3], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
     #expect(reply == [3, 2, 1])
-    let none = try remote.send(msgid: 100, replyPortName: "com.MyApp.Thread-9", sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
+    let none = try remote.send(
+      msgid: 100, replyPortName: "com.MyApp.Thread-9", sendTimeout: .seconds(10), receiveTimeout: .zero,
+      replyMode: .oneWay)
     #expect(none == nil)
     _ = try remote.send(msgid: 2, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
     #expect(seen.snapshot == ["1 -", "100 com.MyApp.Thread-9", "2 -"])
@@ -140,20 +145,25 @@ struct PortsMessagePortTests {
     var client = pthread_t()
     let box = Unmanaged.passRetained(outcome).toOpaque()
     // The parent's client runs on its own thread while the child process serves.
-    #expect(pthread_create(&client, nil, { raw in
-      let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
-      do {
-        let remote = try remotePortEventually("tk-test-xproc-echo-\(getpid())")
-        for round in 0..<10 {
-          let reply = try remote.send(msgid: Int32(round), data: [UInt8(round), 0, 1], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
-          outcome.log.append(reply == [1, 0, UInt8(round)] ? "ok" : "bad reply \(String(describing: reply))")
-        }
-        try remote.send(msgid: 999, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
-      } catch {
-        outcome.log.append("\(error)")
-      }
-      return nil
-    }, box) == 0)
+    #expect(
+      pthread_create(
+        &client, nil,
+        { raw in
+          let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
+          do {
+            let remote = try remotePortEventually("tk-test-xproc-echo-\(getpid())")
+            for round in 0..<10 {
+              let reply = try remote.send(
+                msgid: Int32(round), data: [UInt8(round), 0, 1], sendTimeout: .seconds(10),
+                receiveTimeout: .seconds(30), replyMode: .awaitReply)
+              outcome.log.append(reply == [1, 0, UInt8(round)] ? "ok" : "bad reply \(String(describing: reply))")
+            }
+            try remote.send(msgid: 999, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
+          } catch {
+            outcome.log.append("\(error)")
+          }
+          return nil
+        }, box) == 0)
     await #expect(processExitsWith: .success) {
       portsChildServer("tk-test-xproc-echo-\(getppid())")
     }
@@ -167,25 +177,30 @@ struct PortsMessagePortTests {
     let outcome = Outcome()
     var client = pthread_t()
     let box = Unmanaged.passRetained(outcome).toOpaque()
-    #expect(pthread_create(&client, nil, { raw in
-      let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
-      do {
-        let remote = try remotePortEventually("tk-test-xproc-dying-\(getpid())")
-        let echoed = try remote.send(msgid: 1, data: [1, 2], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
-        outcome.log.append(echoed == [2, 1] ? "echo" : "bad echo")
-        let start = MonotonicInstant.now
-        do {
-          _ = try remote.send(msgid: 666, sendTimeout: .seconds(10), receiveTimeout: .seconds(120), replyMode: .awaitReply)
-          outcome.log.append("unexpected reply")
-        } catch {
-          outcome.log.append("\((error as? PortError)?.status.description ?? "\(error)")")
-          if MonotonicInstant.now - start >= .seconds(120) { outcome.log.append("waited for the timeout") }
-        }
-      } catch {
-        outcome.log.append("\(error)")
-      }
-      return nil
-    }, box) == 0)
+    #expect(
+      pthread_create(
+        &client, nil,
+        { raw in
+          let outcome = Unmanaged<Outcome>.fromOpaque(raw!).takeRetainedValue()
+          do {
+            let remote = try remotePortEventually("tk-test-xproc-dying-\(getpid())")
+            let echoed = try remote.send(
+              msgid: 1, data: [1, 2], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+            outcome.log.append(echoed == [2, 1] ? "echo" : "bad echo")
+            let start = MonotonicInstant.now
+            do {
+              _ = try remote.send(
+                msgid: 666, sendTimeout: .seconds(10), receiveTimeout: .seconds(120), replyMode: .awaitReply)
+              outcome.log.append("unexpected reply")
+            } catch {
+              outcome.log.append("\((error as? PortError)?.status.description ?? "\(error)")")
+              if MonotonicInstant.now - start >= .seconds(120) { outcome.log.append("waited for the timeout") }
+            }
+          } catch {
+            outcome.log.append("\(error)")
+          }
+          return nil
+        }, box) == 0)
     await #expect(processExitsWith: .success) {
       portsChildServer("tk-test-xproc-dying-\(getppid())")
     }

@@ -1,8 +1,9 @@
 import Glibc
-@testable import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
+
+@testable import RunLoop
 
 /// A listener in a private directory, served on its own thread until invalidated.
 final class PortsServedListener: @unchecked Sendable {
@@ -14,7 +15,9 @@ final class PortsServedListener: @unchecked Sendable {
   let servingThreadMismatches = PortsCounter()
   private let servingThread = UnsafeMutablePointer<pthread_t>.allocate(capacity: 1)
 
-  init(name: String = "server", limits: Frame.Limits = .standard, handler: @escaping @Sendable (Frame) -> [UInt8]?) throws {
+  init(name: String = "server", limits: Frame.Limits = .standard, handler: @escaping @Sendable (Frame) -> [UInt8]?)
+    throws
+  {
     directoryPath = makePortsTestDirectory()
     directory = try PortDirectory.prepare(path: directoryPath)
     let handledLog = handled
@@ -38,13 +41,15 @@ final class PortsServedListener: @unchecked Sendable {
   func whileServing(_ body: () throws -> Void) throws {
     var thread = pthread_t()
     let context = Unmanaged.passRetained(self).toOpaque()
-    let started = pthread_create(&thread, nil, { raw in
-      let served = Unmanaged<PortsServedListener>.fromOpaque(raw!).takeRetainedValue()
-      served.servingThread.pointee = pthread_self()
-      while true {
-        do { _ = try served.listener.serve(before: .after(.seconds(60))) } catch { return nil }
-      }
-    }, context)
+    let started = pthread_create(
+      &thread, nil,
+      { raw in
+        let served = Unmanaged<PortsServedListener>.fromOpaque(raw!).takeRetainedValue()
+        served.servingThread.pointee = pthread_self()
+        while true {
+          do { _ = try served.listener.serve(before: .after(.seconds(60))) } catch { return nil }
+        }
+      }, context)
     precondition(started == 0)
     defer {
       listener.invalidate()
@@ -138,7 +143,8 @@ struct PortsNamedTransportTests {
       #expect(served.eventually { !served.rejections.snapshot.isEmpty })
       #expect(served.rejections.snapshot.first?.contains("exceeds the limit of 1000") == true)
       // The client side refuses to send what the limit forbids.
-      let client = try NamedPortConnection(name: "server", directory: served.directory, limits: Frame.Limits(maximumPayload: 1_000))
+      let client = try NamedPortConnection(
+        name: "server", directory: served.directory, limits: Frame.Limits(maximumPayload: 1_000))
       let error = #expect(throws: PortError.self) { try client.request(2, Array(repeating: 0, count: 1_001)) }
       #expect(error?.status == .transportError)
       #expect(error?.cause?.code == .messageTooLong)
@@ -184,7 +190,9 @@ struct PortsNamedTransportTests {
       let client = try served.connect()
       runThreads(2) { index in
         if index == 0 {
-          do { _ = try client.request(1, receive: .seconds(60)) } catch let error as PortError { outcome.append("\(error.status)") } catch {}
+          do { _ = try client.request(1, receive: .seconds(60)) } catch let error as PortError {
+            outcome.append("\(error.status)")
+          } catch {}
         } else {
           _ = served.eventually { entered.count == 1 }
           served.listener.invalidate()
@@ -210,7 +218,9 @@ struct PortsNamedTransportTests {
     #expect(listener.isValid)
     // The claim is held: a second registration (another open file description, as another
     // process would have) is refused.
-    let error = #expect(throws: PortError.self) { _ = try NamedPortListener(name: "stale", directory: directory) { _ in nil } }
+    let error = #expect(throws: PortError.self) {
+      _ = try NamedPortListener(name: "stale", directory: directory) { _ in nil }
+    }
     #expect(error?.status == .invalid)
     #expect(error?.cause?.code == .wouldBlock)
     // Invalidation removes the socket at once and frees the name.

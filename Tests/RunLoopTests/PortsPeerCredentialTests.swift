@@ -1,8 +1,9 @@
 import Glibc
-@testable import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
+
+@testable import RunLoop
 
 @Suite("Ports: peer credentials (SO_PEERCRED)", .timeLimit(.minutes(2)))
 struct PortsPeerCredentialTests {
@@ -32,7 +33,10 @@ struct PortsPeerCredentialTests {
     let handled = PortsCounter()
     let listener = try NamedPortListener(
       name: "guarded", directory: directory, policy: .users([geteuid() &+ 1])
-    ) { _ in handled.increment(); return nil }
+    ) { _ in
+      handled.increment()
+      return nil
+    }
     let log = Recorder<String>()
     listener.setRejectionHandler { log.append($0.description) }
     let client = try NamedPortConnection(name: "guarded", directory: directory)

@@ -1,9 +1,10 @@
 import Glibc
-@testable import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
+
+@testable import RunLoop
 
 @Suite("Ports: perform requests", .timeLimit(.minutes(2)))
 struct PortsPerformTests {

@@ -1,8 +1,9 @@
 import Glibc
-@testable import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
+
+@testable import RunLoop
 
 /// Whether `descriptor` is readable right now (poll with a zero timeout).
 func portsIsReadable(_ descriptor: Int32) -> Bool {
@@ -124,10 +125,14 @@ struct PortsQueueTests {
       switch index {
       case 0:
         ready.increment()
-        do { try full.send(PortMessage(msgid: 2), timeout: .seconds(60)) } catch let error as PortError { outcomes.append("sender \(error.status)") } catch {}
+        do { try full.send(PortMessage(msgid: 2), timeout: .seconds(60)) } catch let error as PortError {
+          outcomes.append("sender \(error.status)")
+        } catch {}
       case 1:
         ready.increment()
-        do { _ = try empty.receive(before: .after(.seconds(60))) } catch let error as PortError { outcomes.append("receiver \(error.status)") } catch {}
+        do { _ = try empty.receive(before: .after(.seconds(60))) } catch let error as PortError {
+          outcomes.append("receiver \(error.status)")
+        } catch {}
       default:
         while ready.count < 2 { sched_yield() }
         // Whether or not the others are asleep yet, they must end with an error.
@@ -136,7 +141,9 @@ struct PortsQueueTests {
       }
     }
     #expect(Set(outcomes.snapshot).count == 2)
-    #expect(outcomes.snapshot.contains { $0.hasPrefix("sender ") && ($0.contains("becameInvalid") || $0.contains("invalid")) })
+    #expect(
+      outcomes.snapshot.contains { $0.hasPrefix("sender ") && ($0.contains("becameInvalid") || $0.contains("invalid")) }
+    )
     #expect(outcomes.snapshot.contains("receiver becameInvalid (-5)"))
     #expect(!full.isValid && !empty.isValid)
     #expect(!full.invalidate(), "invalidation is idempotent")

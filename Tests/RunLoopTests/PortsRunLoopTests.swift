@@ -1,9 +1,9 @@
 import Glibc
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 /// A pipe whose ends close on deinit.
 final class PortsPipe: @unchecked Sendable {
@@ -191,11 +191,15 @@ struct PortsRunLoopTests {
     let ready = Box(false)
     let stop = Box(false)
     let server = TestThread.spawn {
-      guard let port = try? MessagePort.local(name: name, handler: { message in
-        served.append("\(message.msgid)")
-        if message.msgid == 99 { stop.value = true }
-        return message.payload.reversed()
-      }) else { return }
+      guard
+        let port = try? MessagePort.local(
+          name: name,
+          handler: { message in
+            served.append("\(message.msgid)")
+            if message.msgid == 99 { stop.value = true }
+            return message.payload.reversed()
+          })
+      else { return }
       #expect(RunLoop.current.add(port, forMode: .default))
       ready.value = true
       let giveUp = MonotonicInstant.after(.seconds(60))
@@ -207,11 +211,15 @@ struct PortsRunLoopTests {
     waitUntil { ready.value }
     let remote = try MessagePort.remote(name: name)
     for round in 0..<20 {
-      let reply = try remote.send(msgid: Int32(round), data: [1, UInt8(round)], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+      let reply = try remote.send(
+        msgid: Int32(round), data: [1, UInt8(round)], sendTimeout: .seconds(10), receiveTimeout: .seconds(30),
+        replyMode: .awaitReply)
       #expect(reply == [UInt8(round), 1])
     }
     let second = try MessagePort.remote(name: name)
-    #expect(try second.send(msgid: 50, data: [7], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [7])
+    #expect(
+      try second.send(
+        msgid: 50, data: [7], sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [7])
     try remote.send(msgid: 99, sendTimeout: .seconds(10), receiveTimeout: .zero, replyMode: .oneWay)
     server.join()
     #expect(served.count == 22)
@@ -278,7 +286,9 @@ struct PortsRunLoopEdgeTests {
   func doubleServe() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        guard let port = try? MessagePort.local(name: "tk-test-double-serve-\(getpid())", handler: { _ in nil }) else { return }
+        guard let port = try? MessagePort.local(name: "tk-test-double-serve-\(getpid())", handler: { _ in nil }) else {
+          return
+        }
         let started = PortsCounter()
         let other = TestThread.spawn {
           started.increment()

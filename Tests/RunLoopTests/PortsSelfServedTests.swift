@@ -1,8 +1,8 @@
 import Glibc
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Requests to a named port that only the sending thread serves: answered at once on that
 /// thread instead of waiting for a reply only it could produce.

@@ -1,7 +1,8 @@
 import Glibc
-@testable import RunLoop
 import Sync
 import TestSupport
+
+@testable import RunLoop
 
 /// A fresh private directory (mkdtemp, mode 0700) under /tmp, removed with its files by
 /// `removePortsTestDirectory`.

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 import Threads
 
 /// Polls `condition` for at most `limit`; whether it held.

@@ -1,7 +1,8 @@
-@testable import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
+
+@testable import RunLoop
 
 #if canImport(Glibc)
   import Glibc

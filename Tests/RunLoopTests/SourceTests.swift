@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct SourceTests {
   @Test func scheduleAndCancelReceiveTheRunLoopAndMode() {
@@ -67,7 +67,8 @@ import TestSupport
     source.signal()
     thread.join()
     // Slept until the timeout; the signal was only noticed by a later pass (here: none).
-    #expect(log.snapshot == ["entry", "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "exit", "timedOut"])
+    #expect(
+      log.snapshot == ["entry", "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "exit", "timedOut"])
     #expect(source.isSignalled)
   }
 

@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Every public operation may be called from any thread (the Core Foundation rule): several
 /// threads add, signal and invalidate sources and timers while the loop runs.

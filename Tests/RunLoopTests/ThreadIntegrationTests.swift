@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 @Suite(.timeLimit(.minutes(2))) struct ThreadIntegrationTests {
   @Test func exitRequestStopsTheThreadsSleepingRunLoop() {

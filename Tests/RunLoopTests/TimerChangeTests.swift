@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
-import Testing
 import TestSupport
+import Testing
 
 /// Changing a timer after creation: the due instant a callback serves, interval and
 /// tolerance changes, and re-arming after invalidation.

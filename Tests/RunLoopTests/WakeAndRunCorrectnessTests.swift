@@ -1,8 +1,8 @@
 import RunLoop
 import Sync
+import TestSupport
 import Testing
 import Threads
-import TestSupport
 
 /// Wake-ups that must reach the run they were meant for, exit requests that must end every
 /// run of their thread, modes emptied from another thread, observers added mid-pass, and
@@ -216,7 +216,8 @@ struct WakeAndRunCorrectnessTests {
     case removedPort, removedDescriptorSource
   }
 
-  @Test("taking the last item out of a sleeping loop's mode from another thread ends the run with finished",
+  @Test(
+    "taking the last item out of a sleeping loop's mode from another thread ends the run with finished",
     arguments: LastItem.allCases)
   func emptiedModeEndsSleepingRun(_ item: LastItem) {
     let remover = Box<(@Sendable (RunLoop) -> Void)?>(nil)

@@ -67,6 +67,14 @@ static inline int64_t tk_monotonic_now_ns(void) {
 /// the first call it costs one thread-relative load and a predicted branch.
 extern __thread uint64_t tk_thread_identity_value __attribute__((tls_model("initial-exec")));
 
+/// The `synchronized` side table's storage: 64 zero-initialized 64-byte buckets in static
+/// memory (no lazy initialization a fork could interrupt). Never fails.
+void *tk_synchronized_table(void);
+
+/// Returns 1 to exactly one caller in the process (the one that registers the table's fork
+/// handlers), 0 to every other. Never fails.
+int tk_synchronized_claim_fork_registration(void);
+
 /// Assigns the calling thread its identity (the slow path of `tk_thread_identity`).
 uint64_t tk_thread_identity_assign(void);
 

@@ -66,7 +66,8 @@ public final class FileDescriptorSource: Hashable, Sendable, CustomStringConvert
   ) {
     self.descriptor = descriptor
     let box = WeakSourceBox()
-    member = DescriptorMember(descriptor: descriptor, interest: events.intersection([.readable, .writable]).rawValue) { ready in
+    member = DescriptorMember(descriptor: descriptor, interest: events.intersection([.readable, .writable]).rawValue) {
+      ready in
       if let source = box.value { handler(source, Events(rawValue: ready)) }
     }
     box.value = self
@@ -121,7 +122,8 @@ public final class FileDescriptorSource: Hashable, Sendable, CustomStringConvert
     var events: [String] = []
     if enabledEvents.contains(.readable) { events.append("readable") }
     if enabledEvents.contains(.writable) { events.append("writable") }
-    return "FileDescriptorSource(fd \(descriptor), \(events.isEmpty ? "disabled" : events.joined(separator: "+")), \(isValid ? "valid" : "invalid"))"
+    return
+      "FileDescriptorSource(fd \(descriptor), \(events.isEmpty ? "disabled" : events.joined(separator: "+")), \(isValid ? "valid" : "invalid"))"
   }
 }
 

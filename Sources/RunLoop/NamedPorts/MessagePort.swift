@@ -121,7 +121,8 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     try LocalPortRegistry.shared.register(name: name) { () throws(PortError) -> MessagePort in
       let directory = try PortDirectory.prepare()
       let listener = try NamedPortListener(name: name, directory: directory) { frame in
-        handler(PortMessage(msgid: frame.msgid, payload: frame.payload, replyPort: frame.replyPortName.map { .name($0) }))
+        handler(
+          PortMessage(msgid: frame.msgid, payload: frame.payload, replyPort: frame.replyPortName.map { .name($0) }))
       }
       return MessagePort(name: name, role: .local(listener))
     }
@@ -198,7 +199,8 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     receiveTimeout: Duration, replyMode: ReplyMode
   ) throws(PortError) -> [UInt8]? {
     guard case .remote(let connection) = role else {
-      reportMisuse("MessagePort", "send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
+      reportMisuse(
+        "MessagePort", "send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
     }
     if replyMode == .awaitReply, connection.isValid, let local = LocalPortRegistry.shared.lookup(name: name),
       case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)

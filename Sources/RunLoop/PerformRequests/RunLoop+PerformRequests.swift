@@ -182,7 +182,9 @@ extension RunLoop {
   /// (the replacement throws ``PerformError/targetExited`` instead).
   @available(*, deprecated, message: "use performAndWakeUp(inModes:_:) or performAndWait(inModes:_:)")
   @available(*, noasync, message: "may block until the target run loop runs the block")
-  public func perform(inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void) {
+  public func perform(
+    inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void
+  ) {
     if !waitUntilDone {
       performAndWakeUp(inModes: modes, block)
       return
@@ -207,7 +209,9 @@ extension RunLoop {
   /// Deprecated: use ``RunLoop/main``'s ``performAndWakeUp(inModes:_:)`` or
   /// ``performAndWait(inModes:_:)``. Forwards to ``perform(inModes:waitUntilDone:_:)`` on the
   /// main run loop (so `waitUntilDone` stops the process when the request cannot run).
-  @available(*, deprecated, message: "use RunLoop.main.performAndWakeUp(inModes:_:) or RunLoop.main.performAndWait(inModes:_:)")
+  @available(
+    *, deprecated, message: "use RunLoop.main.performAndWakeUp(inModes:_:) or RunLoop.main.performAndWait(inModes:_:)"
+  )
   @available(*, noasync, message: "may block until the main run loop runs the block")
   public static func performOnMain(
     inModes modes: [RunLoopMode] = [.common], waitUntilDone: Bool, _ block: @escaping @Sendable () -> Void

@@ -166,7 +166,7 @@ final class DescriptorMember: @unchecked Sendable {
       // cancel callbacks call this), so the owner has not closed the descriptor yet.
       do throws(SystemCallError) {
         _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
-      } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+      } catch  where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
         // The descriptor was closed before the source was invalidated; closing already took
         // it out of the epoll set, so there is nothing left to remove.
       } catch {
@@ -219,7 +219,7 @@ final class DescriptorMember: @unchecked Sendable {
       _ = try shimCall("epoll_ctl(EPOLL_CTL_MOD)") {
         tk_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
       }
-    } catch where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+    } catch  where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
       // Not yet added to this loop's set (`scheduled` adds it with the current interest), or
       // closed by its owner before invalidating the source.
     } catch {

@@ -160,7 +160,8 @@ struct FrameDecoder {
       buffer.removeAll(keepingCapacity: buffer.capacity <= 64 * 1024)
       readIndex = 0
     }
-    return Frame(kind: header.kind, msgid: header.msgid, sequence: header.sequence, replyPortName: name, payload: payload)
+    return Frame(
+      kind: header.kind, msgid: header.msgid, sequence: header.sequence, replyPortName: name, payload: payload)
   }
 
   private struct Header {

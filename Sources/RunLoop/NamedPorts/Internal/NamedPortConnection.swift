@@ -66,7 +66,9 @@ final class NamedPortConnection: @unchecked Sendable {
     if !policy.admits(credentials) {
       throw PortError(
         .transportError, cause: SystemCallError(call: "getsockopt(SO_PEERCRED)", code: .permissionDenied),
-        detail: "port \"\(name)\" is served by pid \(credentials.processID) uid \(credentials.userID), refused by the peer policy")
+        detail:
+          "port \"\(name)\" is served by pid \(credentials.processID) uid \(credentials.userID), refused by the peer policy"
+      )
     }
     self.socket = socket
   }
@@ -112,7 +114,8 @@ final class NamedPortConnection: @unchecked Sendable {
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
     // Waiting for the connection counts against the send deadline.
     guard requestMutex.lock(before: sendDeadline) else {
-      throw PortError(.sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")
+      throw PortError(
+        .sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")
     }
     defer { requestMutex.unlock() }
     // A strong reference for the whole request: an `invalidate()` meanwhile shuts the
@@ -120,7 +123,9 @@ final class NamedPortConnection: @unchecked Sendable {
     let (current, invalidationReason) = stateMutex.withLock { (self.socket, self.invalidationReason) }
     guard let socket = current else {
       if let invalidationReason {
-        throw PortError(.invalid, cause: invalidationReason.cause, detail: "port \"\(name)\" is invalid: \(invalidationReason.detail)")
+        throw PortError(
+          .invalid, cause: invalidationReason.cause, detail: "port \"\(name)\" is invalid: \(invalidationReason.detail)"
+        )
       }
       throw PortError(.invalid, detail: "port \"\(name)\" is invalid")
     }
@@ -133,11 +138,14 @@ final class NamedPortConnection: @unchecked Sendable {
       try socket.sendAll(frame.encoded(), before: sendDeadline)
     } catch .timedOut {
       // Part of the frame may be in the stream; nothing can follow it safely.
-      throw invalidate(because: PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline"))
+      throw invalidate(
+        because: PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline")
+      )
     } catch .peerClosed {
       throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
     } catch {
-      throw invalidate(because: PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
+      throw invalidate(
+        because: PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
     }
     if !awaitReply { return nil }
     return try awaitReplyLocked(socket, sequence: sequence, before: receiveDeadline)
@@ -159,18 +167,23 @@ final class NamedPortConnection: @unchecked Sendable {
     return true
   }
 
-  private func awaitReplyLocked(_ socket: UnixSocket, sequence: UInt32, before deadline: MonotonicInstant) throws(PortError) -> [UInt8] {
+  private func awaitReplyLocked(_ socket: UnixSocket, sequence: UInt32, before deadline: MonotonicInstant)
+    throws(PortError) -> [UInt8]
+  {
     while true {
       do {
         while let frame = try decoder.nextFrame() {
           if frame.kind != .reply {
-            throw invalidate(because: PortError(.transportError, detail: "port \"\(name)\" sent a \(frame.kind) frame instead of a reply"))
+            throw invalidate(
+              because: PortError(
+                .transportError, detail: "port \"\(name)\" sent a \(frame.kind) frame instead of a reply"))
           }
           // An answer to an earlier request that timed out: its caller has gone.
           if frame.sequence == sequence { return frame.payload }
         }
       } catch let error as FrameError {
-        throw invalidate(because: PortError(.transportError, detail: "port \"\(name)\" sent a malformed reply: \(error)"))
+        throw invalidate(
+          because: PortError(.transportError, detail: "port \"\(name)\" sent a malformed reply: \(error)"))
       } catch let error as PortError {
         throw error
       } catch {
@@ -185,7 +198,9 @@ final class NamedPortConnection: @unchecked Sendable {
       } catch .peerClosed {
         throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection"))
       } catch {
-        throw invalidate(because: PortError(.transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
+        throw invalidate(
+          because: PortError(
+            .transportError, cause: error.systemError, detail: "waiting for a reply from \"\(name)\" failed"))
       }
       let received = Result { () throws(TransferFailure) in try socket.receiveAvailable(into: chunk) }
       switch received {
@@ -194,9 +209,11 @@ final class NamedPortConnection: @unchecked Sendable {
       case .success(nil):
         continue  // a spurious readiness report
       case .failure(.peerClosed):
-        throw invalidate(because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
+        throw invalidate(
+          because: PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection before replying"))
       case .failure(.system(let error)):
-        throw invalidate(because: PortError(.transportError, cause: error, detail: "receiving from port \"\(name)\" failed"))
+        throw invalidate(
+          because: PortError(.transportError, cause: error, detail: "receiving from port \"\(name)\" failed"))
       case .failure(.timedOut):
         throw PortError(.receiveTimeout, detail: "no reply from port \"\(name)\" before the receive deadline")
       }

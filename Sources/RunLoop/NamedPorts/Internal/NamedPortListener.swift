@@ -49,10 +49,10 @@ final class NamedPortListener: @unchecked Sendable {
   let replySendTimeout: Duration
 
   private let mutex = Sync.Lock()
-  private var listener: UnixSocket?          // nil once closed
-  private var lockDescriptor: Int32          // -1 once closed
-  private var wakeDescriptor: Int32          // eventfd; -1 once closed
-  private var epollDescriptor: Int32         // -1 once closed
+  private var listener: UnixSocket?  // nil once closed
+  private var lockDescriptor: Int32  // -1 once closed
+  private var wakeDescriptor: Int32  // eventfd; -1 once closed
+  private var epollDescriptor: Int32  // -1 once closed
   private var peers: [Int32: Peer] = [:]
   private var invalidated = false
   private var serving = false
@@ -95,7 +95,7 @@ final class NamedPortListener: @unchecked Sendable {
     let claimed: Int32
     do throws(SystemCallError) {
       claimed = try shimCall("open") { tk_claim_lock_file(directory.lockPath(for: name)) }
-    } catch where error.code == .wouldBlock {
+    } catch  where error.code == .wouldBlock {
       throw PortError(
         .invalid, cause: SystemCallError(call: "flock", code: .wouldBlock),
         detail: "port name \"\(name)\" is registered by another process")
@@ -124,7 +124,7 @@ final class NamedPortListener: @unchecked Sendable {
     let path = directory.socketPath(for: name)
     do throws(SystemCallError) {
       _ = try systemCall("unlink") { unlink(path) }
-    } catch where error.code == .noSuchFileOrDirectory {
+    } catch  where error.code == .noSuchFileOrDirectory {
       // Nothing left behind.
     } catch {
       closeDescriptor(epoll)
@@ -142,7 +142,9 @@ final class NamedPortListener: @unchecked Sendable {
       throw PortError(.transportError, cause: error, detail: "cannot listen at \(path)")
     }
     do throws(SystemCallError) {
-      _ = try shimCall("epoll_ctl") { tk_epoll_add(epoll, wake, UInt32(TK_EPOLL_READABLE), NamedPortListener.wakeToken) }
+      _ = try shimCall("epoll_ctl") {
+        tk_epoll_add(epoll, wake, UInt32(TK_EPOLL_READABLE), NamedPortListener.wakeToken)
+      }
       _ = try shimCall("epoll_ctl") {
         tk_epoll_add(epoll, socket.descriptor, UInt32(TK_EPOLL_READABLE), NamedPortListener.listenerToken)
       }
@@ -396,7 +398,8 @@ final class NamedPortListener: @unchecked Sendable {
       // the connection, which tells the sender its port became invalid.
       if !isValid { return handled }
       if frame.kind == .request {
-        let answer = Frame(kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
+        let answer = Frame(
+          kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
         do {
           try peer.socket.sendAll(answer.encoded(), before: .after(replySendTimeout))
         } catch .peerClosed {

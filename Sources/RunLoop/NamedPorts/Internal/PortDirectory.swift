@@ -51,7 +51,7 @@ struct PortDirectory: Sendable, Equatable {
     }
     do throws(SystemCallError) {
       _ = try systemCall("mkdir") { mkdir(path, 0o700) }
-    } catch where error.code == .fileExists {
+    } catch  where error.code == .fileExists {
       // Verified below.
     } catch {
       throw PortError(.transportError, cause: error, detail: "cannot create the port directory \(path)")
@@ -75,7 +75,8 @@ struct PortDirectory: Sendable, Equatable {
     if status.st_mode & 0o077 != 0 {
       throw PortError(
         .transportError, cause: SystemCallError(call: "lstat", code: .permissionDenied),
-        detail: "port directory \(path) has mode 0\(String(status.st_mode & 0o777, radix: 8)): group or others may access it")
+        detail:
+          "port directory \(path) has mode 0\(String(status.st_mode & 0o777, radix: 8)): group or others may access it")
     }
     return PortDirectory(path: path)
   }

@@ -73,7 +73,7 @@ final class UnixSocket {
       do throws(SystemCallError) {
         _ = try shimCall("connect") { tk_unix_connect(socket.descriptor, path) }
         return socket
-      } catch where error.code == .tryAgain && !deadline.hasPassed {
+      } catch  where error.code == .tryAgain && !deadline.hasPassed {
         // A full backlog on a non-blocking AF_UNIX socket fails with EAGAIN; nothing can be
         // polled for it, so back off briefly and retry until the deadline.
       }
@@ -102,9 +102,9 @@ final class UnixSocket {
     while true {
       do throws(SystemCallError) {
         return UnixSocket(descriptor: try shimCall("accept4") { tk_unix_accept(descriptor) })
-      } catch where error.code == .tryAgain || error.code == .wouldBlock {
+      } catch  where error.code == .tryAgain || error.code == .wouldBlock {
         return nil
-      } catch where [.interrupted, SystemErrorCode(rawValue: ECONNABORTED), .protocolError].contains(error.code) {
+      } catch  where [.interrupted, SystemErrorCode(rawValue: ECONNABORTED), .protocolError].contains(error.code) {
         // The connection died between arriving and being accepted: try the next one.
         continue
       }
@@ -126,7 +126,9 @@ final class UnixSocket {
     while offset < bytes.count {
       do throws(SystemCallError) {
         offset += try shimCall("send") {
-          bytes.withUnsafeBytes { buffer in tk_send_nosignal(descriptor, buffer.baseAddress! + offset, buffer.count - offset) }
+          bytes.withUnsafeBytes { buffer in
+            tk_send_nosignal(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+          }
         }
       } catch {
         switch error.code {
@@ -146,7 +148,7 @@ final class UnixSocket {
   func shutdownBothWays() {
     do throws(SystemCallError) {
       _ = try systemCall("shutdown(\(descriptor))") { Glibc.shutdown(descriptor, Int32(SHUT_RDWR)) }
-    } catch where error.code == .socketNotConnected {
+    } catch  where error.code == .socketNotConnected {
       // The peer is already gone (or the socket listens); nothing to end.
     } catch {
       fatalError("RunLoop: shutdown of a port socket: \(error)")

@@ -298,7 +298,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
 func closeDescriptor(_ descriptor: Int32) {
   do throws(SystemCallError) {
     _ = try systemCall("close(\(descriptor))") { close(descriptor) }
-  } catch where error.code == .badFileDescriptor {
+  } catch  where error.code == .badFileDescriptor {
     fatalError("\(error): closed twice")
   } catch {
     // EINTR / EIO: the descriptor is released anyway on Linux; nothing to retry.
