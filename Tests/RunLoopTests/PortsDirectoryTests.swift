@@ -31,7 +31,8 @@ struct PortsDirectoryTests {
     #expect(chmod(path, mode_t(mode)) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.code == .permissionDenied)
+    #expect(error?.reason == .directoryNotPrivate)
+    #expect(error?.cause == nil, "no system call failed")
     #expect(portsFileMode(path).map { $0 & 0o777 } == mode_t(mode), "the mode is left as found")
   }
 
@@ -43,7 +44,7 @@ struct PortsDirectoryTests {
     #expect(symlink(target, link) == 0)
     defer { _ = unlink(link) }
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: link) }
-    #expect(error?.cause?.code == .permissionDenied)
+    #expect(error?.reason == .directoryNotADirectory)
   }
 
   @Test("a directory owned by another user is refused", .enabled(if: geteuid() == 0, "chown needs root"))
@@ -53,7 +54,7 @@ struct PortsDirectoryTests {
     #expect(chown(path, 12_345, 12_345) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.code == .operationNotPermitted)
+    #expect(error?.reason == .directoryOwnedByAnotherUser)
   }
 
   @Test("a regular file in the directory's place is refused")
@@ -65,7 +66,7 @@ struct PortsDirectoryTests {
     #expect(descriptor >= 0)
     #expect(close(descriptor) == 0)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: path) }
-    #expect(error?.cause?.code == .permissionDenied)
+    #expect(error?.reason == .directoryNotADirectory)
   }
 
   @Test("relative or overlong paths are refused")
@@ -73,7 +74,7 @@ struct PortsDirectoryTests {
     #expect(throws: PortError.self) { try PortDirectory.prepare(path: "relative/dir") }
     let long = "/tmp/" + String(repeating: "d", count: PortDirectory.maximumPathLength)
     let error = #expect(throws: PortError.self) { try PortDirectory.prepare(path: long) }
-    #expect(error?.cause?.code == .fileNameTooLong)
+    #expect(error?.reason == .directoryPathInvalid)
   }
 
   @Test("the default location is per user and leaves room for the longest name")

@@ -147,7 +147,7 @@ struct PortsNamedTransportTests {
         name: "server", directory: served.directory, limits: Frame.Limits(maximumPayload: 1_000))
       let error = #expect(throws: PortError.self) { try client.request(2, Array(repeating: 0, count: 1_001)) }
       #expect(error?.status == .transportError)
-      #expect(error?.cause?.code == .messageTooLong)
+      #expect(error?.reason == .payloadTooLarge)
       #expect(client.isValid, "a refused payload leaves the connection usable")
     }
     #expect(served.handled.snapshot.isEmpty)

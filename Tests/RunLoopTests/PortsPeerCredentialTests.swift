@@ -66,7 +66,7 @@ struct PortsPeerCredentialTests {
       _ = try NamedPortConnection(name: "server", directory: directory, policy: .users([geteuid() &+ 1]))
     }
     #expect(error?.status == .transportError)
-    #expect(error?.cause?.code == .permissionDenied)
+    #expect(error?.reason == .peerRefused)
     #expect(listener.isValid)
   }
 }

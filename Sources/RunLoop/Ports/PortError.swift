@@ -20,8 +20,11 @@ public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
   public let status: PortStatus
 
   /// The system call that failed, when the failure came from one (a `connect` refused, a
-  /// `send` that hit `EPIPE`, a directory with the wrong owner found by `lstat`...).
+  /// `send` that hit `EPIPE`...); nil when no call failed (see ``reason``).
   public let cause: SystemCallError?
+  /// The rule a failure broke when no system call failed (a port directory others may read,
+  /// a peer the policy refuses, a payload over the limit); nil otherwise.
+  public let reason: Reason?
 
   /// What happened, in words, for logs and test failures.
   public let detail: String
@@ -29,11 +32,34 @@ public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
   /// Creates an error with the guide's `status`, an optional system-call `cause` and a
   /// `detail` sentence. Stops the process when `status` is ``PortStatus/success``: success
   /// is not an error.
-  public init(_ status: PortStatus, cause: SystemCallError? = nil, detail: String) {
+  public init(_ status: PortStatus, cause: SystemCallError? = nil, reason: Reason? = nil, detail: String) {
     if status == .success { reportMisuse("PortError", "success is not an error") }
     self.status = status
     self.cause = cause
+    self.reason = reason
     self.detail = detail
+  }
+
+  /// A rule a port operation broke although every system call succeeded: matchable without
+  /// parsing ``detail``.
+  ///
+  /// ```swift
+  /// catch let error where error.reason == .peerRefused { ... }
+  /// ```
+  public enum Reason: Hashable, Sendable {
+    /// The port directory's path is relative or longer than a Unix socket path allows.
+    case directoryPathInvalid
+    /// The port directory is not a directory (or is a symbolic link).
+    case directoryNotADirectory
+    /// The port directory belongs to another user.
+    case directoryOwnedByAnotherUser
+    /// The port directory's mode lets the group or others in (it must be 0700).
+    case directoryNotPrivate
+    /// The process serving the named port is refused by the peer policy (another user, by
+    /// default).
+    case peerRefused
+    /// The payload is larger than the connection's limit.
+    case payloadTooLarge
   }
 
   /// The guide's numeric result code (`rawValue`), for example -1.
@@ -43,6 +69,7 @@ public struct PortError: Error, Hashable, Sendable, CustomStringConvertible {
   public var description: String {
     var text = "\(status): \(detail)"
     if let cause { text += " [\(cause)]" }
+    if let reason { text += " [\(reason)]" }
     return text
   }
 }

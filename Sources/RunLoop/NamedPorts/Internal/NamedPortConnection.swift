@@ -65,7 +65,7 @@ final class NamedPortConnection: @unchecked Sendable {
     }
     if !policy.admits(credentials) {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "getsockopt(SO_PEERCRED)", code: .permissionDenied),
+        .transportError, reason: .peerRefused,
         detail:
           "port \"\(name)\" is served by pid \(credentials.processID) uid \(credentials.userID), refused by the peer policy"
       )
@@ -98,7 +98,7 @@ final class NamedPortConnection: @unchecked Sendable {
   private func checkOutgoing(payload: [UInt8], replyPortName: String?) throws(PortError) {
     if payload.count > limits.maximumPayload {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "send", code: .messageTooLong),
+        .transportError, reason: .payloadTooLarge,
         detail: "payload of \(payload.count) bytes exceeds the limit of \(limits.maximumPayload)")
     }
     if let replyPortName { try PortName.validate(replyPortName) }

@@ -40,13 +40,13 @@ struct PortDirectory: Sendable, Equatable {
 
   /// Creates (mode 0700) or verifies the directory at `path` and returns it.
   ///
-  /// Throws ``PortError`` with ``PortStatus/transportError`` naming the failing call
-  /// (`mkdir`, `lstat`) or the broken rule (wrong owner: `EPERM`; group/world access or a
-  /// symbolic link: `EACCES`).
+  /// Throws ``PortError`` with ``PortStatus/transportError``: with the failing call as its
+  /// `cause` (`mkdir`, `lstat`), or with the broken rule as its `reason` (a path too long, not
+  /// a directory or a symbolic link, another owner, group or world access).
   static func prepare(path: String = PortDirectory.defaultPath) throws(PortError) -> PortDirectory {
     if path.utf8.count > maximumPathLength || !path.hasPrefix("/") {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "mkdir", code: .fileNameTooLong),
+        .transportError, reason: .directoryPathInvalid,
         detail: "port directory \(path) must be absolute and at most \(maximumPathLength) bytes")
     }
     do throws(SystemCallError) {
@@ -64,17 +64,17 @@ struct PortDirectory: Sendable, Equatable {
     }
     if status.st_mode & S_IFMT != S_IFDIR {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", code: .permissionDenied),
+        .transportError, reason: .directoryNotADirectory,
         detail: "port directory \(path) is not a directory (or is a symbolic link)")
     }
     if status.st_uid != geteuid() {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", code: .operationNotPermitted),
+        .transportError, reason: .directoryOwnedByAnotherUser,
         detail: "port directory \(path) is owned by uid \(status.st_uid), not by uid \(geteuid())")
     }
     if status.st_mode & 0o077 != 0 {
       throw PortError(
-        .transportError, cause: SystemCallError(call: "lstat", code: .permissionDenied),
+        .transportError, reason: .directoryNotPrivate,
         detail:
           "port directory \(path) has mode 0\(String(status.st_mode & 0o777, radix: 8)): group or others may access it")
     }
