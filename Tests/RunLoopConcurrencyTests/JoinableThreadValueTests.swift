@@ -3,7 +3,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite(.timeLimit(.minutes(1))) struct JoinableThreadValueTests {
+@Suite(.timeLimit(.minutes(2))) struct JoinableThreadValueTests {
   struct Failed: Error, Equatable { let code: Int }
 
   @Test func valueReturnsTheBodysResult() async {
