@@ -129,8 +129,8 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     // Only the transition to non-empty needs a signal: until the queue is empty again a
     // signal is pending or a drain is running (it signals again if it leaves jobs). The
     // lock orders the push before the signal; `signal` is a full barrier, which keeps the
-    // wake-up's read of the loop's state after it (see `RunLoopSource.signal`). `wakeUp`
-    // rather than `signalAndWakeUp`, which copies the source's list of loops (an allocation).
+    // wake-up's read of the loop's state after it (see `RunLoopSource.signal`). `wakeUp` on
+    // the one loop the executor serves, without reading the source's list of loops.
     if wasEmpty {
       source.signal()
       runLoop.wakeUp()

@@ -121,15 +121,22 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
 
   /// Signals the source and wakes every run loop it has been added to, so the loop that runs
   /// one of its modes fires it promptly: the usual way to hand a source work from another
-  /// thread. Takes only the source's own lock, to copy its list of run loops (never a run
+  /// thread. Takes only the source's own lock, to read its list of run loops (never a run
   /// loop's lock), and never waits for a run loop. A loop that is not running ignores the
   /// wake-up and fires the source in its next run; a loop the source has since been removed
-  /// from makes one extra pass. Harmless on an invalidated source (it is in no run loop). (`CFRunLoopSourceSignal` followed by
-  /// `CFRunLoopWakeUp` on each of its run loops)
+  /// from makes one extra pass. Harmless on an invalidated source (it is in no run loop).
+  /// (`CFRunLoopSourceSignal` followed by `CFRunLoopWakeUp` on each of its run loops)
   public func signalAndWakeUp() {
     signal()
-    let loops: [RunLoop] = lock.withLock { runLoops.compactMap(\.value) }
-    for runLoop in loops { runLoop.wakeUp() }
+    // A source in one run loop (the usual case) is woken without building an array: no
+    // allocation on the hand-off path. The loops are taken out strongly and woken after the
+    // lock, so a loop released meanwhile is never deinitialized under it.
+    let (only, several): (RunLoop?, [RunLoop]) = lock.withLock {
+      if runLoops.count <= 1 { return (runLoops.first?.value, []) }
+      return (nil, runLoops.compactMap(\.value))
+    }
+    only?.wakeUp()
+    for runLoop in several { runLoop.wakeUp() }
   }
 
   /// Whether the source is signalled and not yet fired (false once invalidated).
