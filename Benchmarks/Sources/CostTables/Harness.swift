@@ -60,7 +60,22 @@ final class Harness {
   private(set) var rows: [BenchmarkRow] = []
 
   /// Samples per row (after one warm-up run).
-  var sampleCount: Int { quick ? 3 : 21 }
+  var sampleCount: Int { quick ? 3 : (sampleCountOverride ?? 21) }
+
+  /// Fewer samples per row while set: each of the repeated unpinned ping-pong runs takes
+  /// fewer (`repeatedRuns`), so the report can afford many runs.
+  var sampleCountOverride: Int?
+
+  /// Samples for a row that picks its own count (`rowDefault` in a full run): 3 with
+  /// `--quick`, and never more than `sampleCountOverride` while that is set.
+  func sampleCount(rowDefault: Int) -> Int {
+    if quick { return 3 }
+    return sampleCountOverride.map { Swift.min($0, rowDefault) } ?? rowDefault
+  }
+
+  /// Appended to every id measured while set: "@two-cpus" and "@one-cpu" mark the pinned
+  /// reference placements of the ping-pong rows (see `PingPongPlacement`).
+  var idSuffix = ""
 
   init(quick: Bool, filter: String?) {
     self.quick = quick
@@ -70,7 +85,7 @@ final class Harness {
   /// Whether a row with this id should run under the current filter.
   func wants(_ id: String) -> Bool {
     guard let filter else { return true }
-    return id.contains(filter)
+    return (id + idSuffix).contains(filter)
   }
 
   /// Nanoseconds on the monotonic clock.
@@ -101,7 +116,7 @@ final class Harness {
     guard wants(id) else { return }
     rows.append(
       BenchmarkRow(
-        benchmark: id, subject: subject, group: group, samples: nanoseconds,
+        benchmark: id + idSuffix, subject: subject, group: group, samples: nanoseconds,
         unit: Harness.defaultUnit(for: id),
         method: Harness.defaultUnit(for: id) == "ns"
           ? "median of \(nanoseconds.count) samples (timed by the row)"
@@ -113,7 +128,7 @@ final class Harness {
     guard wants(id) else { return }
     rows.append(
       BenchmarkRow(
-        benchmark: id, subject: subject, group: group, samples: values, unit: unit,
+        benchmark: id + idSuffix, subject: subject, group: group, samples: values, unit: unit,
         method: "median of \(values.count) samples"))
   }
 
@@ -216,6 +231,43 @@ final class Harness {
     let seconds = Double(Harness.now() - began) / 1e9
     var line = "  measured \(id) in \(Format.fixed(seconds, 2)) s\n"
     line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+  }
+
+  /// Runs `register` `runs` times and keeps, per row, one value per run: that run's median.
+  /// The merged row's median is the median of the runs' medians and its max the worst run,
+  /// so one unlucky run (the scheduler settling two ping-pong threads on two CPUs, say)
+  /// shows as a worst run instead of deciding the row. Each toolkit row's method also lists
+  /// its ratio, run by run, to `reference` (a peer row measured in every run).
+  func repeatedRuns(_ runs: Int, samplesPerRun: Int, reference: (id: String, subject: Subject), _ register: () -> Void) {
+    let start = rows.count
+    let previousOverride = sampleCountOverride
+    sampleCountOverride = samplesPerRun
+    defer { sampleCountOverride = previousOverride }
+    var perRun: [[BenchmarkRow]] = []
+    for _ in 0..<Swift.max(1, runs) {
+      register()
+      perRun.append(Array(rows[start...]))
+      rows.removeSubrange(start...)
+    }
+    func find(_ run: [BenchmarkRow], _ id: String, _ subject: Subject) -> BenchmarkRow? {
+      run.first { $0.benchmark == id && $0.subject == subject }
+    }
+    let referenceMedians = perRun.map { find($0, reference.id, reference.subject)?.median }
+    for row in perRun[0] {
+      let medians = perRun.map { find($0, row.benchmark, row.subject)?.median }
+      var merged = row
+      merged.samples = medians.compactMap { $0 }
+      merged.method = "median of \(merged.samples.count) runs' medians (max = the worst run); each run: " + row.method
+      let pairs = zip(medians, referenceMedians).compactMap { ours, raw in ours.flatMap { o in raw.map { o / $0 } } }
+      if row.isOurs, !pairs.isEmpty, row.benchmark != reference.id || row.subject != reference.subject {
+        let within = pairs.filter { $0 <= 1.2 }.count
+        merged.method +=
+          "; per run vs \(reference.subject.name): "
+          + pairs.map { Format.fixed($0, 2) + "x" }.joined(separator: " ")
+          + " (\(within) of \(pairs.count) runs within 1.2x, worst \(Format.fixed(pairs.max() ?? .nan, 2))x)"
+      }
+      rows.append(merged)
+    }
   }
 
   /// Appends rows read back from an earlier run (`--from-json`).

@@ -1,30 +1,39 @@
 // Where the two threads of a ping-pong benchmark run.
 //
 // Unpinned, the scheduler sometimes puts both threads of a ping-pong on one CPU (a hand-off
-// is then a context switch: about 5.6 us per raw eventfd round trip on the 2-vCPU machine
-// of the README) and sometimes on two (an inter-processor wake-up: about 10.7 us), and it
-// moves them during a run. Which placement a sample happened to get decided a ratio more
-// than the code under test did. So every ping-pong row (condition hand-off, semaphore
-// ping-pong, run-loop cross-thread wake-up, port and perform round trips, in-process and
-// across processes) pins its two threads, the same way for every subject:
+// is then a context switch) and sometimes on two (an inter-processor wake-up of a possibly
+// idle virtual CPU, dearer on a VM), and it moves them during a run. Users do not pin their
+// threads, so the unpinned placement is what they get and it is the headline; because one
+// run can settle into either placement, it is measured in many runs in one report and
+// stated as the median of the runs' medians with the worst run beside it. The pinned
+// placements are kept as reference rows, the same for every subject:
 //
-// - two-cpus (default): on two different CPUs, the placement the scheduler settles into for
-//   two threads that keep waking each other, and the one a server's threads see;
-// - one-cpu: both on one CPU, where the hand-off is a context switch and the software on
-//   the path weighs most (the strictest view of the toolkit's own overhead);
-// - unpinned: wherever the scheduler puts them (the old behaviour; noisy).
+// - unpinned (headline): wherever the scheduler puts them;
+// - two-cpus ("@two-cpus" ids): on two different CPUs, the placement the scheduler settles
+//   into for two busy threads, and the one a loaded server's threads see;
+// - one-cpu ("@one-cpu" ids): both on one CPU, where the hand-off is a context switch and
+//   the software on the path weighs most (the strictest view of the toolkit's overhead).
 
 import Threads
 
 enum PingPongPlacement {
   enum Mode: String, CaseIterable {
+    case unpinned
     case twoCPUs = "two-cpus"
     case oneCPU = "one-cpu"
-    case unpinned
+
+    /// Appended to the ids of rows measured in this placement (none for the headline).
+    var idSuffix: String { self == .unpinned ? "" : "@" + rawValue }
   }
 
-  /// Chosen by `--ping-pong-placement` before anything is measured; read-only afterwards.
-  nonisolated(unsafe) static var mode: Mode = .twoCPUs
+  /// The placements measured, in order (`--ping-pong-placement`; all by default).
+  nonisolated(unsafe) static var placements: [Mode] = Mode.allCases
+
+  /// Runs of the unpinned ping-pong rows in one full report.
+  static let unpinnedRuns = 10
+
+  /// The placement being measured; set by `registerPingPongBenchmarks` between rows.
+  nonisolated(unsafe) static var mode: Mode = .unpinned
 
   /// The CPUs the process could use when the first ping-pong row started (read before any
   /// thread is pinned: main.swift touches it first).
@@ -42,14 +51,19 @@ enum PingPongPlacement {
 
   /// One line for the report header.
   static var summary: String {
-    guard let cpus else {
-      return "Ping-pong rows: threads not pinned (the scheduler places them; expect noise)."
-    }
-    if cpus.main == cpus.partner {
-      return "Ping-pong rows: both threads pinned to CPU \(cpus.main) (--ping-pong-placement one-cpu)."
-    }
-    return "Ping-pong rows: the two threads pinned to CPUs \(cpus.main) and \(cpus.partner) "
-      + "(--ping-pong-placement two-cpus; one-cpu shows the software overhead more sharply)."
+    placements.map { placement -> String in
+      switch placement {
+      case .unpinned:
+        return "unpinned (the headline ids: threads left to the scheduler, as users run them; "
+          + "\(unpinnedRuns) runs in a full report, median of the runs' medians, max = worst run)"
+      case .twoCPUs:
+        return allowed.count >= 2
+          ? "pinned to CPUs \(allowed[0]) and \(allowed[1]) (ids ending @two-cpus)"
+          : "@two-cpus rows unpinned (fewer than two usable CPUs)"
+      case .oneCPU:
+        return "both on CPU \(allowed.first ?? 0) (ids ending @one-cpu)"
+      }
+    }.reduce("Ping-pong rows: ") { $0 == "Ping-pong rows: " ? $0 + $1 : $0 + "; " + $1 } + "."
   }
 
   /// Pins the calling thread to the partner side's CPU. Call first thing in a partner thread.

@@ -69,7 +69,7 @@ private func portsInterleaved(
   _ subjects: [(subject: Subject, body: (Int) -> Void)]
 ) -> [[Double]] {
   let iterations = harness.quick ? max(1, operations / 100) : operations
-  let sampleCount = harness.quick ? 3 : 15
+  let sampleCount = harness.sampleCount(rowDefault: 15)
   for subject in subjects { subject.body(iterations) }
   var samples = Array(repeating: [Double](), count: subjects.count)
   for _ in 0..<sampleCount {

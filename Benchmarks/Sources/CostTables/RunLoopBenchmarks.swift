@@ -17,7 +17,6 @@ func registerRunLoopBenchmarks(_ harness: Harness) {
   // Measure in a multithreaded process (glibc takes single-threaded shortcuts otherwise).
   joinOneThread()
   benchmarkPerformBlock(harness)
-  benchmarkCrossThreadWake(harness)
   benchmarkTimerLateness(harness)
   benchmarkIdleCPU(harness)
 }
@@ -153,6 +152,51 @@ private func runLoopPingPong(roundTrips: Int) -> Double {
   return Double(elapsed) / Double(roundTrips)
 }
 
+/// A plain thread signals a source on a run-loop thread and wakes the loop; the source's
+/// handler answers through a `Semaphore` the plain thread waits on (how a worker thread is
+/// usually driven). Returns ns per round trip.
+private func runLoopSemaphorePingPong(roundTrips: Int) -> Double {
+  final class Shared: @unchecked Sendable {
+    let answer = Sync.Semaphore()
+    let lock = Sync.Lock()
+    var loop: RunLoop::RunLoop?  // protected by lock
+    var source: RunLoopSource?  // protected by lock
+  }
+  let shared = Shared()
+  let ready = Sync.Semaphore()
+  let server: JoinableThread<Void, Never>
+  do {
+    server = try Threads.Thread.spawn { () throws(Never) in
+      PingPongPlacement.pinPartner()
+      let loop = RunLoop::RunLoop.current
+      let source = RunLoopSource(perform: { shared.answer.signal() })
+      loop.add(source, forMode: .default)
+      shared.lock.withLock {
+        shared.loop = loop
+        shared.source = source
+      }
+      ready.signal()
+      loop.run()
+      source.invalidate()
+    }
+  } catch {
+    fatalError("Thread.spawn failed: \(error)")
+  }
+  ready.wait()
+  let (loop, source) = shared.lock.withLock { (shared.loop!, shared.source!) }
+  while !loop.isWaiting { sched_yield() }
+  let start = Harness.now()
+  for _ in 0..<roundTrips {
+    source.signal()
+    loop.wakeUp()
+    shared.answer.wait()
+  }
+  let elapsed = Harness.now() - start
+  loop.stop()
+  server.join()
+  return Double(elapsed) / Double(roundTrips)
+}
+
 private func read1(_ fd: Int32) {
   var value: UInt64 = 0
   while read(fd, &value, 8) != 8 { precondition(errno == EINTR, "read failed") }
@@ -194,7 +238,10 @@ private func eventfdPingPong(roundTrips: Int) -> Double {
   return Double(elapsed) / Double(roundTrips)
 }
 
-private func benchmarkCrossThreadWake(_ harness: Harness) {
+/// Registers the cross-thread wake round trip (a ping-pong row: main.swift measures it in
+/// every placement, see `PingPongPlacement`).
+func registerCrossThreadWakeBenchmarks(_ harness: Harness) {
+  joinOneThread()
   let id = "runloop.cross-thread-wake"
   guard harness.wants(id) else { return }
   PingPongPlacement.withMainPinned { crossThreadWakeRows(harness, id: id) }
@@ -202,17 +249,23 @@ private func benchmarkCrossThreadWake(_ harness: Harness) {
 
 private func crossThreadWakeRows(_ harness: Harness, id: String) {
   let roundTrips = harness.quick ? 50 : 2_000
-  let samples = harness.quick ? 3 : 11
+  let samples = harness.sampleCount(rowDefault: 11)
   _ = runLoopPingPong(roundTrips: roundTrips / 10)  // warm-up
+  _ = runLoopSemaphorePingPong(roundTrips: roundTrips / 10)
   _ = eventfdPingPong(roundTrips: roundTrips / 10)
   var ours: [Double] = []
+  var answered: [Double] = []
   var raw: [Double] = []
   for _ in 0..<samples {  // interleaved
     ours.append(runLoopPingPong(roundTrips: roundTrips))
+    answered.append(runLoopSemaphorePingPong(roundTrips: roundTrips))
     raw.append(eventfdPingPong(roundTrips: roundTrips))
   }
   harness.record(
     id: id, subject: .toolkit("RunLoop (source signal + wakeUp, round trip)"), group: "RunLoop", nanoseconds: ours)
+  harness.record(
+    id: id, subject: .toolkit("RunLoop (signal + wakeUp, answered by Semaphore)"), group: "RunLoop",
+    nanoseconds: answered)
   harness.record(id: id, subject: .peer("raw eventfd ping-pong (round trip)"), group: "RunLoop", nanoseconds: raw)
 }
 

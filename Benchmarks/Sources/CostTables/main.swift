@@ -9,14 +9,43 @@ let registrations: [(Harness) -> Void] = [
   registerMutexBenchmarks,
   registerAtomicBenchmarks,
   registerLockBenchmarks,
-  registerHandOffBenchmarks,
+  registerPingPongBenchmarks,
   registerOnceBenchmarks,
   registerSynchronizedBenchmarks,
   registerThreadBenchmarks,
   registerRunLoopBenchmarks,
-  registerPortBenchmarks,
   registerScalingBenchmarks,
 ]
+
+/// The ping-pong rows in each placement the options ask for: unpinned first (the headline,
+/// what users get: `PingPongPlacement.unpinnedRuns` runs in one report, each row's median of
+/// the runs' medians with the worst run as its max), then the pinned references under ids
+/// ending in "@two-cpus" and "@one-cpu".
+func registerPingPongBenchmarks(_ harness: Harness) {
+  // The rows whose two threads hand work back and forth (condition hand-off, semaphore
+  // ping-pong, run-loop wake, port and perform round trips). Where the scheduler puts the
+  // two threads decides these figures as much as the code does.
+  let pingPongRegistrations: [(Harness) -> Void] = [
+    registerHandOffBenchmarks,
+    registerCrossThreadWakeBenchmarks,
+    registerPortBenchmarks,
+  ]
+  for placement in PingPongPlacement.placements {
+    PingPongPlacement.mode = placement
+    harness.idSuffix = placement.idSuffix
+    defer { harness.idSuffix = "" }
+    if placement == .unpinned {
+      harness.repeatedRuns(
+        harness.quick ? 2 : PingPongPlacement.unpinnedRuns, samplesPerRun: 5,
+        reference: (id: "runloop.cross-thread-wake", subject: .peer("raw eventfd ping-pong (round trip)"))
+      ) {
+        for register in pingPongRegistrations { register(harness) }
+      }
+    } else {
+      for register in pingPongRegistrations { register(harness) }
+    }
+  }
+}
 
 /// Prints to stderr (errors must not mix into a report piped to a file).
 func printError(_ text: String) {
@@ -45,11 +74,14 @@ let costTablesUsage = """
     --from-json FILE     do not measure: report (and chart) the rows of an earlier run
     --progress           print each benchmark id on stderr as it finishes (default when
                          stderr is a terminal)
-    --ping-pong-placement two-cpus|one-cpu|unpinned
-                         where the two threads of hand-off and round-trip rows run:
-                         two-cpus (default) pins them to two different CPUs, one-cpu to the
-                         same CPU (the toolkit's own overhead weighs most), unpinned leaves
-                         them to the scheduler (which moves them: noisy)
+    --ping-pong-placement all|unpinned|two-cpus|one-cpu
+                         where the two threads of hand-off and round-trip rows run: all
+                         (default) measures them unpinned (left to the scheduler, as users
+                         run them: the headline, 10 runs in one report, median of the runs'
+                         medians and the worst run) and then pinned to two different CPUs
+                         (ids ending "@two-cpus") and to one CPU ("@one-cpu", where the
+                         toolkit's own overhead weighs most); any other value measures only
+                         that placement
     --help               this text
 
   Build and run in release mode:  scripts/cost-tables (swift run -c release --package-path Benchmarks cost-tables)
@@ -88,11 +120,14 @@ struct CostTablesOptions {
       case "--filter": filter = value(for: argument)
       case "--ping-pong-placement":
         let name = value(for: argument)
-        guard let mode = PingPongPlacement.Mode(rawValue: name) else {
-          printError("cost-tables: --ping-pong-placement takes two-cpus, one-cpu or unpinned, not \(name)\n")
+        if name == "all" {
+          PingPongPlacement.placements = PingPongPlacement.Mode.allCases
+        } else if let mode = PingPongPlacement.Mode(rawValue: name) {
+          PingPongPlacement.placements = [mode]
+        } else {
+          printError("cost-tables: --ping-pong-placement takes all, unpinned, two-cpus or one-cpu, not \(name)\n")
           exit(2)
         }
-        PingPongPlacement.mode = mode
       case "--help", "-h":
         print(costTablesUsage)
         exit(0)
