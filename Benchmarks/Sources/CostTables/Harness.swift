@@ -238,7 +238,8 @@ final class Harness {
   /// so one unlucky run (the scheduler settling two ping-pong threads on two CPUs, say)
   /// shows as a worst run instead of deciding the row. Each toolkit row's method also lists
   /// its ratio, run by run, to `reference` (a peer row measured in every run).
-  func repeatedRuns(_ runs: Int, samplesPerRun: Int, reference: (id: String, subject: Subject), _ register: () -> Void) {
+  func repeatedRuns(_ runs: Int, samplesPerRun: Int, reference: (id: String, subject: Subject), _ register: () -> Void)
+  {
     let start = rows.count
     let previousOverride = sampleCountOverride
     sampleCountOverride = samplesPerRun
