@@ -187,8 +187,10 @@ extension RunLoop {
   /// in, so timer changes from other threads take effect without a wake-up. Called with
   /// `lock` held.
   func rearmIfSleeping() {
-    guard isSleeping, let activation = activations.last else { return }
-    let wakeAt = min(activation.mode.earliestWakeDeadline(), currentRunDeadline)
+    // Asleep in a run, or handed to the `pollDescriptor` between `runDueWork` calls (no run
+    // active, so `currentRunDeadline` is the distant future).
+    guard isSleeping, let mode = activations.last?.mode ?? parkedMode else { return }
+    let wakeAt = min(mode.earliestWakeDeadline(), currentRunDeadline)
     if sleepsOnFutex {
       // A futex sleep has no instant to wake at: if there is one now, the loop must wake
       // and sleep again in epoll with the timerfd armed.

@@ -78,6 +78,8 @@ extension RunLoop {
     // run in between. (Once this check passed, the handler's wake-up ends the run.)
     if isExitRequested || Thread.current.isExitRequested { return .stopped }
     let start: (Activation, MonotonicInstant, UInt)? = lock.withLock {
+      // Handed to the poll descriptor by `runDueWork`: this run takes the loop back.
+      unparkFromForeignLoop()
       guard let items = mode == .default ? defaultItems : modes[mode], !isEmpty(items) else { return nil }
       let activation = Activation(mode: items)
       let previousDeadline = currentRunDeadline

@@ -142,6 +142,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   static let exitRequested: UInt32 = 32
   /// How the loop sleeps right now (meaningful while `isSleeping`). Protected by `lock`.
   var sleepsOnFutex = false
+  /// The mode whose timers arm the timerfd while the loop is handed to its `pollDescriptor`
+  /// between two `runDueWork` calls (asleep in epoll with no run active); nil otherwise.
+  /// Protected by `lock`.
+  var parkedMode: ModeItems?
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
   var armedDeadline: MonotonicInstant = .distantFuture
