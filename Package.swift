@@ -64,5 +64,13 @@ let package = Package(
       path: "Examples/PerformOnMain",
       swiftSettings: strict
     ),
+    // @MainActor code on the real main thread (MainRunLoopExecutor), with a timer and an actor
+    // pinned to a worker run-loop thread; ExampleTests runs it as a child process.
+    .executableTarget(
+      name: "MainActorOnRunLoopExample",
+      dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync"],
+      path: "Examples/MainActorOnRunLoop",
+      swiftSettings: strict
+    ),
   ]
 )

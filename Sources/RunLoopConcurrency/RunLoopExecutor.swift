@@ -73,6 +73,11 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// The loop thread's `tk_thread_identity()` (never reused by a later thread), or 0 until
   /// the loop's thread first ran a job or the start-up probe.
   private let owner = AtomicInteger<UInt64>(0)
+  /// The executor the jobs run as (`runSynchronously(on:)`): nil for this one; the main
+  /// executor that forwards its jobs here sets itself, so the runtime sees the jobs on the
+  /// main actor's executor. Written once, before the first job is enqueued (the enqueue's
+  /// lock orders the write before `drain` reads it).
+  var jobExecutor: UnownedSerialExecutor?
 
   /// Creates an executor whose jobs `runLoop`'s thread runs during its passes in `modes`.
   /// Callable from any thread; never blocks.
@@ -144,7 +149,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       owner.store(tk_thread_identity(), ordering: .releasing)
     }
     var budget = lock.withLock { queue.count }
-    let unownedExecutor = asUnownedSerialExecutor()
+    let unownedExecutor = jobExecutor ?? asUnownedSerialExecutor()
     while budget > 0 {
       lock.lock()
       let next = queue.popHighest()

@@ -3,9 +3,10 @@
 #endif
 
 /// Runs an example program of this package (an executable target built beside the test
-/// binary, in the same build directory) as a child process and returns its exit status and
-/// standard output; nil when the program is not there (the build did not make it).
-func runExampleProgram(_ name: String) -> (status: Int32, output: String)? {
+/// binary, in the same build directory) as a child process with `arguments` and returns its
+/// exit status and standard output; nil when the program is not there (the build did not
+/// make it).
+func runExampleProgram(_ name: String, arguments: [String] = []) -> (status: Int32, output: String)? {
   var exe = [CChar](repeating: 0, count: 4096)
   let length = readlink("/proc/self/exe", &exe, exe.count - 1)
   guard length > 0 else { return nil }
@@ -22,7 +23,7 @@ func runExampleProgram(_ name: String) -> (status: Int32, output: String)? {
   posix_spawn_file_actions_adddup2(&actions, ends[1], 1)
   posix_spawn_file_actions_addclose(&actions, ends[0])
   var pid: pid_t = 0
-  let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
+  let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path)] + arguments.map { strdup($0) } + [nil]
   defer { for argument in argv { free(argument) } }
   let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
   close(ends[1])
