@@ -219,47 +219,64 @@ final class MainRunLoopMainExecutor: MainExecutor, @unchecked Sendable {
 /// The default executor of ``MainRunLoopExecutor/SleepTimers/runLoopThread``: forwards jobs
 /// to the platform's default executor, and holds delayed jobs (`Task.sleep`'s wake-ups) in
 /// run-loop timers on one thread of its own, handing each to the platform's executor when
-/// due.
+/// due. Releasing it stops and joins that thread, dropping sleeps still pending (the installed
+/// one lives as long as the process; tests release theirs once their sleeps are over).
 final class RunLoopSleepTimerExecutor: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
-  // @unchecked: `platform` is an executor (thread-safe); the timer thread's handle is only
-  // kept; `timerScheduledForTesting` is written before the executor is used.
-  let platform: any TaskExecutor
-  /// The timer thread's run loop.
-  let timers: RunLoop
+  // @unchecked: the scheduler is thread-safe; the thread's handle is only kept.
+  let scheduler: SleepTimerScheduler
   private let timerThread: TimerThreadHandle
-  /// Test seam, nil outside tests: sees each timer before it is added.
-  var timerScheduledForTesting: (@Sendable (RunLoopTimer) -> Void)?
 
   /// Starts the timer thread. Blocks until it runs.
   init(forwardingTo platform: any TaskExecutor) throws(ThreadStartError) {
-    self.platform = platform
     let thread = try RunLoopThread.start(name: "sleep timers")
-    timers = thread.runLoop
+    scheduler = SleepTimerScheduler(platform: platform, timers: thread.runLoop)
     timerThread = TimerThreadHandle(thread)
   }
 
+  /// Forwarding to the platform's default executor.
+  convenience init() throws(ThreadStartError) {
+    try self.init(forwardingTo: PlatformExecutorFactory.defaultExecutor)
+  }
+
   func enqueue(_ job: consuming ExecutorJob) {
-    platform.enqueue(job)
+    scheduler.platform.enqueue(job)
   }
 
   func enqueue<C: Clock>(_ job: consuming ExecutorJob, after delay: C.Duration, tolerance: C.Duration?, clock: C) {
     guard clock is ContinuousClock || clock is SuspendingClock else {
-      platformScheduling.enqueue(job, after: delay, tolerance: tolerance, clock: clock)
+      scheduler.platformScheduling.enqueue(job, after: delay, tolerance: tolerance, clock: clock)
       return
     }
-    schedule(UnownedJob(job), at: clock.now.advanced(by: delay), tolerance: tolerance, clock: clock)
+    scheduler.schedule(UnownedJob(job), at: clock.now.advanced(by: delay), tolerance: tolerance, clock: clock)
   }
 
   func enqueue<C: Clock>(_ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
     guard clock is ContinuousClock || clock is SuspendingClock else {
-      platformScheduling.enqueue(job, at: instant, tolerance: tolerance, clock: clock)
+      scheduler.platformScheduling.enqueue(job, at: instant, tolerance: tolerance, clock: clock)
       return
     }
-    schedule(UnownedJob(job), at: instant, tolerance: tolerance, clock: clock)
+    scheduler.schedule(UnownedJob(job), at: instant, tolerance: tolerance, clock: clock)
+  }
+}
+
+/// The timers of a ``RunLoopSleepTimerExecutor`` (what their blocks capture: not the thread's
+/// handle, so a timer never keeps the thread from being joined).
+final class SleepTimerScheduler: @unchecked Sendable {
+  // @unchecked: `platform` is an executor and `timers` a run loop (both thread-safe);
+  // `timerScheduledForTesting` is written before the executor is used.
+  let platform: any TaskExecutor
+  /// The timer thread's run loop.
+  let timers: RunLoop
+  /// Test seam, nil outside tests: sees each timer before it is added.
+  var timerScheduledForTesting: (@Sendable (RunLoopTimer) -> Void)?
+
+  init(platform: any TaskExecutor, timers: RunLoop) {
+    self.platform = platform
+    self.timers = timers
   }
 
   /// The platform executor's own scheduling, for clocks this executor does not time.
-  private var platformScheduling: any SchedulingExecutor {
+  var platformScheduling: any SchedulingExecutor {
     guard let scheduling = platform as? any SchedulingExecutor else {
       concurrencyMisuse("RunLoopSleepTimerExecutor", "the platform's default executor schedules no delayed jobs")
     }
@@ -271,8 +288,10 @@ final class RunLoopSleepTimerExecutor: TaskExecutor, SchedulingExecutor, @unchec
   /// from now: `clock.now` is read first, so the monotonic wait covers at least that duration
   /// of `clock` (the continuous clock also counts suspension, so it runs at least as fast).
   /// When it fires, `clock` is asked again; a job still early (a clock running faster than
-  /// the monotonic one) gets a new timer for the rest.
-  private func schedule<C: Clock>(_ job: UnownedJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
+  /// the monotonic one) gets a new timer for the rest. Due, the job goes to the platform's
+  /// executor, as the platform's own timers hand it over (a sleep's job only resumes the
+  /// sleeping task, which then returns to its actor's executor).
+  func schedule<C: Clock>(_ job: UnownedJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
     let remaining = clock.now.duration(to: instant)
     let delay = (remaining as? Duration) ?? .zero
     let slack = max((tolerance as? Duration) ?? .zero, .zero)
