@@ -119,7 +119,8 @@ actor Tally {
     let value: Int = await withCheckedContinuation { continuation in
       sensorLoop.performAndWakeUp { continuation.resume(returning: 7) }
     }
-    Report.check(value == 7 && Thread.isMainThread, "back on the main thread after a continuation resumed from another thread")
+    Report.check(
+      value == 7 && Thread.isMainThread, "back on the main thread after a continuation resumed from another thread")
 
     let fromDetached = await Task.detached { await isOnMainThread() }.value
     Report.check(fromDetached, "a @MainActor function called from a detached task runs on the main thread")

@@ -19,10 +19,10 @@
 //   runtime force-unwrap the default executor's scheduling conformance: a default executor
 //   of a factory must be a `SchedulingExecutor`.
 
-@_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 import RunLoop
 import Sync
 import Threads
+@_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 
 #if canImport(Glibc)
   import Glibc
@@ -106,7 +106,8 @@ public enum MainRunLoopExecutor {
       concurrencyMisuse("MainRunLoopExecutor", "install() called off the main thread (\(Thread.current))")
     }
     if installed.load(ordering: .acquiring) {
-      concurrencyMisuse("MainRunLoopExecutor", "install() called twice (the main executor is installed once per process)")
+      concurrencyMisuse(
+        "MainRunLoopExecutor", "install() called twice (the main executor is installed once per process)")
     }
     let platform = PlatformExecutorFactory.defaultExecutor
     let defaultExecutor: any TaskExecutor
