@@ -32,11 +32,18 @@ enum Report {
     if !condition { _ = failures.fetchAdd(1, ordering: .relaxed) }
   }
 
-  /// Exits 0 when every check passed, 1 otherwise (on the main thread: output is flushed).
-  static func finish() -> Never {
+  /// Prints the summary, and exits 1 (on the main thread: output is flushed) when a check
+  /// failed.
+  static func summarize() {
     let failed = failures.load(ordering: .relaxed)
     print(failed == 0 ? "all checks passed" : "\(failed) check(s) failed")
-    exit(failed == 0 ? 0 : 1)
+    if failed != 0 { exit(1) }
+  }
+
+  /// Prints the summary and exits: 0 when every check passed, 1 otherwise.
+  static func finish() -> Never {
+    summarize()
+    exit(0)
   }
 }
 
@@ -202,10 +209,10 @@ enum ForeignLoop {
     let sensorLoop = sensorThread.runLoop
     if arguments.contains("--foreign-loop") { ForeignLoop.run(sensorLoop: sensorLoop) }
     // The usual shape: one call installs the switch and runs the main run loop until the
-    // @MainActor body returns, then exits.
+    // @MainActor body returns, then exits with status 0.
     MainRunLoopExecutor.runMain {
       await Demo.run(sensorLoop: sensorLoop)
-      Report.finish()
+      Report.summarize()
     }
   }
 }

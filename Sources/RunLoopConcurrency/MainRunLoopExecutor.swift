@@ -137,14 +137,13 @@ public enum MainRunLoopExecutor {
       message.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
       exit(1)
     }
-    let done = AtomicBool(false)
+    // The runtime's own entry points of the main executor: `run()` until `stop()`.
+    let mainExecutor = MainRunLoopExecutorFactory.installing.withLock { $0! }.main
     Task { @MainActor in
       await body()
-      done.store(true, ordering: .releasing)
+      mainExecutor.stop()
     }
-    while !done.load(ordering: .acquiring) {
-      _ = RunLoop.main.run(mode: .default, before: .distantFuture, returnAfterSourceHandled: true)
-    }
+    mainExecutor.run()
     exit(0)
   }
 
@@ -193,13 +192,13 @@ final class MainRunLoopMainExecutor: MainExecutor, @unchecked Sendable {
 
   /// Runs the main run loop (default mode) until `stop()`. Main thread only (the run loop
   /// stops the process otherwise). What the drain of an `async` main calls.
-  func run() throws {
-    try runUntil { false }
+  func run() {
+    runUntil { false }
   }
 
   /// Runs the main run loop (default mode) until `condition` holds, checked after each
   /// handled source (a batch of jobs is one), or until `stop()`.
-  func runUntil(_ condition: () -> Bool) throws {
+  func runUntil(_ condition: () -> Bool) {
     while !condition() {
       if stopRequested.exchange(false, ordering: .acquiring) { return }
       _ = RunLoop.main.run(mode: .default, before: .distantFuture, returnAfterSourceHandled: true)
