@@ -79,8 +79,10 @@ extension RunLoop {
     if activations.contains(where: { isEmpty($0.mode) }) { wakeUp() }
   }
 
-  /// Whether the loop is asleep waiting for an event. Meant for other threads (is it worth
-  /// waking?); about your own thread's loop it is always false. (`CFRunLoopIsWaiting`)
+  /// Whether the loop is asleep waiting for an event (also between two ``runDueWork(mode:)``
+  /// calls, when a foreign loop waits on ``pollDescriptor`` for it). Meant for other threads
+  /// (is it worth waking?); about your own thread's loop it is false while a run is active.
+  /// (`CFRunLoopIsWaiting`)
   public var isWaiting: Bool {
     lock.withLock { isSleeping }
   }
