@@ -28,6 +28,7 @@ func registerPingPongBenchmarks(_ harness: Harness) {
   let pingPongRegistrations: [(Harness) -> Void] = [
     registerHandOffBenchmarks,
     registerCrossThreadWakeBenchmarks,
+    registerEmbeddingBenchmarks,
     registerPortBenchmarks,
   ]
   for placement in PingPongPlacement.placements {

@@ -46,7 +46,10 @@ extension RunLoop {
   /// It wakes exactly when the loop would wake from its own sleep: a block queued with
   /// plain ``perform(inModes:_:)`` or a source signalled with ``RunLoopSource/signal()``
   /// (neither wakes a loop) waits for the next call, as it waits for the next pass in a
-  /// loop's own run.
+  /// loop's own run. A wake-up asks the loop to re-check its own work: one that arrives while
+  /// ``runDueWork(mode:)`` runs is answered by that call, which looks for work left before it
+  /// arms the descriptor again; it does not make the descriptor readable for state the loop
+  /// does not hold (hand such a change to the loop as a block or a source signal).
   ///
   /// Poll it for reading only (`POLLIN`/`EPOLLIN`, level-triggered is fine); never read it,
   /// close it, or add it to the loop's own epoll set. It stays open as long as the run loop
