@@ -165,6 +165,28 @@ enum ForeignLoop {
     source.invalidate()
   }
 
+  @Test func messagesSentToAPortFromAnotherThreadAreDelivered() {
+    let received = Recorder<Int32>()
+    let port = Port()
+    port.setHandler { message in received.append(message.msgid) }
+    let failure = Box<PortError?>(nil)
+    let report = ForeignLoop.drive(
+      setup: { loop in loop.add(port, forMode: .default) },
+      finished: { received.count == 3 },
+      whileDriven: { loop in
+        waitUntil { loop.isWaiting }
+        do throws(PortError) {
+          for id in Int32(1)...3 { try port.send(PortMessage(msgid: id), timeout: .seconds(20)) }
+        } catch {
+          failure.value = error
+        }
+      })
+    #expect(failure.value == nil)
+    #expect(report.timedOutPolls == 0)
+    #expect(received.snapshot == [1, 2, 3])
+    port.invalidate()
+  }
+
   @Test func workLeftByAPassMakesTheDescriptorReadableAgain() {
     let ran = Recorder<Int>()
     /// Queues a plain block (which wakes nothing) that records `step` and queues the next:
