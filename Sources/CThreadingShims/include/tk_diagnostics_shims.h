@@ -1,0 +1,31 @@
+// The diagnostics switches (Sync's `Diagnostics`): one word in static memory, so the check
+// a toolkit path makes ("is this diagnostic on?") is one relaxed load inlined into Swift,
+// with no lazy initializer in front of it (a fork racing a lazy initializer could leave it
+// unfinished in the child).
+#ifndef TK_DIAGNOSTICS_SHIMS_H
+#define TK_DIAGNOSTICS_SHIMS_H
+
+#include <stdint.h>
+
+/// The switches word; zero (undecided, everything off) at load time. Defined once, in
+/// diagnostics_shims.c. Read and written only through the functions below and Sync's
+/// atomics.
+extern uint32_t tk_diagnostics_switches_word;
+
+/// The word's address, for Sync's atomic read-modify-writes.
+static inline uint32_t *tk_diagnostics_switches(void) { return &tk_diagnostics_switches_word; }
+
+/// One relaxed load of the word: what every diagnostics check costs.
+static inline uint32_t tk_diagnostics_load_switches(void) {
+  return __atomic_load_n(&tk_diagnostics_switches_word, __ATOMIC_RELAXED);
+}
+
+/// Numeric options of the diagnostics (Sync's `Diagnostics` gives each a slot: slot 0 is the
+/// stall threshold in nanoseconds; the other slots are free for later options). Zero at
+/// load time, meaning "the default". Accessed only through Sync's atomics.
+extern uint64_t tk_diagnostics_option_words[8];
+
+/// The address of option slot `index` (0...7).
+static inline uint64_t *tk_diagnostics_option(int index) { return &tk_diagnostics_option_words[index]; }
+
+#endif

@@ -1,0 +1,242 @@
+import CThreadingShims
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The toolkit's run-time diagnostics: detectors that watch the toolkit's own primitives and
+/// report what they find (a run-loop callback that stalls its loop, ...), each switched on
+/// or off while the program runs, and costing one relaxed load of a global word on the
+/// paths that check them when off.
+///
+/// Every detector is a ``Kind`` with a ``Mode``: ``Mode/off`` (the default),
+/// ``Mode/report`` (each ``Finding`` goes to ``reportHandler``, by default one line per
+/// finding on standard error with indented detail lines), or ``Mode/stop`` (report, then
+/// stop the process: a watchdog for a shipped binary or a test run). Today's kinds:
+/// - ``Kind/stalls``: a run-loop callback (timer, source, observer, queued block, executor
+///   jobs) that has run longer than ``stallThreshold`` is reported while it still runs,
+///   naming the loop's thread, the mode and the item; a second report gives its total when
+///   it returns. A monitor thread, started when the first loop runs a callback with stalls
+///   on, scans the loops.
+///
+/// Run-loop metrics (`RunLoop.metrics` in the RunLoop module) are not findings: each loop
+/// switches them on with `metricsEnabled`; ``collectsRunLoopMetrics`` switches them on for
+/// every loop created afterwards.
+///
+/// **Turning it on.** By API at any time (``setMode(_:for:)``, ``stallThreshold``,
+/// ``collectsRunLoopMetrics``), or without rebuilding through the environment variable
+/// `THREADING_TOOLKIT_DIAGNOSTICS` (``environmentVariable``), read once, at the first
+/// diagnostics check of the process; settings made by API apply on top of it. Its value is
+/// a comma-separated list of items, without spaces:
+///
+/// | item | meaning |
+/// |---|---|
+/// | `KIND` | the kind (for example `stalls`) reports: the same as `KIND=report` |
+/// | `KIND=report`, `KIND=stop`, `KIND=off` | the kind's ``Mode`` |
+/// | `all`, `all=MODE` | every kind |
+/// | `metrics` | ``collectsRunLoopMetrics``: every run loop collects metrics from its creation |
+/// | `stall-ms=N` | ``stallThreshold`` of `N` milliseconds (a positive integer) |
+///
+/// Later items override earlier ones. Any other value (an unknown name, a bad number, an
+/// empty item) stops the process with a message naming the variable, as
+/// `THREADING_TOOLKIT_CHECKS` does: a typo must not silently disable a diagnostic.
+///
+/// ```swift
+/// // From the shell:
+/// //   THREADING_TOOLKIT_DIAGNOSTICS=stalls,stall-ms=50,metrics ./server
+///
+/// // Or in code:
+/// Diagnostics.stallThreshold = .milliseconds(50)
+/// Diagnostics.setMode(.report, for: .stalls)
+/// Diagnostics.reportHandler = { finding in log.warning("\(finding)") }
+/// ```
+///
+/// **Adding a detector** (for toolkit contributors): give it a ``Kind`` with the next free
+/// index and list it in ``Kind/all`` (the environment parser and `all` pick it up from
+/// there); its checks call ``isOn(_:)`` (one relaxed load) and hand what they find to
+/// ``report(_:)``, never with a toolkit lock held (the handler is user code). A numeric
+/// option takes a free slot of the options block (see `OptionSlot`) and a line in the
+/// environment parser.
+public enum Diagnostics {
+  /// What a detector does with what it finds.
+  public enum Mode: Hashable, Sendable, CustomStringConvertible {
+    /// The detector does not run (its checks cost one relaxed load).
+    case off
+    /// Each finding goes to ``Diagnostics/reportHandler``; the program goes on.
+    case report
+    /// Each finding goes to ``Diagnostics/reportHandler``, then the process stops with a
+    /// message repeating the finding's summary.
+    case stop
+
+    /// `"off"`, `"report"` or `"stop"`: the spelling the environment variable takes.
+    public var description: String {
+      switch self {
+      case .off: "off"
+      case .report: "report"
+      case .stop: "stop"
+      }
+    }
+
+    @usableFromInline
+    var bits: UInt32 {
+      switch self {
+      case .off: 0
+      case .report: 1
+      case .stop: 2
+      }
+    }
+
+    @usableFromInline
+    init(bits: UInt32) {
+      switch bits {
+      case 1: self = .report
+      case 2: self = .stop
+      default: self = .off
+      }
+    }
+  }
+
+  /// One detector.
+  public struct Kind: Hashable, Sendable, CustomStringConvertible {
+    /// The kind's name in reports and in the environment variable (`"stalls"`).
+    public let name: String
+    /// Its two bits in the switches word start at `index * 2`.
+    @usableFromInline
+    let index: UInt32
+
+    @usableFromInline
+    init(name: String, index: UInt32) {
+      self.name = name
+      self.index = index
+    }
+
+    /// Run-loop callbacks that run longer than ``Diagnostics/stallThreshold``.
+    @inlinable
+    public static var stalls: Kind { Kind(name: "stalls", index: 0) }
+
+    /// Every kind, in index order (what `all` in the environment variable switches).
+    public static var all: [Kind] { [.stalls] }
+
+    /// The name.
+    public var description: String { name }
+  }
+
+  /// The name of the environment variable read once, at the first diagnostics check.
+  public static let environmentVariable = "THREADING_TOOLKIT_DIAGNOSTICS"
+
+  // MARK: The switches
+
+  /// The switches word (C static storage, zero at load): two bits per kind from bit 0
+  /// (`Mode.bits`), `metricsBit`, and `decidedBit` once the environment was read. Every
+  /// access is atomic and relaxed: the word publishes nothing but itself.
+  static let decidedBit: UInt32 = 1 << 31
+  static let metricsBit: UInt32 = 1 << 30
+
+  /// The switches, the environment applied: one relaxed load once decided (the first call
+  /// of the process reads the environment).
+  @inlinable
+  @inline(__always)
+  static func switches() -> UInt32 {
+    let word = tk_diagnostics_load_switches()
+    // `decidedBit`, spelled as a literal so the inlined check needs no global's accessor.
+    if word & 0x8000_0000 != 0 { return word }
+    return decideFromEnvironment()
+  }
+
+  /// Whether `kind` is on (reports or stops): the check a toolkit path makes, one relaxed
+  /// load of a global word.
+  @inlinable
+  @inline(__always)
+  public static func isOn(_ kind: Kind) -> Bool {
+    switches() & (3 << (kind.index * 2)) != 0
+  }
+
+  /// The mode of `kind` now. The first call of the process reads the environment variable.
+  public static func mode(of kind: Kind) -> Mode {
+    Mode(bits: (switches() >> (kind.index * 2)) & 3)
+  }
+
+  /// Sets the mode of `kind`, from any thread, at any time; effective for the checks that
+  /// follow (a callback already running when stalls are switched on is not watched).
+  public static func setMode(_ mode: Mode, for kind: Kind) {
+    let shift = kind.index * 2
+    update { ($0 & ~(3 << shift)) | (mode.bits << shift) }
+  }
+
+  /// Whether run loops created from now on collect metrics from their creation (their
+  /// `metricsEnabled` starts true). Off by default; `metrics` in the environment variable
+  /// switches it on. Loops created earlier keep their setting.
+  public static var collectsRunLoopMetrics: Bool {
+    get { switches() & metricsBit != 0 }
+    set { update { newValue ? $0 | metricsBit : $0 & ~metricsBit } }
+  }
+
+  /// How long one run-loop callback may run before ``Kind/stalls`` reports it: 250 ms by
+  /// default (what Apple's tools call a hang); `stall-ms=N` in the environment variable sets
+  /// it. Values below one millisecond are raised to one millisecond. The stall monitor
+  /// picks up a change within its current scan interval.
+  public static var stallThreshold: Duration {
+    get {
+      _ = switches()
+      let stored = UInt64.atomicLoad(at: OptionSlot.stallThreshold.pointer, ordering: .relaxed)
+      return stored == 0 ? defaultStallThreshold : .nanoseconds(Int64(stored))
+    }
+    set {
+      _ = switches()
+      let floor = Duration.milliseconds(1)
+      let value = newValue < floor ? floor : newValue
+      UInt64.atomicStore(
+        UInt64(MonotonicInstant.nanoseconds(of: value)), at: OptionSlot.stallThreshold.pointer, ordering: .relaxed)
+    }
+  }
+
+  /// ``stallThreshold``'s default.
+  public static let defaultStallThreshold = Duration.milliseconds(250)
+
+  /// The numeric options' slots in C static storage (eight 64-bit words, zero meaning "the
+  /// default"). Relaxed accesses: each option is read on its own, by the detector using it.
+  enum OptionSlot: Int32 {
+    /// ``stallThreshold`` in nanoseconds.
+    case stallThreshold = 0
+
+    var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
+  }
+
+  /// Applies `change` to the decided switches word (a compare-and-swap loop).
+  static func update(_ change: (UInt32) -> UInt32) {
+    var current = switches()
+    while true {
+      let desired = change(current) | decidedBit
+      // Relaxed: the word publishes nothing but itself.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: desired, at: tk_diagnostics_switches(), ordering: .relaxed)
+      if seen == current { return }
+      current = seen
+    }
+  }
+
+  /// Reads the environment variable and decides the word (the first check of the process).
+  /// Two first checks may race: both parse the same value, the first to store wins.
+  @usableFromInline
+  @inline(never)
+  static func decideFromEnvironment() -> UInt32 {
+    var decided = decidedBit
+    if let raw = getenv(environmentVariable) {
+      let text = String(cString: raw)
+      switch parse(text) {
+      case .success(let settings):
+        decided |= settings.switches
+        if let threshold = settings.stallThreshold {
+          UInt64.atomicStore(
+            UInt64(MonotonicInstant.nanoseconds(of: threshold)), at: OptionSlot.stallThreshold.pointer,
+            ordering: .relaxed)
+        }
+      case .failure(let problem):
+        reportMisuse("Diagnostics", "\(environmentVariable)=\(text): \(problem.message)")
+      }
+    }
+    let previous = UInt32.atomicCompareExchange(
+      expected: 0, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
+    return previous == 0 ? decided : previous
+  }
+}
