@@ -93,6 +93,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     let box = WeakExecutor()
     source = RunLoopSource(
       order: 0,
+      name: "RunLoopExecutor jobs",
       cancel: { _, _ in box.executor?.loopDroppedSource() },
       perform: { box.executor?.drain() })
     box.executor = self

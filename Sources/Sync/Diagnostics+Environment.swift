@@ -7,6 +7,9 @@ extension Diagnostics {
     /// `stall-ms=N`, if given.
     package var stallThreshold: Duration? = nil
 
+    /// Nothing on, no option given.
+    package init() {}
+
     /// The mode the settings give `kind`.
     package func mode(of kind: Kind) -> Mode {
       Mode(bits: (switches >> (kind.index * 2)) & 3)

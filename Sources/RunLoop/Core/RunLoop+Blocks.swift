@@ -84,7 +84,7 @@ extension RunLoop {
     var kept: [QueuedBlock] = []
     for item in queued {
       if item.runs(in: mode.name, commonModes: common) {
-        item.block()
+        run(item, in: mode)
       } else {
         kept.append(item)
       }

@@ -91,10 +91,13 @@ extension RunLoop {
     }
     guard let (activation, previousDeadline, entryMask) = start else { return .finished }
     let items = activation.mode
+    // A run nested in a callback: that callback is not stalling the loop meanwhile.
+    let suspended = diagnostics.suspendCallbackRecord()
     if entryMask & RunLoopActivity.entry.rawValue != 0 { notify(.entry, items) }
     let (result, exitMask) = runPasses(
       activation, deadline: deadline, returnAfterSourceHandled: returnAfterSourceHandled)
     if exitMask & RunLoopActivity.exit.rawValue != 0 { notify(.exit, items) }
+    diagnostics.resumeCallbackRecord(suspended)
     lock.withLock {
       activations.removeLast()
       currentRunDeadline = previousDeadline
@@ -139,6 +142,7 @@ extension RunLoop {
     let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
     var firstPass = true
     while true {
+      diagnostics.passWillStart()
       // Top of the pass: from here on a wake-up must end the coming sleep.
       let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
         activation.ignoresWakeUps = false
@@ -216,7 +220,7 @@ extension RunLoop {
       }
       if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
       if !after.due.isEmpty {
-        for timer in after.due { timer.fireIfDue() }
+        for timer in after.due { fire(timer, in: mode) }
         // Their fire dates moved (or they ended): schedule them again, in the loop that owns
         // each now (a callback may have moved its timer to another run loop).
         var moved: [(RunLoopTimer, RunLoop)] = []
@@ -263,7 +267,7 @@ extension RunLoop {
       guard mode.observerMask & activity.rawValue != 0 else { return [] }
       return mode.observers.filter { $0.activities.contains(activity) }
     }
-    for observer in observers { observer.fire(activity) }
+    for observer in observers { fire(observer, activity, in: mode) }
   }
 
   /// Fires the signalled sources of `mode`, lower order first, equal orders in the order
@@ -294,12 +298,12 @@ extension RunLoop {
       }
       return (nil, ready, listed)
     }
-    if let claimed { return claimed.fire() }
+    if let claimed { return fire(claimed, in: mode) }
     if candidates.isEmpty { return false }
     var handled = false
     for source in candidates {
       // A descriptor drained since it was reported runs no handler and does not count.
-      if source.claimSignal() && source.fire() {
+      if source.claimSignal() && fire(source, in: mode) {
         handled = true
         if onlyOne { break }
       }
@@ -394,6 +398,7 @@ extension RunLoop {
       state = wakeState.load(ordering: .full)
     }
     let count: Int
+    let sleepStart = diagnostics.sleepWillBegin()
     if plan == .sleepOnFutex {
       // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
       // changed; a spurious return only costs a pass.
@@ -402,6 +407,7 @@ extension RunLoop {
     } else {
       count = backend.wait(block: true)
     }
+    diagnostics.sleepDidEnd(sleepStart)
     let ended = wakeState.fetchAnd(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
     if ended & RunLoop.wakeUpPending != 0 { consumedWakeUp = true }
     return count

@@ -183,6 +183,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)
 
+  /// Metrics counters and the stall record (`Diagnostics/`).
+  let diagnostics = LoopDiagnostics(metrics: Diagnostics.collectsRunLoopMetrics)
+
   init(ownerTag: UInt64) throws(SystemCallError) {
     backend = try EpollBackend()
     self.ownerTag = AtomicInteger(ownerTag)

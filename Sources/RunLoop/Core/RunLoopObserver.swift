@@ -43,11 +43,25 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
   /// Protected by `lock`.
   var callback: (@Sendable (RunLoopObserver, RunLoopActivity) -> Void)?
 
-  /// Creates an observer for `activities`, called with itself and the activity.
+  /// The name diagnostics give the observer (stall reports): given at creation, or else
+  /// where it was created (`#fileID:#line`, for example `"App/Frames.swift:42"`). Immutable.
+  public var name: String { ItemName.text(explicitName, creationFile, creationLine) }
+  /// The name given at creation, if any.
+  let explicitName: String?
+  /// Where the observer was created (`#fileID`, `#line` of the initializer's caller).
+  let creationFile: StaticString
+  let creationLine: UInt
+
+  /// Creates an observer for `activities`, called with itself and the activity. `name` is
+  /// what diagnostics call it (default: where it is created, see ``name``).
   public init(
     activities: RunLoopActivity, repeats: Bool = true, order: Int = 0,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     _ callback: @escaping @Sendable (RunLoopObserver, RunLoopActivity) -> Void
   ) {
+    self.explicitName = name
+    self.creationFile = fileID
+    self.creationLine = line
     self.activities = activities
     self.repeats = repeats
     self.order = order
@@ -78,18 +92,20 @@ public final class RunLoopObserver: @unchecked Sendable, Hashable {
     _ = released
   }
 
-  /// Calls the observer for `activity` unless it is invalid or already running. Called on the
-  /// run loop's thread without its lock.
-  func fire(_ activity: RunLoopActivity) {
+  /// Calls the observer for `activity` unless it is invalid or already running; returns
+  /// whether it called it. Called on the run loop's thread without its lock.
+  @discardableResult
+  func fire(_ activity: RunLoopActivity) -> Bool {
     let call: (@Sendable (RunLoopObserver, RunLoopActivity) -> Void)? = lock.withLock {
       guard valid && !firing, let callback else { return nil }
       firing = true
       return callback
     }
-    guard let call else { return }
+    guard let call else { return false }
     call(self, activity)
     lock.withLock { firing = false }
     if !repeats { invalidate() }
+    return true
   }
 
   /// Identity.

@@ -61,20 +61,36 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   /// The run loops the source has been added to (deduplicated). Protected by `lock`.
   var runLoops: [WeakRunLoop] = []
 
+  /// The name diagnostics give the source (stall reports): given at creation, or else where
+  /// it was created (`#fileID:#line`, for example `"App/Commands.swift:42"`). Immutable.
+  public var name: String { ItemName.text(explicitName, creationFile, creationLine) }
+  /// The name given at creation, if any.
+  let explicitName: String?
+  /// Where the source was created (`#fileID`, `#line` of the initializer's caller).
+  let creationFile: StaticString
+  let creationLine: UInt
+
   /// Creates a valid, unsignalled source. Its firing always counts as a handled source for
   /// ``RunLoop/run(mode:before:returnAfterSourceHandled:)``.
   ///
   /// - Parameters:
   ///   - order: firing order within a pass, lower first.
+  ///   - name: what diagnostics call the source (default: where it is created, see
+  ///     ``name``).
   ///   - schedule: called when the source is added to a mode of a run loop.
   ///   - cancel: called when the source leaves a mode (removal or invalidation).
   ///   - perform: the work, called on the run loop's thread when the source fires.
   public init(
     order: Int = 0,
+    name: String? = nil,
     schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
     cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)? = nil,
+    fileID: StaticString = #fileID, line: UInt = #line,
     perform: @escaping @Sendable () -> Void
   ) {
+    self.explicitName = name
+    self.creationFile = fileID
+    self.creationLine = line
     self.order = order
     self.scheduleCallback = schedule
     self.cancelCallback = cancel
@@ -91,8 +107,12 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
     order: Int, schedule: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
     cancel: (@Sendable (RunLoop, RunLoopMode) -> Void)?,
     signalledByRunLoop: Bool = true,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     reportingPerform perform: @escaping @Sendable () -> Bool
   ) {
+    self.explicitName = name
+    self.creationFile = fileID
+    self.creationLine = line
     self.order = order
     self.scheduleCallback = schedule
     self.cancelCallback = cancel

@@ -115,27 +115,43 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// Protected by `lock`.
   var rearmed = false
 
+  /// The name diagnostics give the timer (stall reports): given at creation, or else where
+  /// it was created (`#fileID:#line`, for example `"App/Poller.swift:42"`). Immutable.
+  public var name: String { ItemName.text(explicitName, creationFile, creationLine) }
+  /// The name given at creation, if any.
+  let explicitName: String?
+  /// Where the timer was created (`#fileID`, `#line` of the initializer's caller).
+  let creationFile: StaticString
+  let creationLine: UInt
+
   /// Creates a timer that first fires at `fireDate`, then every `interval` if it is positive
   /// (a positive interval below one nanosecond, the clock's resolution, is rounded up to one
   /// nanosecond). Not scheduled: add it to a run loop with
-  /// ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``.
+  /// ``RunLoop/add(_:forMode:)-(RunLoopTimer,_)``. `name` is what diagnostics call it
+  /// (default: where it is created, see ``name``).
   public init(
     fireAt fireDate: MonotonicInstant, interval: Duration = .zero, tolerance: Duration = .zero,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
     self.fireDate = fireDate
     self.intervalValue = interval > .zero && interval < .nanoseconds(1) ? .nanoseconds(1) : interval
     self.toleranceValue = tolerance < .zero ? .zero : tolerance
     self.callback = block
+    self.explicitName = name
+    self.creationFile = fileID
+    self.creationLine = line
   }
 
   /// Creates a timer that first fires `delay` from now, then every `interval` if it is
   /// positive. Not scheduled.
   public convenience init(
     after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
-    self.init(fireAt: .after(delay), interval: interval, tolerance: tolerance, block)
+    self.init(
+      fireAt: .after(delay), interval: interval, tolerance: tolerance, name: name, fileID: fileID, line: line, block)
   }
 
   /// Creates a timer from intervals in seconds, as Core Foundation and Foundation take them
@@ -152,13 +168,16 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// ```
   public convenience init?(
     seconds delay: Double, intervalSeconds interval: Double = 0, toleranceSeconds tolerance: Double = 0,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) {
     guard delay.isFinite, interval.isFinite, tolerance.isFinite else { return nil }
     // Clamp to what Duration and the monotonic clock can hold (about 292 years).
     let limit = 9.0e9
     func duration(_ seconds: Double) -> Duration { .seconds(Swift.min(Swift.max(seconds, -limit), limit)) }
-    self.init(after: duration(delay), interval: duration(interval), tolerance: duration(tolerance), block)
+    self.init(
+      after: duration(delay), interval: duration(interval), tolerance: duration(tolerance), name: name, fileID: fileID,
+      line: line, block)
   }
 
   /// Creates a timer that first fires `delay` from now (then every `interval` if positive)
@@ -167,9 +186,11 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   @discardableResult
   public static func scheduled(
     after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,
+    name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line,
     _ block: @escaping @Sendable (RunLoopTimer) -> Void
   ) -> RunLoopTimer {
-    let timer = RunLoopTimer(after: delay, interval: interval, tolerance: tolerance, block)
+    let timer = RunLoopTimer(
+      after: delay, interval: interval, tolerance: tolerance, name: name, fileID: fileID, line: line, block)
     RunLoop.current.add(timer, forMode: .default)
     return timer
   }
@@ -308,9 +329,10 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock { runLoop }
   }
 
-  /// Fires the timer if it is still due, then reschedules or invalidates it. Called on the
-  /// run loop's thread without its lock.
-  func fireIfDue() {
+  /// Fires the timer if it is still due, then reschedules or invalidates it; returns whether
+  /// the callback ran. Called on the run loop's thread without its lock.
+  @discardableResult
+  func fireIfDue() -> Bool {
     let due: (MonotonicInstant, UInt64, @Sendable (RunLoopTimer) -> Void)? = lock.withLock {
       guard valid && !firing && fireDate <= .now, let callback else { return nil }
       firing = true
@@ -320,7 +342,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     }
     // `block` keeps the block alive through an `invalidate()` from inside it; this frame
     // releases it, with no lock held.
-    guard let (scheduled, rearmsBefore, block) = due else { return }
+    guard let (scheduled, rearmsBefore, block) = due else { return false }
     block(self)
     let oneShotDone: Bool = lock.withLock {
       firing = false
@@ -337,6 +359,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       return false
     }
     if oneShotDone { invalidate() }
+    return true
   }
 
   /// The first instant `start + k * interval` (k >= 1) strictly after `now`, saturating at
