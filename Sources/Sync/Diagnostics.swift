@@ -187,7 +187,30 @@ public enum Diagnostics {
       let value = newValue < floor ? floor : newValue
       UInt64.atomicStore(
         UInt64(MonotonicInstant.nanoseconds(of: value)), at: OptionSlot.stallThreshold.pointer, ordering: .relaxed)
+      wakeWatchers()
     }
+  }
+
+  /// Sleeps until a setting changes (``setMode(_:for:)``, ``collectsRunLoopMetrics``,
+  /// ``stallThreshold``) or `deadline` passes, whichever comes first (it may also return
+  /// early, spuriously). For detectors' monitor threads, so a new setting applies at once.
+  /// `settings` is what the caller last read with ``settings()``: a change made since
+  /// then ends the wait at once.
+  package static func waitForChange(since settings: UInt32, before deadline: MonotonicInstant) {
+    _ = Futex.wait(tk_diagnostics_switches(), expected: settings, deadline: deadline)
+  }
+
+  /// The switches word, for ``waitForChange(since:before:)`` and ``isOn(_:in:)``.
+  package static func settings() -> UInt32 { switches() }
+
+  /// Whether `kind` is on in `settings` (a word from ``settings()``).
+  package static func isOn(_ kind: Kind, in settings: UInt32) -> Bool {
+    settings & (3 << (kind.index * 2)) != 0
+  }
+
+  /// Wakes the threads in ``waitForChange(since:before:)``.
+  static func wakeWatchers() {
+    _ = Futex.wake(tk_diagnostics_switches(), count: Int32.max)
   }
 
   /// ``stallThreshold``'s default.
@@ -210,7 +233,10 @@ public enum Diagnostics {
       // Relaxed: the word publishes nothing but itself.
       let seen = UInt32.atomicCompareExchange(
         expected: current, desired: desired, at: tk_diagnostics_switches(), ordering: .relaxed)
-      if seen == current { return }
+      if seen == current {
+        wakeWatchers()
+        return
+      }
       current = seen
     }
   }

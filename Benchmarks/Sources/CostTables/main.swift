@@ -15,6 +15,7 @@ let registrations: [(Harness) -> Void] = [
   registerThreadBenchmarks,
   registerRunLoopBenchmarks,
   registerScalingBenchmarks,
+  registerDiagnosticsBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

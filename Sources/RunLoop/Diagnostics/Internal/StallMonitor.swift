@@ -5,7 +5,8 @@ import Threads
 /// ``/Sync/Diagnostics/Kind/stalls`` on, that scans the registered loops' stall records
 /// every fifth of the threshold (between 1 and 100 ms) and reports each callback that has
 /// run past the threshold once, while it still runs. With stalls switched off again it
-/// looks once a second whether they are back on. It runs until the process ends.
+/// sleeps until a diagnostics setting changes (or a second passes). It runs until the
+/// process ends.
 ///
 /// The loops are held weakly: a loop whose thread ended leaves the list at the next scan.
 enum StallMonitor {
@@ -58,15 +59,17 @@ enum StallMonitor {
   /// The monitor thread's body.
   static func run() {
     while true {
+      let settings = Diagnostics.settings()
       let interval: Duration
-      if Diagnostics.isOn(.stalls) {
+      if Diagnostics.isOn(.stalls, in: settings) {
         let threshold = Diagnostics.stallThreshold
         scan(threshold: threshold)
         interval = Swift.min(Swift.max(threshold / 5, .milliseconds(1)), .milliseconds(100))
       } else {
         interval = .seconds(1)
       }
-      Thread.sleep(for: interval)
+      // Wakes early when a setting changes, so a new mode or threshold applies at once.
+      Diagnostics.waitForChange(since: settings, before: .after(interval))
     }
   }
 
