@@ -172,7 +172,8 @@ struct StallReportTests {
         let source = RunLoopSource(name: "commands (stall test)", perform: wait)
         runLoop.add(source, forMode: .default)
         source.signal()
-        let observer = RunLoopObserver(activities: .beforeSources, repeats: false, name: "frames (stall test)") { _, _ in
+        let observer = RunLoopObserver(activities: .beforeSources, repeats: false, name: "frames (stall test)") {
+          _, _ in
           wait()
         }
         runLoop.add(observer, forMode: .default)
@@ -185,7 +186,8 @@ struct StallReportTests {
       }
       #expect(reports.stalls(naming: "source \"commands (stall test)\"").count == 1)
       #expect(reports.stalls(naming: "observer \"frames (stall test)\" (beforeSources)").count == 1)
-      #expect(reports.stalls(naming: "thread \"stall-kinds-loop\"").contains { $0.finding.summary.contains("queued block") })
+      #expect(
+        reports.stalls(naming: "thread \"stall-kinds-loop\"").contains { $0.finding.summary.contains("queued block") })
       #expect(reports.stalls(naming: "timer \"RunLoopTests/StallReportTests.swift:").count == 1)
     }
   }

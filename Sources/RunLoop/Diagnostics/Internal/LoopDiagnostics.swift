@@ -329,7 +329,8 @@ final class LoopDiagnostics: @unchecked Sendable {
     let thread = ItemName.describe(self.thread)
     return Diagnostics.Finding(
       kind: .stalls,
-      summary: "run loop of \(thread) stalled: \(what) has run for \(ItemName.describe(running)) in mode \(mode.name.rawValue)",
+      summary:
+        "run loop of \(thread) stalled: \(what) has run for \(ItemName.describe(running)) in mode \(mode.name.rawValue)",
       details: [
         "callback: \(what), still running",
         "run loop: \(thread), mode \(mode.name.rawValue)",
@@ -344,7 +345,8 @@ final class LoopDiagnostics: @unchecked Sendable {
     let thread = ItemName.describe(self.thread)
     return Diagnostics.Finding(
       kind: .stalls,
-      summary: "stall ended on run loop of \(thread): \(what) ran for \(ItemName.describe(total)) in mode \(mode.name.rawValue)",
+      summary:
+        "stall ended on run loop of \(thread): \(what) ran for \(ItemName.describe(total)) in mode \(mode.name.rawValue)",
       details: [
         "callback: \(what), returned",
         "run loop: \(thread), mode \(mode.name.rawValue)",
