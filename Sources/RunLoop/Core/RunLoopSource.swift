@@ -79,6 +79,9 @@ public final class RunLoopSource: @unchecked Sendable, Hashable, CustomStringCon
   ///     ``name``).
   ///   - schedule: called when the source is added to a mode of a run loop.
   ///   - cancel: called when the source leaves a mode (removal or invalidation).
+  ///   - fileID: where the source is created (the caller's `#fileID`, by default), for the
+  ///     default ``name``.
+  ///   - line: the line it is created on (the caller's `#line`, by default).
   ///   - perform: the work, called on the run loop's thread when the source fires.
   public init(
     order: Int = 0,

@@ -41,7 +41,7 @@ import Sync
 /// ``rearm(fireAt:_:)`` and added again.
 ///
 /// The API takes `Duration` and ``/Sync/MonotonicInstant``, so NaN or infinite intervals cannot be
-/// expressed; the seconds-based initializer ``init(seconds:intervalSeconds:toleranceSeconds:_:)``
+/// expressed; the seconds-based initializer ``init(seconds:intervalSeconds:toleranceSeconds:name:fileID:line:_:)``
 /// rejects them (returns nil). A negative tolerance is treated as zero.
 ///
 /// Core Foundation equivalent: `CFRunLoopTimerCreateWithHandler`,
