@@ -8,6 +8,9 @@ import Sync
 /// (`epoll_wait` or its futex); ``timeBusy`` is the rest of the time since ``start``:
 /// running callbacks and the loop's own bookkeeping, and also whatever the thread did
 /// outside its runs (libuv and Node count the same way: everything but the wait is work).
+/// A loop driven by a foreign event loop (``RunLoop/runDueWork(mode:)``) never sleeps in
+/// its own waits, so all its time counts as busy: the foreign loop's idle time is the
+/// measure there.
 /// ``utilization`` is busy time over elapsed time; ``changes(since:)`` gives the figures of
 /// a window between two snapshots, so `later.changes(since: earlier).utilization` is the
 /// utilization over that window.
