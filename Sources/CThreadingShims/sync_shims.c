@@ -31,3 +31,72 @@ int tk_synchronized_claim_fork_registration(void) {
   if (atomic_load_explicit(&claimed, memory_order_relaxed)) return 0;
   return atomic_exchange_explicit(&claimed, 1, memory_order_relaxed) == 0;
 }
+
+// ---- Priority-inheritance futexes (PriorityInheritanceLock) ----
+
+__thread int32_t tk_cached_thread_id_value __attribute__((tls_model("initial-exec"))) = 0;
+
+static pthread_once_t tk_cached_thread_id_once = PTHREAD_ONCE_INIT;
+static _Atomic int tk_cached_thread_id_usable = 0;
+
+static void tk_cached_thread_id_forget_in_child(void) { tk_cached_thread_id_value = 0; }
+
+static void tk_cached_thread_id_register(void) {
+  // Without the fork handler a child would keep its parent's id: then nothing is cached.
+  // Release/acquire: a thread that sees 1 also sees the handler registered.
+  if (pthread_atfork(NULL, NULL, tk_cached_thread_id_forget_in_child) == 0) {
+    atomic_store_explicit(&tk_cached_thread_id_usable, 1, memory_order_release);
+  }
+}
+
+int32_t tk_cached_thread_id_assign(void) {
+  int saved = errno;
+  int32_t id = (int32_t)syscall(SYS_gettid);  // gettid cannot fail
+  (void)pthread_once(&tk_cached_thread_id_once, tk_cached_thread_id_register);
+  if (atomic_load_explicit(&tk_cached_thread_id_usable, memory_order_acquire)) {
+    tk_cached_thread_id_value = id;
+  }
+  errno = saved;
+  return id;
+}
+
+#ifndef FUTEX_LOCK_PI2
+#define FUTEX_LOCK_PI2 13
+#endif
+
+int tk_futex_lock_pi2(uint32_t *word, const struct timespec *deadline) {
+  int saved = errno;
+  long r = syscall(SYS_futex, word, FUTEX_LOCK_PI2 | FUTEX_PRIVATE_FLAG, 0, deadline, NULL, 0);
+  int error = r == 0 ? 0 : errno;
+  errno = saved;
+  return -error;
+}
+
+int tk_futex_lock_pi(uint32_t *word, int64_t timeout_ns) {
+  int saved = errno;
+  struct timespec deadline;
+  struct timespec *limit = NULL;
+  if (timeout_ns >= 0) {
+    if (clock_gettime(CLOCK_REALTIME, &deadline) != 0) {
+      int error = errno;
+      errno = saved;
+      return -error;
+    }
+    int64_t nanoseconds = (int64_t)deadline.tv_nsec + timeout_ns % 1000000000LL;
+    deadline.tv_sec += (time_t)(timeout_ns / 1000000000LL + nanoseconds / 1000000000LL);
+    deadline.tv_nsec = (long)(nanoseconds % 1000000000LL);
+    limit = &deadline;
+  }
+  long r = syscall(SYS_futex, word, FUTEX_LOCK_PI | FUTEX_PRIVATE_FLAG, 0, limit, NULL, 0);
+  int error = r == 0 ? 0 : errno;
+  errno = saved;
+  return -error;
+}
+
+int tk_futex_unlock_pi(uint32_t *word) {
+  int saved = errno;
+  long r = syscall(SYS_futex, word, FUTEX_UNLOCK_PI | FUTEX_PRIVATE_FLAG, 0, NULL, NULL, 0);
+  int error = r == 0 ? 0 : errno;
+  errno = saved;
+  return -error;
+}

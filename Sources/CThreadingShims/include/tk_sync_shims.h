@@ -85,4 +85,37 @@ static inline uint64_t tk_thread_identity(void) {
   return tk_thread_identity_assign();
 }
 
+// ---- Priority-inheritance futexes (PriorityInheritanceLock) ----
+
+/// The calling thread's kernel thread id, cached in an initial-exec thread-local after the
+/// first call (one load afterwards). A fork handler clears the forking thread's cache in the
+/// child, whose only thread has a new id. Never 0.
+extern __thread int32_t tk_cached_thread_id_value __attribute__((tls_model("initial-exec")));
+
+/// Fills the cache (the slow path of `tk_cached_thread_id`).
+int32_t tk_cached_thread_id_assign(void);
+
+/// See `tk_cached_thread_id_value`.
+static inline int32_t tk_cached_thread_id(void) {
+  int32_t id = tk_cached_thread_id_value;
+  if (__builtin_expect(id != 0, 1)) return id;
+  return tk_cached_thread_id_assign();
+}
+
+/// FUTEX_LOCK_PI2 (Linux 5.14+, absolute CLOCK_MONOTONIC `deadline`, NULL waits forever) on a
+/// process-private PI futex word. Returns 0 once the caller owns the word (the kernel wrote
+/// its thread id), or -ETIMEDOUT, -EDEADLK (the caller owns it already), -EINTR, -EAGAIN,
+/// -ESRCH, -ENOSYS (an older kernel) or another -errno.
+int tk_futex_lock_pi2(uint32_t *word, const struct timespec *deadline);
+
+/// FUTEX_LOCK_PI on a process-private PI futex word, for kernels without FUTEX_LOCK_PI2: its
+/// timeout is absolute on CLOCK_REALTIME, so this takes a relative `timeout_ns` (negative:
+/// wait forever) and adds it to the wall clock read just before the call. Results as
+/// `tk_futex_lock_pi2`.
+int tk_futex_lock_pi(uint32_t *word, int64_t timeout_ns);
+
+/// FUTEX_UNLOCK_PI: hands the word to the highest-priority waiter (or clears it). Returns 0
+/// or -errno (-EPERM: the caller does not own the word).
+int tk_futex_unlock_pi(uint32_t *word);
+
 #endif
