@@ -100,3 +100,30 @@ int tk_futex_unlock_pi(uint32_t *word) {
   errno = saved;
   return -error;
 }
+
+// ---- Process-shared futexes (SharedMemoryCondition) ----
+
+int tk_futex_wait_shared(uint32_t *address, uint32_t expected, const struct timespec *deadline) {
+  int saved = errno;
+  long r = syscall(SYS_futex, address, FUTEX_WAIT_BITSET, expected, deadline, NULL, FUTEX_BITSET_MATCH_ANY);
+  int error = r == 0 ? 0 : errno;
+  errno = saved;
+  return -error;
+}
+
+int tk_futex_wake_shared(uint32_t *address, int count) {
+  int saved = errno;
+  long r = syscall(SYS_futex, address, FUTEX_WAKE, count, NULL, NULL, 0);
+  int result = r >= 0 ? (int)r : -errno;
+  errno = saved;
+  return result;
+}
+
+// ---- Robust process-shared mutexes (SharedMemoryLock) ----
+
+// glibc declares it only for _GNU_SOURCE; this is its prototype (glibc 2.30+).
+extern int pthread_mutex_clocklock(pthread_mutex_t *mutex, clockid_t clock, const struct timespec *deadline);
+
+int tk_mutex_lock_monotonic(pthread_mutex_t *mutex, const struct timespec *deadline) {
+  return pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, deadline);
+}

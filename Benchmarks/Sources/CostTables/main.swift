@@ -16,6 +16,7 @@ let registrations: [(Harness) -> Void] = [
   registerRunLoopBenchmarks,
   registerScalingBenchmarks,
   registerDiagnosticsBenchmarks,
+  registerPriorityInheritanceBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

@@ -118,4 +118,19 @@ int tk_futex_lock_pi(uint32_t *word, int64_t timeout_ns);
 /// or -errno (-EPERM: the caller does not own the word).
 int tk_futex_unlock_pi(uint32_t *word);
 
+// ---- Process-shared futexes (SharedMemoryCondition) ----
+
+/// As `tk_futex_wait`, on a futex word other processes may share (no FUTEX_PRIVATE_FLAG: the
+/// kernel keys the wait by the word's physical page, so every mapping of it meets).
+int tk_futex_wait_shared(uint32_t *address, uint32_t expected, const struct timespec *deadline);
+
+/// As `tk_futex_wake`, on a futex word other processes may share.
+int tk_futex_wake_shared(uint32_t *address, int count);
+
+// ---- Robust process-shared mutexes (SharedMemoryLock) ----
+
+/// `pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, deadline)` (glibc 2.30+, declared by
+/// glibc only for _GNU_SOURCE). Returns its result: 0 or an error number.
+int tk_mutex_lock_monotonic(pthread_mutex_t *mutex, const struct timespec *deadline);
+
 #endif
