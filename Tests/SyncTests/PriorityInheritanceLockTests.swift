@@ -214,6 +214,19 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
+  @Test("locking a lock whose holder thread ended without unlocking stops the process")
+  func holderThreadEnded() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      blocking {
+        let lock = try! PriorityInheritanceLock()
+        runConcurrently(1) { _ in lock.lock() }
+        lock.lock()
+      }
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("held by a thread that has ended"))
+    }
+  }
+
   @Test("destroying a held lock stops the process")
   func deinitWhileHeld() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

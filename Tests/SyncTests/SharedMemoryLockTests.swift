@@ -149,11 +149,19 @@ struct SharedMemoryLockTests {
   func withLockRecovering() throws {
     let state = try SharedState()
     var recoveries = 0
-    #expect(try state.lock.withLock(recovering: { recoveries += 1; return true }) { 1 } == 1)
+    #expect(
+      try state.lock.withLock(recovering: {
+        recoveries += 1
+        return true
+      }) { 1 } == 1)
     #expect(recoveries == 0)
 
     runConcurrently(1) { _ in _ = try? state.lock.lock() }
-    #expect(try state.lock.withLock(recovering: { recoveries += 1; return true }) { 2 } == 2)
+    #expect(
+      try state.lock.withLock(recovering: {
+        recoveries += 1
+        return true
+      }) { 2 } == 2)
     #expect(recoveries == 1)
     #expect(try state.lock.lock() == .acquired, "recover returned true: the lock was marked consistent")
     state.lock.unlock()

@@ -23,7 +23,9 @@ struct PriorityInheritanceBoostTests {
     realTime.schedulingPolicy = .fifo(priority: 10)
     let lock = try PriorityInheritanceLock()
     guard try realTimeThreadsAllowed(realTime) else {
-      print("PriorityInheritanceLock boosting: no real-time threads without CAP_SYS_NICE or RLIMIT_RTPRIO; boost not tested")
+      print(
+        "PriorityInheritanceLock boosting: no real-time threads without CAP_SYS_NICE or RLIMIT_RTPRIO; boost not tested"
+      )
       #expect(lock.withLock { lock.isHeldByCurrentThread })
       return
     }

@@ -158,7 +158,8 @@ package enum PriorityInheritanceFutex {
       case EPERM:
         reportMisuse(typeName, "unlock() from a thread that does not hold the lock")
       default:
-        fatalError("\(typeName): \(SystemCallError(call: "futex(FUTEX_UNLOCK_PI)", code: SystemErrorCode(rawValue: -result)))")
+        fatalError(
+          "\(typeName): \(SystemCallError(call: "futex(FUTEX_UNLOCK_PI)", code: SystemErrorCode(rawValue: -result)))")
       }
     }
   }
