@@ -379,3 +379,61 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 }
+
+@Suite("SharedMemoryRegion", .timeLimit(.minutes(1)))
+struct SharedMemoryRegionTests {
+  @Test("a file mapped twice: the lock and the condition work through either mapping (process-shared futexes)")
+  func fileMappedTwice() throws {
+    var template = Array("/tmp/shared-memory-lock-XXXXXX".utf8CString)
+    let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    try #require(descriptor >= 0)
+    defer {
+      close(descriptor)
+      template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+    }
+    try #require(ftruncate(descriptor, 4096) == 0)
+    let first = try SharedMemoryRegion(mapping: descriptor, byteCount: 4096)
+    let second = try SharedMemoryRegion(mapping: descriptor, byteCount: 4096)
+    #expect(first.address != second.address)
+    let lockThroughFirst = try SharedMemoryLock.initialize(at: first.address)
+    let conditionThroughFirst = SharedMemoryCondition.initialize(at: first.address + 64)
+    let lockThroughSecond = SharedMemoryLock(existingAt: second.address)
+    let conditionThroughSecond = SharedMemoryCondition(existingAt: second.address + 64)
+    _ = (first.address + 128).bindMemory(to: UInt32.self, capacity: 1)
+    _ = (second.address + 128).bindMemory(to: UInt32.self, capacity: 1)
+
+    #expect(try lockThroughSecond.lock() == .acquired)
+    let busyThroughFirst = AtomicBool(false)
+    runConcurrently(1) { _ in
+      busyThroughFirst.store((try? lockThroughFirst.tryLock()) == .some(nil), ordering: .relaxed)
+    }
+    #expect(busyThroughFirst.load(ordering: .relaxed), "the same lock seen through the other mapping")
+    lockThroughSecond.unlock()
+
+    // A waiter sleeping through one mapping is woken by a signal through the other: the
+    // kernel matches the futex by the file's page, not by the virtual address.
+    let woken = AtomicBool(false)
+    runConcurrently(2) { index in
+      let flagThroughFirst = (first.address + 128).assumingMemoryBound(to: UInt32.self)
+      let flagThroughSecond = (second.address + 128).assumingMemoryBound(to: UInt32.self)
+      if index == 0 {
+        guard (try? lockThroughFirst.lock()) == .acquired else { return }
+        while UInt32.atomicLoad(at: flagThroughFirst, ordering: .relaxed) == 0 {
+          guard let result = try? conditionThroughFirst.wait(lockThroughFirst, timeout: .seconds(10)) else { return }
+          if result.timedOut { break }  // the signal did not arrive: `woken` stays false
+          woken.store(UInt32.atomicLoad(at: flagThroughFirst, ordering: .relaxed) == 1, ordering: .relaxed)
+        }
+        lockThroughFirst.unlock()
+      } else {
+        waitUntil("the waiter waits") {
+          UInt32.atomicLoad(at: conditionThroughSecond.waiters, ordering: .relaxed) == 1
+        }
+        guard (try? lockThroughSecond.lock()) == .acquired else { return }
+        UInt32.atomicStore(1, at: flagThroughSecond, ordering: .relaxed)
+        conditionThroughSecond.signal()
+        lockThroughSecond.unlock()
+      }
+    }
+    #expect(woken.load(ordering: .relaxed))
+  }
+}
