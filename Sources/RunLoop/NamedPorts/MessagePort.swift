@@ -336,62 +336,67 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 }
 
-/// The invalidation callback, fired at most once. No handler is released or called with
-/// `mutex` held: they leave it as return values.
-private final class CallbackSlots: @unchecked Sendable {
-  // Protected by `mutex`.
-  private let mutex = Sync.Lock()
-  private var invalidation: (@Sendable (MessagePort) -> Void)?
-  /// Set once the invalidation was reported; a handler set afterwards is run by its setter
-  /// instead of being stored (it would never be taken).
-  private var fired = false
+/// The invalidation callback, fired at most once. No handler is released or called inside
+/// the lock: they leave it as return values.
+private final class CallbackSlots: Sendable {
+  private struct State {
+    var invalidation: (@Sendable (MessagePort) -> Void)?
+    /// Set once the invalidation was reported; a handler set afterwards is run by its setter
+    /// instead of being stored (it would never be taken).
+    var fired = false
+  }
+
+  private let state = LockedValue(State())
 
   /// Stores `handler`, returning the one it replaces (for the caller to release); once the
   /// invalidation was reported, stores nothing and returns `handler` as `runNow`.
   func setInvalidation(
     _ handler: (@Sendable (MessagePort) -> Void)?
   ) -> (replaced: (@Sendable (MessagePort) -> Void)?, runNow: (@Sendable (MessagePort) -> Void)?) {
-    mutex.withLock {
-      if fired { return (nil, handler) }
-      let replaced = invalidation
-      invalidation = handler
+    state.withLock { state in
+      if state.fired { return (nil, handler) }
+      let replaced = state.invalidation
+      state.invalidation = handler
       return (replaced, nil)
     }
   }
 
   func takeInvalidation() -> (@Sendable (MessagePort) -> Void)? {
-    mutex.withLock {
-      if fired || invalidation == nil { return nil }
-      fired = true
-      defer { invalidation = nil }
-      return invalidation
+    state.withLock { state in
+      if state.fired || state.invalidation == nil { return nil }
+      state.fired = true
+      defer { state.invalidation = nil }
+      return state.invalidation
     }
   }
 }
 
 /// Holds the lazily created run-loop member of a local message port.
-private final class MemberSlot: @unchecked Sendable {
-  // Protected by `mutex`.
-  private let mutex = Sync.Lock()
-  private var member: DescriptorMember?
-  private var retired = false
+private final class MemberSlot: Sendable {
+  private struct State {
+    var member: DescriptorMember?
+    /// Set by `take()`: no member is created afterwards.
+    var retired = false
+  }
+
+  private let state = LockedValue(State())
 
   func obtain(_ create: () -> DescriptorMember?) -> DescriptorMember? {
-    mutex.withLock {
-      if retired { return nil }
-      if member == nil { member = create() }
-      return member
+    state.withLock { state in
+      if state.retired { return nil }
+      if state.member == nil { state.member = create() }
+      return state.member
     }
   }
 
-  var current: DescriptorMember? { mutex.withLock { member } }
+  var current: DescriptorMember? { state.withLock { $0.member } }
 
   /// Takes the member out for good (no new one is created afterwards).
   func take() -> DescriptorMember? {
-    mutex.withLock {
-      retired = true
-      defer { member = nil }
-      return member
+    state.withLock { state in
+      state.retired = true
+      defer { state.member = nil }
+      return state.member
     }
   }
 }
