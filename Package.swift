@@ -43,7 +43,9 @@ let package = Package(
     // everything beside Foundation and Synchronization so name clashes fail the build.
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
     .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
-    .testTarget(name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport"], swiftSettings: strict),
+    .testTarget(
+      name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
+      swiftSettings: strict),
     // glibc's allocation statistics for tests that prove a path allocates nothing.
     .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(

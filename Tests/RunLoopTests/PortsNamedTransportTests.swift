@@ -79,13 +79,13 @@ extension NamedPortConnection {
   func request(_ msgid: Int32, _ payload: [UInt8] = [], receive: Duration = .seconds(30)) throws(PortError) -> [UInt8] {
     try send(
       msgid: msgid, payload: payload, replyPortName: nil, sendDeadline: .after(.seconds(10)), awaitReply: true,
-      receiveDeadline: .after(receive))!
+      receiveTimeout: receive)!
   }
 
   func post(_ msgid: Int32, replyPortName: String? = nil) throws(PortError) {
     _ = try send(
       msgid: msgid, payload: [], replyPortName: replyPortName, sendDeadline: .after(.seconds(10)), awaitReply: false,
-      receiveDeadline: .distantPast)
+      receiveTimeout: .zero)
   }
 }
 

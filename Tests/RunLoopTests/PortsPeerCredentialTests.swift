@@ -49,7 +49,7 @@ struct PortsPeerCredentialTests {
     let error = #expect(throws: PortError.self) {
       try client.send(
         msgid: 1, payload: [], replyPortName: nil, sendDeadline: .after(.seconds(5)), awaitReply: true,
-        receiveDeadline: .after(.seconds(10)))
+        receiveTimeout: .seconds(10))
     }
     #expect(error?.status == .becameInvalid)
     #expect(handled.count == 0)

@@ -148,6 +148,8 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// the directory is unsafe, or a socket call fails.
   @available(*, noasync, message: "may block while connecting")
   public static func remote(name: String, connectTimeout: Duration = .seconds(1)) throws(PortError) -> MessagePort {
+    // First, so that a malformed name costs no directory check, socket or buffer.
+    try PortName.validate(name)
     if let existing = RemotePortRegistry.shared.lookup(name: name) { return existing }
     let directory = try PortDirectory.prepare()
     let connection = try NamedPortConnection(name: name, directory: directory, connectTimeout: connectTimeout)
@@ -181,9 +183,10 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   ///
   /// The two durations are two different limits, as in `CFMessagePortSendRequest`, not one
   /// deadline split in two: `sendTimeout` bounds handing the message over (a stuck or full
-  /// peer), `receiveTimeout` the wait for the peer's reply. The reply's deadline is the send's
-  /// deadline plus `receiveTimeout`, so the peer always gets at least `receiveTimeout` for
-  /// its work however long the hand-over took.
+  /// peer), `receiveTimeout` the wait for the peer's reply, counted from when the message
+  /// was handed over. A request can so take up to the time the hand-over took plus
+  /// `receiveTimeout`; a handler slower than `receiveTimeout` times the request out however
+  /// generous `sendTimeout` is.
   ///
   /// Throws ``PortError`` with the guide's code: ``PortStatus/sendTimeout``,
   /// ``PortStatus/receiveTimeout`` (the port stays usable; a late reply is discarded),
@@ -212,7 +215,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     do {
       return try connection.send(
         msgid: msgid, payload: data, replyPortName: replyPortName, sendDeadline: sendDeadline,
-        awaitReply: replyMode == .awaitReply, receiveDeadline: sendDeadline + receiveTimeout)
+        awaitReply: replyMode == .awaitReply, receiveTimeout: receiveTimeout)
     } catch {
       if !connection.isValid { fireInvalidation() }
       throw error

@@ -31,8 +31,9 @@ final class NamedPortConnection: @unchecked Sendable {
   private let stateMutex = Sync.Lock()
   private var socket: UnixSocket?
   private var invalidationReason: PortError?
-  /// Where `recv` writes replies; allocated once (not zeroed per request).
-  private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
+  /// Where `recv` writes replies; allocated once (not zeroed per request), as the last step
+  /// of a successful `init` so that a failed one leaves nothing behind.
+  private let chunk: UnsafeMutableRawBufferPointer
 
   /// Connects to the port registered as `name` in `directory`, checking that the listening
   /// process passes `policy` (`SO_PEERCRED`).
@@ -71,6 +72,7 @@ final class NamedPortConnection: @unchecked Sendable {
       )
     }
     self.socket = socket
+    chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 8)
   }
 
   deinit {
@@ -104,12 +106,13 @@ final class NamedPortConnection: @unchecked Sendable {
     if let replyPortName { try PortName.validate(replyPortName) }
   }
 
-  /// Sends one message. With `awaitReply`, waits for its reply until `receiveDeadline` and
-  /// returns the reply payload; otherwise returns nil once the frame is handed to the
-  /// kernel. Blocks the calling thread (and queues other senders on this connection).
+  /// Sends one message. With `awaitReply`, then waits at most `receiveTimeout` for its reply,
+  /// counted from when the whole frame was handed to the kernel, and returns the reply
+  /// payload; otherwise returns nil once the frame is handed over. Blocks the calling thread
+  /// (and queues other senders on this connection).
   func send(
     msgid: Int32, payload: [UInt8], replyPortName: String?, sendDeadline: MonotonicInstant,
-    awaitReply: Bool, receiveDeadline: MonotonicInstant
+    awaitReply: Bool, receiveTimeout: Duration
   ) throws(PortError) -> [UInt8]? {
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
     // Waiting for the connection counts against the send deadline.
@@ -148,7 +151,9 @@ final class NamedPortConnection: @unchecked Sendable {
         because: PortError(.transportError, cause: error.systemError, detail: "sending to port \"\(name)\" failed"))
     }
     if !awaitReply { return nil }
-    return try awaitReplyLocked(socket, sequence: sequence, before: receiveDeadline)
+    // The receive limit is the time spent waiting for the reply: it starts now that the
+    // request is sent, however much of the send limit the hand-over used.
+    return try awaitReplyLocked(socket, sequence: sequence, before: .after(receiveTimeout))
   }
 
   /// Closes the connection; later sends throw ``PortStatus/invalid``, and a request in
