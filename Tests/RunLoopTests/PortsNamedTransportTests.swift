@@ -15,15 +15,18 @@ final class PortsServedListener: @unchecked Sendable {
   let servingThreadMismatches = PortsCounter()
   private let servingThread = UnsafeMutablePointer<pthread_t>.allocate(capacity: 1)
 
-  init(name: String = "server", limits: Frame.Limits = .standard, handler: @escaping @Sendable (Frame) -> [UInt8]?)
-    throws
-  {
+  init(
+    name: String = "server", limits: Frame.Limits = .standard, serverLimits: MessagePort.ServerLimits = .standard,
+    handler: @escaping @Sendable (Frame) -> [UInt8]?
+  ) throws {
     directoryPath = makePortsTestDirectory()
     directory = try PortDirectory.prepare(path: directoryPath)
     let handledLog = handled
     let thread = servingThread
     let mismatches = servingThreadMismatches
-    listener = try NamedPortListener(name: name, directory: directory, limits: limits) { frame in
+    listener = try NamedPortListener(
+      name: name, directory: directory, limits: limits, serverLimits: serverLimits
+    ) { frame in
       if pthread_equal(pthread_self(), thread.pointee) == 0 { mismatches.increment() }
       handledLog.append("\(frame.kind):\(frame.msgid)")
       return handler(frame)

@@ -25,7 +25,10 @@ import Sync
 /// credentials (`SO_PEERCRED`): only processes of the same user are served. Messages travel
 /// as length-checked frames; a peer that sends an oversized or malformed frame is
 /// disconnected and reported (``setPeerRejectionHandler(_:)``) while the port keeps serving
-/// everyone else, and every message accepted before the bad frame is still handled. A name
+/// everyone else, and every message accepted before the bad frame is still handled. The
+/// serving thread never waits for one peer: replies a peer does not read wait in a bounded
+/// buffer, and a peer that breaks the port's ``ServerLimits`` (too many peers, too many
+/// bytes held, too slow) is disconnected. A name
 /// is claimed with an `flock` that the kernel releases when its process dies, so a crashed
 /// owner's name can be registered again at once.
 ///
@@ -118,9 +121,22 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// another live process; ``PortStatus/transportError`` when the port directory is unsafe
   /// (owner, mode) or a socket call fails. Never blocks.
   public static func local(name: String, handler: @escaping Handler) throws(PortError) -> MessagePort {
-    try LocalPortRegistry.shared.register(name: name) { () throws(PortError) -> MessagePort in
+    try local(name: name, limits: .standard, handler: handler)
+  }
+
+  /// Registers a local port under `name` with `handler` that serves its peers within
+  /// `limits` (see ``ServerLimits``), or returns the local port this process already
+  /// registered under `name` (then `handler` and `limits` are ignored).
+  ///
+  /// Throws as ``local(name:handler:)``. Never blocks. Stops the process when a limit is
+  /// not positive.
+  public static func local(name: String, limits: ServerLimits, handler: @escaping Handler) throws(PortError)
+    -> MessagePort
+  {
+    limits.checkPositive()
+    return try LocalPortRegistry.shared.register(name: name) { () throws(PortError) -> MessagePort in
       let directory = try PortDirectory.prepare()
-      let listener = try NamedPortListener(name: name, directory: directory) { frame in
+      let listener = try NamedPortListener(name: name, directory: directory, serverLimits: limits) { frame in
         handler(
           PortMessage(msgid: frame.msgid, payload: frame.payload, replyPort: frame.replyPortName.map { .name($0) }))
       }
@@ -289,7 +305,9 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 
   /// Sets the function told, on the serving thread, about each peer a local port refused
-  /// (another user) or disconnected (oversized or malformed frame, reply not collected).
+  /// (another user, the peer limit) or disconnected (oversized or malformed frame, a
+  /// ``ServerLimits`` limit broken, reply not collected in time), and about a failing
+  /// `accept` (out of descriptors: told once per shortage).
   public func setPeerRejectionHandler(_ handler: (@Sendable (String) -> Void)?) {
     guard case .local(let listener) = role else { return }
     listener.setRejectionHandler(handler.map { report in { rejection in report(rejection.description) } })

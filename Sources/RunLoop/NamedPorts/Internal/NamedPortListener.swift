@@ -23,9 +23,18 @@ struct PeerRejection: Sendable, CustomStringConvertible {
 /// The serving side of a named message port: a claimed name, a listening socket in the
 /// port directory, and the accepted peer connections.
 ///
-/// All of a listener's descriptors (the wake-up eventfd, the listening socket, every peer)
-/// sit in one epoll set of its own, so one `epoll_wait` reports every ready peer, and a run
-/// loop watches the whole port through the single descriptor ``readinessDescriptor``.
+/// All of a listener's descriptors (the wake-up eventfd, the deadline timerfd, the listening
+/// socket, every peer) sit in one epoll set of its own, so one `epoll_wait` reports every
+/// ready peer, and a run loop watches the whole port through the single descriptor
+/// ``readinessDescriptor``.
+///
+/// The serving thread never blocks on a peer (``MessagePort/ServerLimits``): a reply the
+/// peer does not take at once waits in the peer's output buffer, the peer's interest turns
+/// from readable to writable (nothing more is read from it until the reply is taken), and a
+/// deadline starts. Deadlines (an unfinished frame, an untaken reply, the end of an accept
+/// back-off) arm the timerfd for the earliest one, so a pass runs when one expires even if
+/// no peer moves. A pass that finds no deadline pending arms nothing: the usual exchange (a
+/// whole request read, a whole reply written) touches no timer.
 ///
 /// Threading: one thread serves (``serve(before:)``, or a run loop that watches
 /// ``readinessDescriptor`` and calls ``serveOnce(before:)`` with a passed deadline);
@@ -45,13 +54,14 @@ final class NamedPortListener: @unchecked Sendable {
   let directory: PortDirectory
   let policy: PeerPolicy
   let limits: Frame.Limits
-  /// How long a reply may wait for a slow reader before that peer is dropped.
-  let replySendTimeout: Duration
+  let serverLimits: MessagePort.ServerLimits
 
+  // Protected by `mutex`.
   private let mutex = Sync.Lock()
   private var listener: UnixSocket?  // nil once closed
   private var lockDescriptor: Int32  // -1 once closed
   private var wakeDescriptor: Int32  // eventfd; -1 once closed
+  private var timerDescriptor: Int32  // timerfd; -1 once closed
   private var epollDescriptor: Int32  // -1 once closed
   private var peers: [Int32: Peer] = [:]
   private var invalidated = false
@@ -62,18 +72,68 @@ final class NamedPortListener: @unchecked Sendable {
   private var handler: Handler
   private var rejectionHandler: ((PeerRejection) -> Void)?
 
+  // Serving state: touched only inside a serving pass, by the one thread in it (`serving`,
+  // set and cleared with `mutex` held, orders one pass before the next), and by
+  // `closeAllLocked` when no pass runs.
+  /// The pass's epoll set and timerfd (open for the whole pass, see the type's doc).
+  private var passEpoll: Int32 = -1
+  private var passTimer: Int32 = -1
+  /// Peers with a deadline (an unfinished frame or an untaken reply), by descriptor.
+  private var timedPeers: [Int32: Peer] = [:]
+  /// Bytes held for all peers: unfinished input plus untaken replies.
+  private var bufferedBytes = 0
+  /// The instant the timerfd is armed for; nil while disarmed.
+  private var armedDeadline: MonotonicInstant?
+  /// Whether the listening socket is out of the epoll interest (an accept failure).
+  private var acceptPaused = false
+  private var acceptResumeAt = MonotonicInstant.distantFuture
+  private var acceptBackoff = NamedPortListener.initialAcceptBackoff
+  /// Whether the current run of accept failures (until an accept succeeds) was reported.
+  private var acceptFailureReported = false
+  /// Whether refusing peers over `maximumPeers` was reported (until a peer leaves).
+  private var peerLimitReported = false
+
+  private static let initialAcceptBackoff = Duration.milliseconds(50)
+  private static let maximumAcceptBackoff = Duration.seconds(1)
+  /// Connections accepted per pass at most, so a connection flood cannot starve the peers.
+  private static let acceptsPerPass = 64
+
   private final class Peer {
     let socket: UnixSocket
     let credentials: PeerCredentials
     var decoder: FrameDecoder
     /// Where `recv` writes; allocated once per peer (not zeroed per read).
     let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
+    /// A reply the peer has not taken yet: `output[outputOffset...]`.
+    var output: [UInt8] = []
+    var outputOffset = 0
+    /// When the unfinished incoming frame must be complete.
+    var inputDeadline: MonotonicInstant?
+    /// When the pending reply must have been taken.
+    var outputDeadline: MonotonicInstant?
+    /// What this peer counts in the listener's `bufferedBytes`.
+    var accounted = 0
+    /// Whether it is in the listener's `timedPeers`.
+    var isTimed = false
+    var isDropped = false
+
     init(socket: UnixSocket, credentials: PeerCredentials, limits: Frame.Limits) {
       self.socket = socket
       self.credentials = credentials
       decoder = FrameDecoder(limits: limits)
     }
     deinit { chunk.deallocate() }
+
+    var pendingOutput: Int { output.count - outputOffset }
+    var token: UInt64 { UInt64(socket.descriptor) + NamedPortListener.firstPeerToken }
+    var deadline: MonotonicInstant? {
+      switch (inputDeadline, outputDeadline) {
+      case (let input?, let output?): return min(input, output)
+      case (let input?, nil): return input
+      case (nil, let output?): return output
+      case (nil, nil): return nil
+      }
+    }
   }
 
   /// Claims `name` in `directory` and starts listening.
@@ -83,14 +143,15 @@ final class NamedPortListener: @unchecked Sendable {
   /// socket failures. A socket left by a dead process is replaced.
   init(
     name: String, directory: PortDirectory, policy: PeerPolicy = .sameUser, limits: Frame.Limits = .standard,
-    replySendTimeout: Duration = .seconds(1), handler: @escaping Handler
+    serverLimits: MessagePort.ServerLimits = .standard, handler: @escaping Handler
   ) throws(PortError) {
     try PortName.validate(name)
+    serverLimits.checkPositive()
     self.name = name
     self.directory = directory
     self.policy = policy
     self.limits = limits
-    self.replySendTimeout = replySendTimeout
+    self.serverLimits = serverLimits
     self.handler = handler
     let claimed: Int32
     do throws(SystemCallError) {
@@ -120,6 +181,16 @@ final class NamedPortListener: @unchecked Sendable {
       throw PortError(.transportError, cause: error, detail: "cannot create the port's epoll set")
     }
     epollDescriptor = epoll
+    let timer: Int32
+    do throws(SystemCallError) {
+      timer = try shimCall("timerfd_create") { tk_timerfd_create_monotonic() }
+    } catch {
+      closeDescriptor(epoll)
+      closeDescriptor(wake)
+      closeDescriptor(claimed)
+      throw PortError(.transportError, cause: error, detail: "cannot create the port's deadline timer")
+    }
+    timerDescriptor = timer
     // Holding the claim, any socket file already there is a dead owner's leftover.
     let path = directory.socketPath(for: name)
     do throws(SystemCallError) {
@@ -127,6 +198,7 @@ final class NamedPortListener: @unchecked Sendable {
     } catch  where error.code == .noSuchFileOrDirectory {
       // Nothing left behind.
     } catch {
+      closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
@@ -136,6 +208,7 @@ final class NamedPortListener: @unchecked Sendable {
     do {
       socket = try UnixSocket.listen(at: path)
     } catch {
+      closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
@@ -146,10 +219,14 @@ final class NamedPortListener: @unchecked Sendable {
         tk_epoll_add(epoll, wake, UInt32(TK_EPOLL_READABLE), NamedPortListener.wakeToken)
       }
       _ = try shimCall("epoll_ctl") {
+        tk_epoll_add(epoll, timer, UInt32(TK_EPOLL_READABLE), NamedPortListener.timerToken)
+      }
+      _ = try shimCall("epoll_ctl") {
         tk_epoll_add(epoll, socket.descriptor, UInt32(TK_EPOLL_READABLE), NamedPortListener.listenerToken)
       }
     } catch {
       _ = unlink(path)
+      closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
       closeDescriptor(claimed)
@@ -160,8 +237,9 @@ final class NamedPortListener: @unchecked Sendable {
 
   private static let wakeToken: UInt64 = 0
   private static let listenerToken: UInt64 = 1
+  private static let timerToken: UInt64 = 2
   /// Peers are reported as their descriptor plus this.
-  private static let firstPeerToken: UInt64 = 2
+  fileprivate static let firstPeerToken: UInt64 = 3
 
   deinit {
     invalidate()
@@ -245,6 +323,8 @@ final class NamedPortListener: @unchecked Sendable {
       serving = true
       servingThread = tk_thread_identity()
       epoll = epollDescriptor
+      passEpoll = epollDescriptor
+      passTimer = timerDescriptor
     }
     let capacity = 16
     var tokens = [UInt64](repeating: 0, count: capacity)
@@ -267,6 +347,10 @@ final class NamedPortListener: @unchecked Sendable {
       switch token {
       case NamedPortListener.wakeToken:
         break  // written only by invalidate(), which is handled below
+      case NamedPortListener.timerToken:
+        // Expired: drained so it stops reporting; the deadlines are checked below.
+        _ = tk_counter_fd_drain(passTimer)
+        armedDeadline = nil
       case NamedPortListener.listenerToken:
         if let listener = mutex.withLock({ invalidated ? nil : self.listener }) { acceptPending(listener) }
       default:
@@ -274,6 +358,8 @@ final class NamedPortListener: @unchecked Sendable {
         if let peer = mutex.withLock({ invalidated ? nil : peers[descriptor] }) { handled += service(peer) }
       }
     }
+    if !timedPeers.isEmpty || acceptPaused { enforceDeadlines() }
+    rearmTimer()
     mutex.lock()
     serving = false
     let becameInvalid = invalidated
@@ -309,15 +395,19 @@ final class NamedPortListener: @unchecked Sendable {
   // MARK: - Serving (serving thread only)
 
   private func acceptPending(_ listener: UnixSocket) {
-    while true {
+    for _ in 0..<NamedPortListener.acceptsPerPass {
       let socket: UnixSocket?
       do {
         socket = try listener.accept()
       } catch {
-        report(PeerRejection(credentials: nil, reason: "accept failed: \(error)"))
+        // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays pending, so a
+        // level-triggered listener would report it again at once. Stop watching it instead.
+        pauseAccepting(listener, after: error)
         return
       }
       guard let socket else { return }
+      acceptFailureReported = false
+      acceptBackoff = NamedPortListener.initialAcceptBackoff
       let credentials: PeerCredentials
       do {
         credentials = try socket.peerCredentials()
@@ -330,90 +420,246 @@ final class NamedPortListener: @unchecked Sendable {
         continue
       }
       let peer = Peer(socket: socket, credentials: credentials, limits: limits)
-      let added: Result<Int32, SystemCallError>? = mutex.withLock {
-        // Invalidated meanwhile: refuse (the socket closes as it goes out of scope).
-        if invalidated { return nil }
-        let result = Result { () throws(SystemCallError) -> Int32 in
-          try shimCall("epoll_ctl") {
-            tk_epoll_add(
-              epollDescriptor, socket.descriptor, UInt32(TK_EPOLL_READABLE),
-              UInt64(socket.descriptor) + NamedPortListener.firstPeerToken)
-          }
-        }
-        if case .success = result { peers[socket.descriptor] = peer }
-        return result
+      enum Outcome {
+        case added
+        case full
+        case invalidated
+        case failed(SystemCallError)
       }
-      if case .failure(let error) = added {
+      let outcome: Outcome = mutex.withLock {
+        // Invalidated meanwhile: refuse (the socket closes as it goes out of scope).
+        if invalidated { return .invalidated }
+        if peers.count >= serverLimits.maximumPeers { return .full }
+        do throws(SystemCallError) {
+          _ = try shimCall("epoll_ctl") {
+            tk_epoll_add(epollDescriptor, socket.descriptor, UInt32(TK_EPOLL_READABLE), peer.token)
+          }
+        } catch {
+          return .failed(error)
+        }
+        peers[socket.descriptor] = peer
+        return .added
+      }
+      switch outcome {
+      case .added, .invalidated:
+        break
+      case .full:
+        // Closed at once: its sender learns now rather than at its receive timeout.
+        if !peerLimitReported {
+          peerLimitReported = true
+          report(
+            PeerRejection(
+              credentials: credentials,
+              reason: "refused: the port serves its limit of \(serverLimits.maximumPeers) peers "
+                + "(further refusals are not reported until a peer leaves)"))
+        }
+      case .failed(let error):
         report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(error)"))
       }
     }
   }
 
-  /// Reads what is available from `peer`, answers every complete frame in order, and
-  /// drops the peer on end of stream, a transfer failure or a malformed frame (after
-  /// answering the frames that preceded it).
-  private func service(_ peer: Peer) -> Int {
-    var handled = 0
-    while true {
-      let received: Int?
-      do {
-        received = try peer.socket.receiveAvailable(into: peer.chunk)
-      } catch .peerClosed {
-        handled += drainFrames(of: peer)
-        drop(peer, reason: nil)
-        return handled
-      } catch {
-        drop(peer, reason: "receive failed: \(error)")
-        return handled
-      }
-      guard let received else { return handled }
-      peer.decoder.append(UnsafeRawBufferPointer(rebasing: peer.chunk[0..<received]))
-      handled += drainFrames(of: peer)
-      // One read per readiness report: poll and epoll are level-triggered, so anything left
-      // in the socket is reported again, and the usual case (one message) saves a `recv`
-      // that would only say EAGAIN.
-      return handled
+  /// Takes the listening socket out of the epoll interest after `accept` failed, until a
+  /// peer leaves (freeing a descriptor) or the back-off ends; reports the first failure of a
+  /// run of them only.
+  private func pauseAccepting(_ listener: UnixSocket, after error: SystemCallError) {
+    if !acceptFailureReported {
+      acceptFailureReported = true
+      report(
+        PeerRejection(
+          credentials: nil,
+          reason: "accept failed: \(error); accepting again when a peer leaves or after a back-off "
+            + "(further failures are not reported until an accept succeeds)"))
+    }
+    acceptPaused = true
+    acceptResumeAt = .after(acceptBackoff)
+    acceptBackoff = min(acceptBackoff * 2, NamedPortListener.maximumAcceptBackoff)
+    setInterest(of: listener.descriptor, token: NamedPortListener.listenerToken, to: 0)
+  }
+
+  private func resumeAccepting() {
+    acceptPaused = false
+    acceptResumeAt = .distantFuture
+    guard let listener = mutex.withLock({ invalidated ? nil : self.listener }) else { return }
+    setInterest(of: listener.descriptor, token: NamedPortListener.listenerToken, to: UInt32(TK_EPOLL_READABLE))
+  }
+
+  private func setInterest(of descriptor: Int32, token: UInt64, to events: UInt32) {
+    _ = mustSucceed("RunLoop: changing a port socket's interest") { () throws(SystemCallError) in
+      try shimCall("epoll_ctl(EPOLL_CTL_MOD)") { tk_epoll_modify(passEpoll, descriptor, events, token) }
     }
   }
 
-  private func drainFrames(of peer: Peer) -> Int {
+  /// Serves `peer`: takes what it sent and answers every complete frame in order, or, while
+  /// it has a reply pending, writes more of that reply (and once it is all taken, answers
+  /// the frames already received). Drops the peer on end of stream, a transfer failure, a
+  /// malformed frame (after answering the frames that preceded it) or a broken limit.
+  private func service(_ peer: Peer) -> Int {
+    if peer.pendingOutput > 0 {
+      guard flush(peer) else {
+        settle(peer, completedFrames: false)
+        return 0
+      }
+      let (handled, completed) = drainFrames(of: peer)
+      settle(peer, completedFrames: completed)
+      return handled
+    }
+    let received: Int?
+    do {
+      received = try peer.socket.receiveAvailable(into: peer.chunk)
+    } catch .peerClosed {
+      let (handled, _) = drainFrames(of: peer)
+      drop(peer, reason: nil)
+      return handled
+    } catch {
+      drop(peer, reason: "receive failed: \(error)")
+      return 0
+    }
+    guard let received else { return 0 }
+    peer.decoder.append(UnsafeRawBufferPointer(rebasing: peer.chunk[0..<received]))
+    let (handled, completed) = drainFrames(of: peer)
+    settle(peer, completedFrames: completed)
+    // One read per readiness report: poll and epoll are level-triggered, so anything left
+    // in the socket is reported again, and the usual case (one message) saves a `recv`
+    // that would only say EAGAIN.
+    return handled
+  }
+
+  /// Answers the complete frames buffered for `peer`, in order, until one's reply is left
+  /// pending (nothing more is answered until the peer takes it). Returns how many were
+  /// handled and whether any frame was completed.
+  private func drainFrames(of peer: Peer) -> (handled: Int, completed: Bool) {
     var handled = 0
-    while true {
+    var completed = false
+    while !peer.isDropped && peer.pendingOutput == 0 {
       let frame: Frame?
       do {
         frame = try peer.decoder.nextFrame()
       } catch {
         drop(peer, reason: "malformed frame: \(error)")
-        return handled
+        return (handled, completed)
       }
-      guard let frame else { return handled }
+      guard let frame else { return (handled, completed) }
+      completed = true
       if frame.kind == .reply {
         drop(peer, reason: "malformed frame: a reply sent to a listening port")
-        return handled
+        return (handled, completed)
       }
       let current = mutex.withLock { handler }
       let reply = current(frame)
       handled += 1
       // Invalidated by the handler or another thread meanwhile: no reply; the pass closes
       // the connection, which tells the sender its port became invalid.
-      if !isValid { return handled }
+      if !isValid { return (handled, completed) }
       if frame.kind == .request {
         let answer = Frame(
           kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
-        do {
-          try peer.socket.sendAll(answer.encoded(), before: .after(replySendTimeout))
-        } catch .peerClosed {
-          drop(peer, reason: nil)
-          return handled
-        } catch {
-          drop(peer, reason: "reply not delivered: \(error)")
-          return handled
-        }
+        write(answer.encoded(), to: peer)
       }
+    }
+    return (handled, completed)
+  }
+
+  /// Writes what the peer's socket takes now; the rest waits in the peer's output buffer
+  /// (the peer is then watched for writability only, with a deadline).
+  private func write(_ bytes: [UInt8], to peer: Peer) {
+    let sent: Int
+    do {
+      sent = try peer.socket.sendAvailable(bytes, from: 0)
+    } catch .peerClosed {
+      drop(peer, reason: nil)
+      return
+    } catch {
+      drop(peer, reason: "reply not delivered: \(error)")
+      return
+    }
+    if sent == bytes.count { return }
+    peer.output = bytes
+    peer.outputOffset = sent
+    peer.outputDeadline = .after(serverLimits.slowPeerTimeout)
+    setInterest(of: peer.socket.descriptor, token: peer.token, to: UInt32(TK_EPOLL_WRITABLE))
+  }
+
+  /// Writes more of the peer's pending reply; returns true once all of it is taken (the
+  /// peer is then watched for input again).
+  private func flush(_ peer: Peer) -> Bool {
+    do {
+      peer.outputOffset = try peer.socket.sendAvailable(peer.output, from: peer.outputOffset)
+    } catch .peerClosed {
+      drop(peer, reason: nil)
+      return false
+    } catch {
+      drop(peer, reason: "reply not delivered: \(error)")
+      return false
+    }
+    if peer.pendingOutput > 0 { return false }
+    peer.output = []
+    peer.outputOffset = 0
+    peer.outputDeadline = nil
+    setInterest(of: peer.socket.descriptor, token: peer.token, to: UInt32(TK_EPOLL_READABLE))
+    return true
+  }
+
+  /// After serving `peer`: updates its input deadline (an unfinished frame must be complete
+  /// `slowPeerTimeout` after its first byte or after the previous completed frame), the
+  /// bytes held for it, and drops it when it breaks a buffer limit.
+  private func settle(_ peer: Peer, completedFrames: Bool) {
+    if peer.isDropped { return }
+    if peer.decoder.bufferedByteCount == 0 {
+      peer.inputDeadline = nil
+    } else if completedFrames || peer.inputDeadline == nil {
+      peer.inputDeadline = .after(serverLimits.slowPeerTimeout)
+    }
+    let timed = peer.deadline != nil
+    if timed != peer.isTimed {
+      peer.isTimed = timed
+      timedPeers[peer.socket.descriptor] = timed ? peer : nil
+    }
+    let held = peer.decoder.bufferedByteCount + peer.pendingOutput
+    if held != peer.accounted {
+      bufferedBytes += held - peer.accounted
+      peer.accounted = held
+    }
+    if held > serverLimits.maximumBufferedBytesPerPeer {
+      drop(
+        peer,
+        reason: "holds \(held) bytes, over the limit of \(serverLimits.maximumBufferedBytesPerPeer) per peer")
+    } else if bufferedBytes > serverLimits.maximumBufferedBytesTotal {
+      drop(
+        peer,
+        reason:
+          "would take the port's buffers to \(bufferedBytes) bytes, over the limit of \(serverLimits.maximumBufferedBytesTotal)"
+      )
+    }
+  }
+
+  /// Drops the peers whose deadline passed and resumes accepting when its back-off ended.
+  private func enforceDeadlines() {
+    let now = MonotonicInstant.now
+    if acceptPaused && acceptResumeAt <= now { resumeAccepting() }
+    for peer in timedPeers.values {
+      guard let deadline = peer.deadline, deadline <= now else { continue }
+      let what = peer.pendingOutput > 0 ? "did not read its reply" : "did not finish its frame"
+      drop(peer, reason: "slow peer: \(what) within \(serverLimits.slowPeerTimeout)")
+    }
+  }
+
+  /// Arms the timerfd for the earliest deadline (or disarms it), unless it already is.
+  private func rearmTimer() {
+    var next: MonotonicInstant? = acceptPaused ? acceptResumeAt : nil
+    for peer in timedPeers.values {
+      if let deadline = peer.deadline { next = min(next ?? deadline, deadline) }
+    }
+    if next == armedDeadline { return }
+    armedDeadline = next
+    _ = mustSucceed("RunLoop: arming a port's deadline timer") { () throws(SystemCallError) in
+      try shimCall("timerfd_settime") { tk_timerfd_arm_absolute(passTimer, next?.nanoseconds ?? .max) }
     }
   }
 
   private func drop(_ peer: Peer, reason: String?) {
+    if peer.isDropped { return }
+    peer.isDropped = true
     mutex.withLock {
       guard peers.removeValue(forKey: peer.socket.descriptor) != nil else { return }
       // Closing the socket would also remove it from the set, but only once every duplicate
@@ -422,6 +668,15 @@ final class NamedPortListener: @unchecked Sendable {
         try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(epollDescriptor, peer.socket.descriptor) }
       }
     }
+    if peer.isTimed {
+      peer.isTimed = false
+      timedPeers[peer.socket.descriptor] = nil
+    }
+    bufferedBytes -= peer.accounted
+    peer.accounted = 0
+    // Its descriptor closes with it, and there is room for another peer.
+    peerLimitReported = false
+    if acceptPaused { resumeAccepting() }
     if let reason { report(PeerRejection(credentials: peer.credentials, reason: reason)) }
   }
 
@@ -440,6 +695,11 @@ final class NamedPortListener: @unchecked Sendable {
     epollDescriptor = -1
     closeDescriptor(wakeDescriptor)
     wakeDescriptor = -1
+    closeDescriptor(timerDescriptor)
+    timerDescriptor = -1
+    // No pass runs: the serving state is ours to reset.
+    timedPeers.removeAll()
+    bufferedBytes = 0
     releaseClaimLocked()
     return dropped
   }

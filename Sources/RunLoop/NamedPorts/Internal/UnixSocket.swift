@@ -141,6 +141,29 @@ final class UnixSocket {
     }
   }
 
+  /// Sends as much of `bytes[offset...]` as the socket takes now, never waiting; returns the
+  /// offset reached (`bytes.count` once everything is sent).
+  func sendAvailable(_ bytes: [UInt8], from offset: Int) throws(TransferFailure) -> Int {
+    var offset = offset
+    while offset < bytes.count {
+      do throws(SystemCallError) {
+        offset += try shimCall("send") {
+          bytes.withUnsafeBytes { buffer in
+            tk_send_nosignal(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+          }
+        }
+      } catch {
+        switch error.code {
+        case .interrupted: continue
+        case .tryAgain, .wouldBlock: return offset
+        case .brokenPipe, .connectionReset: throw .peerClosed
+        default: throw .system(error)
+        }
+      }
+    }
+    return offset
+  }
+
   /// Shuts the connection down both ways without closing the descriptor: a thread of ours
   /// waiting on it (poll, send, recv) sees the end of the stream at once, so does the peer,
   /// and the descriptor stays valid (never reused) until the object is released. Safe from

@@ -1,0 +1,202 @@
+import Glibc
+import Sync
+import TestSupport
+import Testing
+
+@testable import RunLoop
+
+/// The bytes of a request frame for `msgid` (what a client that never reads sends).
+func portsRequestBytes(_ msgid: Int32, sequence: UInt32 = 1, payload: [UInt8] = []) -> [UInt8] {
+  Frame(kind: .request, msgid: msgid, sequence: sequence, replyPortName: nil, payload: payload).encoded()
+}
+
+/// A handler that answers message 1 with 1 MiB (a big reply) and anything else with one byte.
+let portsBigReplyHandler: @Sendable (Frame) -> [UInt8]? = { frame in
+  frame.msgid == 1 ? [UInt8](repeating: 7, count: 1 << 20) : [UInt8(truncatingIfNeeded: frame.msgid)]
+}
+
+@Suite("Ports: server limits and peers that do not cooperate", .timeLimit(.minutes(1)))
+struct PortsServerLimitsTests {
+  @Test("out of descriptors, a port stops accepting instead of spinning, reports it once, and accepts again later")
+  func descriptorExhaustionPausesAccepting() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      blocking {
+        let path = makePortsTestDirectory()
+        defer { removePortsTestDirectory(path) }
+        let directory = try! PortDirectory.prepare(path: path)
+        let listener = try! NamedPortListener(name: "exhausted", directory: directory) { _ in [7] }
+        let rejections = Recorder<String>()
+        listener.setRejectionHandler { rejections.append($0.reason) }
+        // Connections wait in the backlog, made before the descriptor table is full.
+        var clients: [UnixSocket] = []
+        for _ in 0..<3 {
+          clients.append(try! UnixSocket.connect(to: directory.socketPath(for: "exhausted"), before: .after(.seconds(5))))
+        }
+        // Fill the table up to a lowered soft limit (a child process: nothing else shares it).
+        var original = rlimit()
+        precondition(getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &original) == 0)
+        var lowered = original
+        lowered.rlim_cur = min(original.rlim_cur, 512)
+        precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &lowered) == 0)
+        var fillers: [Int32] = []
+        while true {
+          let descriptor = dup(0)
+          if descriptor < 0 { break }
+          fillers.append(descriptor)
+        }
+        // Serving for 300 ms: accept fails with EMFILE for every pending connection.
+        var passes = 0
+        let until = MonotonicInstant.after(.milliseconds(300))
+        while !until.hasPassed {
+          _ = try! listener.serveOnce(before: until)
+          passes += 1
+        }
+        let reportsWhileExhausted = rejections.count
+        for descriptor in fillers { precondition(close(descriptor) == 0) }
+        precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &original) == 0)
+        // Descriptors are free again: the back-off ends and the waiting clients are accepted.
+        let giveUp = MonotonicInstant.after(.seconds(10))
+        while listener.peerCount < clients.count && !giveUp.hasPassed { _ = try! listener.serveOnce(before: giveUp) }
+        // A spinning server makes thousands of passes and reports each failed accept; with
+        // a back-off from 50 ms it makes a handful in 300 ms.
+        if passes > 20 || reportsWhileExhausted != 1 || listener.peerCount != clients.count
+          || rejections.count != 1 || rejections.snapshot.first?.contains("accept failed") != true
+        {
+          print(
+            "passes \(passes), reports \(reportsWhileExhausted) then \(rejections.count), peers \(listener.peerCount): "
+              + "\(rejections.snapshot.prefix(2))")
+          exit(1)
+        }
+      }
+    }
+    if let result, case .exitCode(1) = result.exitStatus {
+      Issue.record("\(String(decoding: result.standardOutputContent, as: UTF8.self))")
+    }
+  }
+
+  @Test("clients that ask for a big reply and never read it do not delay another client")
+  func nonReadersCostOnlyThemselves() throws {
+    let served = try PortsServedListener(handler: portsBigReplyHandler)
+    try served.whileServing {
+      let stalled = try (0..<5).map { _ in try served.rawPeer() }
+      for peer in stalled { try peer.sendAll(portsRequestBytes(1), before: .after(.seconds(5))) }
+      #expect(served.eventually { served.handled.count >= 1 })
+      let client = try served.connect()
+      for msgid in Int32(2)...4 {
+        let start = MonotonicInstant.now
+        #expect(try client.request(msgid) == [UInt8(msgid)])
+        // A serving thread that blocked writing to each stalled peer for a second would
+        // make this wait seconds.
+        #expect(MonotonicInstant.now - start < .milliseconds(750))
+      }
+      #expect(served.eventually { served.handled.count == 8 }, "every stalled peer's request was handled too")
+      #expect(served.rejections.snapshot.isEmpty, "within the limits, nobody is dropped")
+    }
+  }
+
+  @Test("connections over maximumPeers are closed at once and reported once; a leaving peer makes room")
+  func peerLimit() throws {
+    let served = try PortsServedListener(serverLimits: MessagePort.ServerLimits(maximumPeers: 2)) { _ in [1] }
+    try served.whileServing {
+      let first = try served.connect()
+      let second = try served.connect()
+      #expect(try first.request(1) == [1])
+      #expect(try second.request(1) == [1])
+      for _ in 0..<3 {
+        let refused = try served.connect()
+        let error = #expect(throws: PortError.self) { try refused.request(1) }
+        #expect(error?.status == .becameInvalid)
+      }
+      #expect(served.rejections.snapshot.count == 1)
+      #expect(served.rejections.snapshot.first?.contains("limit of 2 peers") == true)
+      first.invalidate()
+      #expect(served.eventually { served.listener.peerCount == 1 })
+      let third = try served.connect()
+      #expect(try third.request(1) == [1])
+      #expect(try second.request(1) == [1])
+    }
+  }
+
+  @Test("a peer holding more than maximumBufferedBytesPerPeer (reply not read, or input) is dropped")
+  func perPeerBufferLimit() throws {
+    let served = try PortsServedListener(
+      serverLimits: MessagePort.ServerLimits(maximumBufferedBytesPerPeer: 64 << 10), handler: portsBigReplyHandler)
+    try served.whileServing {
+      let nonReader = try served.rawPeer()
+      try nonReader.sendAll(portsRequestBytes(1), before: .after(.seconds(5)))
+      #expect(served.eventually { served.rejections.count == 1 })
+      #expect(served.rejections.snapshot.first?.contains("over the limit of 65536 per peer") == true)
+      // An unfinished frame larger than the limit (its payload is under the frame limit).
+      let sender = try served.rawPeer()
+      var bytes = portsRequestBytes(2, payload: [UInt8](repeating: 1, count: 100 << 10))
+      bytes.removeLast(10 << 10)
+      try sender.sendAll(bytes, before: .after(.seconds(5)))
+      #expect(served.eventually { served.rejections.count == 2 })
+      #expect(served.rejections.snapshot.last?.contains("over the limit of 65536 per peer") == true)
+      let client = try served.connect()
+      #expect(try client.request(3) == [3])
+    }
+  }
+
+  @Test("the peer that takes the port past maximumBufferedBytesTotal is dropped; the others keep their replies")
+  func totalBufferLimit() throws {
+    let served = try PortsServedListener(
+      serverLimits: MessagePort.ServerLimits(maximumBufferedBytesTotal: (1 << 20) + (256 << 10)),
+      handler: portsBigReplyHandler)
+    try served.whileServing {
+      let first = try served.rawPeer()
+      try first.sendAll(portsRequestBytes(1), before: .after(.seconds(5)))
+      #expect(served.eventually { served.handled.count == 1 })
+      let second = try served.rawPeer()
+      try second.sendAll(portsRequestBytes(1), before: .after(.seconds(5)))
+      #expect(served.eventually { served.rejections.count == 1 })
+      #expect(served.rejections.snapshot.first?.contains("port's buffers") == true)
+      #expect(served.listener.peerCount == 1, "the first non-reader keeps its place")
+      // The first peer can still read its whole reply.
+      var reply: [UInt8] = []
+      var chunk = [UInt8](repeating: 0, count: 64 << 10)
+      let giveUp = MonotonicInstant.after(.seconds(20))
+      while reply.count < Frame.headerSize + (1 << 20) && !giveUp.hasPassed {
+        try first.waitUntil(.readable, before: giveUp)
+        let count = try chunk.withUnsafeMutableBytes { buffer in
+          try Result { () throws(TransferFailure) in try first.receiveAvailable(into: buffer) }.get()
+        }
+        if let count { reply += chunk[0..<count] }
+      }
+      #expect(reply.count == Frame.headerSize + (1 << 20))
+    }
+  }
+
+  @Test("slowPeerTimeout drops a peer that trickles a frame and one that never reads its reply, not an idle one")
+  func slowPeerTimeout() throws {
+    let served = try PortsServedListener(
+      serverLimits: MessagePort.ServerLimits(slowPeerTimeout: .milliseconds(200)), handler: portsBigReplyHandler)
+    try served.whileServing {
+      let idle = try served.connect()
+      #expect(try idle.request(2) == [2])
+      let trickler = try served.rawPeer()
+      try trickler.sendAll(Array(portsRequestBytes(3).prefix(10)), before: .after(.seconds(5)))
+      let nonReader = try served.rawPeer()
+      try nonReader.sendAll(portsRequestBytes(1), before: .after(.seconds(5)))
+      #expect(served.eventually { served.rejections.count == 2 })
+      let reasons = served.rejections.snapshot.joined(separator: "; ")
+      #expect(reasons.contains("did not finish its frame"))
+      #expect(reasons.contains("did not read its reply"))
+      // Connected all along with nothing in flight: still served.
+      #expect(try idle.request(4) == [4])
+      #expect(served.listener.peerCount == 1)
+    }
+  }
+
+  @Test("a limit that is not positive stops the process")
+  func nonPositiveLimitIsMisuse() async {
+    await #expect(processExitsWith: .failure) {
+      _ = MessagePort.ServerLimits(maximumPeers: 0)
+    }
+    await #expect(processExitsWith: .failure) {
+      var limits = MessagePort.ServerLimits()
+      limits.slowPeerTimeout = .zero
+      _ = try? MessagePort.local(name: "tk-test-bad-limits", limits: limits) { _ in nil }
+    }
+  }
+}
