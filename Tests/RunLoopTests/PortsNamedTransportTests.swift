@@ -235,3 +235,72 @@ struct PortsNamedTransportTests {
     #expect(again.isValid)
   }
 }
+
+@Suite("Ports: name claim files", .timeLimit(.minutes(1)))
+struct PortsClaimFileTests {
+  /// The names directly inside `path`.
+  func entries(_ path: String) -> [String] {
+    guard let directory = opendir(path) else { return [] }
+    var names: [String] = []
+    while let entry = readdir(directory) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) {
+        String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+    precondition(closedir(directory) == 0)
+    return names
+  }
+
+  @Test("registering and invalidating 1,000 names leaves the port directory empty")
+  func invalidationRemovesClaimFiles() throws {
+    let path = makePortsTestDirectory()
+    defer { removePortsTestDirectory(path) }
+    let directory = try PortDirectory.prepare(path: path)
+    for index in 0..<1_000 {
+      let listener = try NamedPortListener(name: "cycle-\(index)", directory: directory) { _ in nil }
+      if index % 2 == 0 { listener.invalidate() }  // the others are released without it
+    }
+    #expect(entries(path).isEmpty)
+    // A crashed owner's files (no lock held): the next owner takes them over, and its
+    // invalidation removes them.
+    do { _ = try UnixSocket.listen(at: directory.socketPath(for: "crashed")) }
+    let leftover = open(directory.lockPath(for: "crashed"), O_CREAT | O_RDWR, 0o600)
+    #expect(leftover >= 0 && close(leftover) == 0)
+    let heir = try NamedPortListener(name: "crashed", directory: directory) { _ in nil }
+    #expect(entries(path).sorted() == ["crashed.lock", "crashed.sock"])
+    heir.invalidate()
+    #expect(entries(path).isEmpty)
+  }
+
+  @Test("threads racing to register and invalidate one name never hold it at once")
+  func racingClaimsAreExclusive() throws {
+    let path = makePortsTestDirectory()
+    defer { removePortsTestDirectory(path) }
+    let directory = try PortDirectory.prepare(path: path)
+    let holders = AtomicInteger<Int>(0)
+    let overlaps = PortsCounter()
+    let claims = PortsCounter()
+    let failures = Recorder<String>()
+    runThreads(4) { _ in
+      for _ in 0..<300 {
+        do {
+          let listener = try NamedPortListener(name: "contended", directory: directory) { _ in nil }
+          claims.increment()
+          if holders.increment(ordering: .full) != 1 { overlaps.increment() }
+          sched_yield()
+          _ = holders.decrement(ordering: .full)
+          listener.invalidate()
+        } catch let error as PortError where error.status == .invalid {
+          // Held by another thread right now.
+        } catch {
+          failures.append("\(error)")
+        }
+      }
+    }
+    #expect(overlaps.count == 0)
+    #expect(failures.snapshot.isEmpty)
+    #expect(claims.count > 0)
+    #expect(entries(path).isEmpty)
+  }
+}

@@ -153,22 +153,14 @@ final class NamedPortListener: @unchecked Sendable {
     self.limits = limits
     self.serverLimits = serverLimits
     self.handler = handler
-    let claimed: Int32
-    do throws(SystemCallError) {
-      claimed = try shimCall("open") { tk_claim_lock_file(directory.lockPath(for: name)) }
-    } catch  where error.code == .wouldBlock {
-      throw PortError(
-        .invalid, cause: SystemCallError(call: "flock", code: .wouldBlock),
-        detail: "port name \"\(name)\" is registered by another process")
-    } catch {
-      throw PortError(.transportError, cause: error, detail: "cannot claim port name \"\(name)\"")
-    }
+    let lockPath = directory.lockPath(for: name)
+    let claimed = try NamedPortListener.claim(lockPath, name: name)
     lockDescriptor = claimed
     let wake: Int32
     do throws(SystemCallError) {
       wake = try shimCall("eventfd") { tk_eventfd_create() }
     } catch {
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot create a wake-up descriptor")
     }
     wakeDescriptor = wake
@@ -177,7 +169,7 @@ final class NamedPortListener: @unchecked Sendable {
       epoll = try shimCall("epoll_create1") { tk_epoll_create() }
     } catch {
       closeDescriptor(wake)
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot create the port's epoll set")
     }
     epollDescriptor = epoll
@@ -187,7 +179,7 @@ final class NamedPortListener: @unchecked Sendable {
     } catch {
       closeDescriptor(epoll)
       closeDescriptor(wake)
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot create the port's deadline timer")
     }
     timerDescriptor = timer
@@ -201,7 +193,7 @@ final class NamedPortListener: @unchecked Sendable {
       closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot remove the stale socket \(path)")
     }
     let socket: UnixSocket
@@ -211,7 +203,7 @@ final class NamedPortListener: @unchecked Sendable {
       closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot listen at \(path)")
     }
     do throws(SystemCallError) {
@@ -229,10 +221,53 @@ final class NamedPortListener: @unchecked Sendable {
       closeDescriptor(timer)
       closeDescriptor(epoll)
       closeDescriptor(wake)
-      closeDescriptor(claimed)
+      NamedPortListener.abandonClaim(claimed, at: lockPath)
       throw PortError(.transportError, cause: error, detail: "cannot watch \(path)")
     }
     listener = socket
+  }
+
+  /// Opens and locks the claim file at `path` (see ``PortDirectory``), making sure the file
+  /// locked is the one at the path: an owner removes its claim file while holding the lock,
+  /// then unlocks, so a file opened before that removal and locked after it no longer
+  /// claims anything, and the claim is tried again on the path's new file.
+  ///
+  /// Throws ``PortStatus/invalid`` when another open file description holds the lock (a
+  /// live owner, in this or another process), ``PortStatus/transportError`` when a call
+  /// fails.
+  private static func claim(_ path: String, name: String) throws(PortError) -> Int32 {
+    while true {
+      let claimed: Int32
+      do throws(SystemCallError) {
+        claimed = try shimCall("open") { tk_claim_lock_file(path) }
+      } catch  where error.code == .wouldBlock {
+        throw PortError(
+          .invalid, cause: SystemCallError(call: "flock", code: .wouldBlock),
+          detail: "port name \"\(name)\" is registered by another process")
+      } catch {
+        throw PortError(.transportError, cause: error, detail: "cannot claim port name \"\(name)\"")
+      }
+      var locked = stat()
+      var current = stat()
+      do throws(SystemCallError) {
+        _ = try systemCall("fstat") { fstat(claimed, &locked) }
+      } catch {
+        closeDescriptor(claimed)
+        throw PortError(.transportError, cause: error, detail: "cannot inspect the claim of port name \"\(name)\"")
+      }
+      if lstat(path, &current) == 0 && current.st_dev == locked.st_dev && current.st_ino == locked.st_ino {
+        return claimed
+      }
+      // Removed (or replaced) by its previous owner after we opened it: try the new one.
+      closeDescriptor(claimed)
+    }
+  }
+
+  /// Removes the claim file while its lock is still held (see ``claim(_:name:)``), then
+  /// releases the lock. A failed removal leaves only a file the next owner reuses.
+  private static func abandonClaim(_ descriptor: Int32, at path: String) {
+    _ = unlink(path)
+    closeDescriptor(descriptor)
   }
 
   private static let wakeToken: UInt64 = 0
@@ -273,6 +308,10 @@ final class NamedPortListener: @unchecked Sendable {
       // The directory is ours (mode 0700); failing to remove our own socket leaves only a
       // stale file that the next owner replaces, so it is not worth failing invalidation.
     }
+    // The claim file goes too, while its lock is held (the claim is released below): a
+    // process that opened it meanwhile finds it gone once it gets the lock, and claims the
+    // path's new file instead (see `claim`). So no name leaves a file behind.
+    _ = unlink(directory.lockPath(for: name))
     if serving {
       // The pass may be inside a handler for a while: end the clients' requests now (their
       // connections see the end of stream) and free the name, leaving the descriptors the
