@@ -79,11 +79,66 @@ struct PortsDirectoryTests {
 
   @Test("the default location is per user and leaves room for the longest name")
   func defaultLocation() throws {
-    let path = PortDirectory.defaultPath
-    #expect(path.hasSuffix("/threading-toolkit") || path == "/tmp/threading-toolkit-\(geteuid())")
-    #expect(path.utf8.count <= PortDirectory.maximumPathLength)
     let directory = try PortDirectory.prepare()
+    let path = directory.path
+    #expect(
+      path.hasSuffix("/threading-toolkit") || path.hasSuffix("/.tk-ports")
+        || path == "/tmp/threading-toolkit-\(geteuid())")
+    #expect(path.utf8.count <= PortDirectory.maximumPathLength)
     let longest = directory.socketPath(for: String(repeating: "n", count: PortName.maximumLength))
     #expect(longest.utf8.count <= 107)
+  }
+
+  @Test("without XDG_RUNTIME_DIR, a squatted /tmp path falls back to the home directory, which then stays chosen")
+  func squattedSharedPathFallsBackToHome() throws {
+    let root = makePortsTestDirectory()
+    defer {
+      removePortsTestDirectory(root + "/h/.tk-ports")
+      removePortsTestDirectory(root + "/h")
+      removePortsTestDirectory(root + "/shared")
+      removePortsTestDirectory(root)
+    }
+    let shared = root + "/shared"
+    let home = root + "/h"
+    #expect(mkdir(home, 0o700) == 0)
+    // Another user's directory would be refused for its owner; one others may write to is
+    // refused the same way (and a test can create it).
+    #expect(mkdir(shared, 0o777) == 0)
+    #expect(chmod(shared, 0o777) == 0)
+    let directory = try PortDirectory.prepare(runtimeDirectory: nil, sharedPath: shared, home: home)
+    #expect(directory.path == home + "/.tk-ports")
+    #expect(portsFileMode(directory.path).map { $0 & 0o777 } == 0o700)
+    #expect(portsFileMode(shared).map { $0 & 0o777 } == 0o777, "the squatted path is left alone")
+    // Names work there.
+    let listener = try NamedPortListener(name: "fallback", directory: directory) { _ in [5] }
+    let client = try NamedPortConnection(name: "fallback", directory: directory)
+    #expect(client.isValid)
+    listener.invalidate()
+    // The squat ends: every process keeps using the fallback, so they still agree.
+    #expect(rmdir(shared) == 0)
+    #expect(try PortDirectory.prepare(runtimeDirectory: nil, sharedPath: shared, home: home) == directory)
+    #expect(portsFileMode(shared) == nil, "the /tmp path is no longer created")
+  }
+
+  @Test("the runtime directory comes first; the /tmp path is used while it is safe; no fallback without HOME")
+  func locationOrder() throws {
+    let root = makePortsTestDirectory()
+    defer {
+      removePortsTestDirectory(root + "/r/threading-toolkit")
+      removePortsTestDirectory(root + "/r")
+      removePortsTestDirectory(root + "/shared")
+      removePortsTestDirectory(root)
+    }
+    #expect(mkdir(root + "/r", 0o700) == 0)
+    let runtime = try PortDirectory.prepare(runtimeDirectory: root + "/r", sharedPath: root + "/shared", home: root)
+    #expect(runtime.path == root + "/r/threading-toolkit")
+    let shared = try PortDirectory.prepare(runtimeDirectory: "relative", sharedPath: root + "/shared", home: "relative")
+    #expect(shared.path == root + "/shared")
+    #expect(chmod(root + "/shared", 0o755) == 0)
+    let error = #expect(throws: PortError.self) {
+      try PortDirectory.prepare(runtimeDirectory: nil, sharedPath: root + "/shared", home: nil)
+    }
+    #expect(error?.reason == .directoryNotPrivate)
+    #expect(error?.detail.contains("XDG_RUNTIME_DIR") == true)
   }
 }

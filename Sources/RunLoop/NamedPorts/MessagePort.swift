@@ -19,9 +19,10 @@ import Sync
 /// ``PortStatus/invalid``.
 ///
 /// **Transport.** A local port listens on a Unix-domain stream socket `<name>.sock` in a
-/// per-user directory (`$XDG_RUNTIME_DIR/threading-toolkit`, else
-/// `/tmp/threading-toolkit-<uid>`), created with mode 0700 and refused when another user
-/// owns it or group/others may access it. Both ends check the other's kernel-recorded
+/// per-user directory: `$XDG_RUNTIME_DIR/threading-toolkit`; without `XDG_RUNTIME_DIR`,
+/// `/tmp/threading-toolkit-<uid>`, unless another user took that path first, then (and from
+/// then on) `$HOME/.tk-ports`. The directory is created with mode 0700 and refused
+/// when another user owns it or group/others may access it. Both ends check the other's kernel-recorded
 /// credentials (`SO_PEERCRED`): only processes of the same user are served. Messages travel
 /// as length-checked frames; a peer that sends an oversized or malformed frame is
 /// disconnected and reported (``setPeerRejectionHandler(_:)``) while the port keeps serving
@@ -30,7 +31,7 @@ import Sync
 /// buffer, and a peer that breaks the port's ``ServerLimits`` (too many peers, too many
 /// bytes held, too slow) is disconnected. A name
 /// is claimed with an `flock` that the kernel releases when its process dies, so a crashed
-/// owner's name can be registered again at once.
+/// owner's name can be registered again at once. Invalidating a port removes its files.
 ///
 /// **Serving in a run loop** (the guide's way): add the local port to modes of the owning
 /// thread's run loop with ``RunLoop/add(_:forMode:)-(MessagePort,_)``; its handler then runs

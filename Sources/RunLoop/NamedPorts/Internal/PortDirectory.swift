@@ -7,8 +7,18 @@ import Sync
 
 /// The per-user directory that holds named ports' sockets and name-claim lock files.
 ///
-/// Default location: `$XDG_RUNTIME_DIR/threading-toolkit` when that variable is an absolute
-/// path short enough for socket addresses, else `/tmp/threading-toolkit-<uid>`.
+/// Location (``prepare()``), the first that applies:
+/// 1. `$XDG_RUNTIME_DIR/threading-toolkit` when that variable is an absolute path short
+///    enough for socket addresses (the runtime directory systemd makes private to the user:
+///    nobody else can create anything in it);
+/// 2. `$HOME/.tk-ports` when it exists (see 4);
+/// 3. `/tmp/threading-toolkit-<uid>` when it is safe or can be created;
+/// 4. otherwise, when the `/tmp` path is taken (another user created it first to deny this
+///    user named ports, or it breaks a rule below), `$HOME/.tk-ports`, created.
+///    Once it exists it comes before the `/tmp` path (2), so every process of the user keeps
+///    agreeing on one directory whatever happens to the `/tmp` path later. Its path must
+///    leave room for the longest name in a socket address (``maximumPathLength``, 37
+///    bytes): with a longer home directory, set `XDG_RUNTIME_DIR`.
 ///
 /// Safety rules, checked every time a port is registered or looked up:
 /// - created with mode 0700 when missing (`mkdir`);
@@ -20,7 +30,9 @@ import Sync
 ///
 /// Inside, port `N` is the socket `N.sock`, and `N.lock` is a lock file whose `flock` the
 /// owning process holds for as long as the port is registered (the kernel releases it when
-/// the process dies, so a crashed owner's stale socket is recognised and replaced).
+/// the process dies, so a crashed owner's stale socket is recognised and replaced). Both are
+/// removed when the port is invalidated; a crashed owner's files stay until the name is
+/// registered again and that port is invalidated.
 struct PortDirectory: Sendable, Equatable {
   let path: String
 
@@ -28,14 +40,48 @@ struct PortDirectory: Sendable, Equatable {
   /// address (`<path>/<64-byte name>.sock` must fit in 107 bytes).
   static var maximumPathLength: Int { tk_unix_path_capacity() - 1 - PortName.maximumLength - 5 }
 
-  /// The default location for the effective user (see the type's documentation).
-  static var defaultPath: String {
-    if let runtime = getenv("XDG_RUNTIME_DIR") {
-      let base = String(cString: runtime)
+  /// The directory for the effective user, created if needed (see the type's
+  /// documentation). Throws as ``prepare(path:)``.
+  static func prepare() throws(PortError) -> PortDirectory {
+    func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+    return try prepare(
+      runtimeDirectory: environment("XDG_RUNTIME_DIR"), sharedPath: "/tmp/threading-toolkit-\(geteuid())",
+      home: environment("HOME"))
+  }
+
+  /// The location rule of the type's documentation with its inputs given: the value of
+  /// `XDG_RUNTIME_DIR`, the shared path under `/tmp`, and the value of `HOME`.
+  static func prepare(runtimeDirectory: String?, sharedPath: String, home: String?) throws(PortError)
+    -> PortDirectory
+  {
+    if let base = runtimeDirectory, base.hasPrefix("/") {
       let candidate = base.hasSuffix("/") ? base + "threading-toolkit" : base + "/threading-toolkit"
-      if base.hasPrefix("/") && candidate.utf8.count <= maximumPathLength { return candidate }
+      if candidate.utf8.count <= maximumPathLength { return try prepare(path: candidate) }
     }
-    return "/tmp/threading-toolkit-\(geteuid())"
+    var fallback: String?
+    if let home, home.hasPrefix("/") {
+      fallback = home.hasSuffix("/") ? home + ".tk-ports" : home + "/.tk-ports"
+    }
+    var status = stat()
+    if let fallback, lstat(fallback, &status) == 0 { return try prepare(path: fallback) }
+    let sharedError: PortError
+    do {
+      return try prepare(path: sharedPath)
+    } catch {
+      sharedError = error
+    }
+    guard let fallback else {
+      throw PortError(
+        sharedError.status, cause: sharedError.cause, reason: sharedError.reason,
+        detail: sharedError.detail + "; set XDG_RUNTIME_DIR or HOME to a private directory")
+    }
+    do {
+      return try prepare(path: fallback)
+    } catch {
+      throw PortError(
+        error.status, cause: error.cause, reason: error.reason,
+        detail: "\(sharedError.detail); the fallback: \(error.detail); set XDG_RUNTIME_DIR to a private directory")
+    }
   }
 
   /// Creates (mode 0700) or verifies the directory at `path` and returns it.
@@ -43,7 +89,7 @@ struct PortDirectory: Sendable, Equatable {
   /// Throws ``PortError`` with ``PortStatus/transportError``: with the failing call as its
   /// `cause` (`mkdir`, `lstat`), or with the broken rule as its `reason` (a path too long, not
   /// a directory or a symbolic link, another owner, group or world access).
-  static func prepare(path: String = PortDirectory.defaultPath) throws(PortError) -> PortDirectory {
+  static func prepare(path: String) throws(PortError) -> PortDirectory {
     if path.utf8.count > maximumPathLength || !path.hasPrefix("/") {
       throw PortError(
         .transportError, reason: .directoryPathInvalid,
