@@ -273,6 +273,25 @@ struct PortsClaimFileTests {
     #expect(entries(path).isEmpty)
   }
 
+  @Test("looking up the name of a port whose owner died removes its files")
+  func lookupRemovesADeadOwnersFiles() throws {
+    let path = makePortsTestDirectory()
+    defer { removePortsTestDirectory(path) }
+    let directory = try PortDirectory.prepare(path: path)
+    // What a crashed owner leaves: a socket nobody listens on, a lock file nobody holds.
+    do { _ = try UnixSocket.listen(at: directory.socketPath(for: "dead")) }
+    let leftover = open(directory.lockPath(for: "dead"), O_CREAT | O_RDWR, 0o600)
+    #expect(leftover >= 0 && close(leftover) == 0)
+    let error = #expect(throws: PortError.self) { _ = try NamedPortConnection(name: "dead", directory: directory) }
+    #expect(error?.status == .invalid)
+    #expect(entries(path).isEmpty)
+    // A live owner's files stay.
+    let live = try NamedPortListener(name: "live", directory: directory) { _ in nil }
+    _ = try NamedPortConnection(name: "live", directory: directory)
+    #expect(entries(path).sorted() == ["live.lock", "live.sock"])
+    live.invalidate()
+  }
+
   @Test("threads racing to register and invalidate one name never hold it at once")
   func racingClaimsAreExclusive() throws {
     let path = makePortsTestDirectory()

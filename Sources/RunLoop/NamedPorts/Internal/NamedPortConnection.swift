@@ -53,6 +53,10 @@ final class NamedPortConnection: @unchecked Sendable {
     do {
       socket = try UnixSocket.connect(to: directory.socketPath(for: name), before: .after(connectTimeout))
     } catch {
+      if error.code == .connectionRefused {
+        // A socket file nobody listens on: its owner died. Clean up after it.
+        NamedPortListener.removeDeadOwnersFiles(name: name, directory: directory)
+      }
       if error.code == .noSuchFileOrDirectory || error.code == .connectionRefused {
         throw PortError(.invalid, cause: error, detail: "no port is registered as \"\(name)\"")
       }

@@ -235,7 +235,7 @@ final class NamedPortListener: @unchecked Sendable {
   /// Throws ``PortStatus/invalid`` when another open file description holds the lock (a
   /// live owner, in this or another process), ``PortStatus/transportError`` when a call
   /// fails.
-  private static func claim(_ path: String, name: String) throws(PortError) -> Int32 {
+  static func claim(_ path: String, name: String) throws(PortError) -> Int32 {
     while true {
       let claimed: Int32
       do throws(SystemCallError) {
@@ -268,6 +268,18 @@ final class NamedPortListener: @unchecked Sendable {
   private static func abandonClaim(_ descriptor: Int32, at path: String) {
     _ = unlink(path)
     closeDescriptor(descriptor)
+  }
+
+  /// Removes the files of a port whose owner died without invalidating it (its socket
+  /// refuses connections), if no process holds the name's claim; does nothing otherwise
+  /// (a live owner, or a call failing: the files then wait for the next registration).
+  static func removeDeadOwnersFiles(name: String, directory: PortDirectory) {
+    let lockPath = directory.lockPath(for: name)
+    guard let claimed = try? claim(lockPath, name: name) else { return }
+    // Holding the claim: no live process owns the name, and none can bind its socket
+    // until we let go.
+    _ = unlink(directory.socketPath(for: name))
+    abandonClaim(claimed, at: lockPath)
   }
 
   private static let wakeToken: UInt64 = 0

@@ -31,8 +31,9 @@ import Sync
 /// Inside, port `N` is the socket `N.sock`, and `N.lock` is a lock file whose `flock` the
 /// owning process holds for as long as the port is registered (the kernel releases it when
 /// the process dies, so a crashed owner's stale socket is recognised and replaced). Both are
-/// removed when the port is invalidated; a crashed owner's files stay until the name is
-/// registered again and that port is invalidated.
+/// removed when the port is invalidated; a crashed owner's files are removed by the next
+/// lookup of the name (its socket refuses the connection and nobody holds the claim), or
+/// taken over by the next registration.
 struct PortDirectory: Sendable, Equatable {
   let path: String
 
