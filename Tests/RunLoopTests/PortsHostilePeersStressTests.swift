@@ -10,7 +10,8 @@ private func pace(_ microseconds: UInt32) { _ = usleep(microseconds) }
 
 @Suite("Ports: a server among hostile peers", .timeLimit(.minutes(1)))
 struct PortsHostilePeersStressTests {
-  @Test("garbage senders, non-readers, slowloris peers and a connection flood leave a legitimate client's p99 under 500 ms")
+  @Test(
+    "garbage senders, non-readers, slowloris peers and a connection flood leave a legitimate client's p99 under 500 ms")
   func legitimateClientKeepsItsLatency() throws {
     let served = try PortsServedListener(
       serverLimits: MessagePort.ServerLimits(maximumPeers: 48, slowPeerTimeout: .milliseconds(300)),

@@ -7,7 +7,8 @@ import Testing
 
 @Suite("Ports: send limits and failed lookups", .timeLimit(.minutes(1)))
 struct PortsSendAndLookupTests {
-  @Test("the receive timeout is the wait for the reply: a handler slower than it times out however long the send timeout")
+  @Test(
+    "the receive timeout is the wait for the reply: a handler slower than it times out however long the send timeout")
   func receiveTimeoutCountsFromTheSend() throws {
     let name = uniquePortName("reply-timeout")
     let release = Latch(count: 1)

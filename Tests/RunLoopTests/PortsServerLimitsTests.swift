@@ -30,7 +30,8 @@ struct PortsServerLimitsTests {
         // Connections wait in the backlog, made before the descriptor table is full.
         var clients: [UnixSocket] = []
         for _ in 0..<3 {
-          clients.append(try! UnixSocket.connect(to: directory.socketPath(for: "exhausted"), before: .after(.seconds(5))))
+          clients.append(
+            try! UnixSocket.connect(to: directory.socketPath(for: "exhausted"), before: .after(.seconds(5))))
         }
         // Fill the table up to a lowered soft limit (a child process: nothing else shares it).
         var original = rlimit()
