@@ -189,6 +189,40 @@ struct PortsServerLimitsTests {
     }
   }
 
+  @Test("a port served by a run loop drops a slow peer when its deadline passes, with no other activity")
+  func slowPeerDroppedInARunLoop() throws {
+    let name = uniquePortName("slow-runloop")
+    let ready = Latch(count: 1)
+    let rejections = Recorder<String>()
+    let server = TestThread.spawn {
+      guard
+        let port = try? MessagePort.local(
+          name: name, limits: MessagePort.ServerLimits(slowPeerTimeout: .milliseconds(200)), handler: { _ in nil })
+      else {
+        ready.countDown()
+        return
+      }
+      port.setPeerRejectionHandler { rejections.append($0) }
+      #expect(RunLoop.current.add(port, forMode: .default))
+      ready.countDown()
+      // The loop wakes only when the port's descriptor is readable: for the peer's bytes,
+      // then for the deadline (the port's timer), nothing else.
+      let giveUp = MonotonicInstant.after(.seconds(30))
+      while rejections.count == 0 && !giveUp.hasPassed {
+        _ = RunLoop.current.run(mode: .default, before: giveUp, returnAfterSourceHandled: true)
+      }
+      port.invalidate()
+    }
+    ready.wait()
+    let directory = try PortDirectory.prepare()
+    let trickler = try UnixSocket.connect(to: directory.socketPath(for: name), before: .after(.seconds(5)))
+    let start = MonotonicInstant.now
+    try trickler.sendAll(Array(portsRequestBytes(1).prefix(10)), before: .after(.seconds(5)))
+    server.join()
+    #expect(rejections.snapshot.first?.contains("did not finish its frame") == true)
+    #expect(MonotonicInstant.now - start < .seconds(10))
+  }
+
   @Test("a limit that is not positive stops the process")
   func nonPositiveLimitIsMisuse() async {
     await #expect(processExitsWith: .failure) {
