@@ -470,17 +470,29 @@ final class NamedPortListener: @unchecked Sendable {
         report(PeerRejection(credentials: credentials, reason: "refused by the peer policy (\(policy))"))
         continue
       }
+      // Only this thread adds peers: a count that is under the limit here stays under it.
+      if peerCount >= serverLimits.maximumPeers {
+        // Closed at once (as it goes out of scope): its sender learns now rather than at
+        // its receive timeout.
+        if !peerLimitReported {
+          peerLimitReported = true
+          report(
+            PeerRejection(
+              credentials: credentials,
+              reason: "refused: the port serves its limit of \(serverLimits.maximumPeers) peers "
+                + "(further refusals are not reported until a peer leaves)"))
+        }
+        continue
+      }
       let peer = Peer(socket: socket, credentials: credentials, limits: limits)
       enum Outcome {
         case added
-        case full
         case invalidated
         case failed(SystemCallError)
       }
       let outcome: Outcome = mutex.withLock {
         // Invalidated meanwhile: refuse (the socket closes as it goes out of scope).
         if invalidated { return .invalidated }
-        if peers.count >= serverLimits.maximumPeers { return .full }
         do throws(SystemCallError) {
           _ = try shimCall("epoll_ctl") {
             tk_epoll_add(epollDescriptor, socket.descriptor, UInt32(TK_EPOLL_READABLE), peer.token)
@@ -494,16 +506,6 @@ final class NamedPortListener: @unchecked Sendable {
       switch outcome {
       case .added, .invalidated:
         break
-      case .full:
-        // Closed at once: its sender learns now rather than at its receive timeout.
-        if !peerLimitReported {
-          peerLimitReported = true
-          report(
-            PeerRejection(
-              credentials: credentials,
-              reason: "refused: the port serves its limit of \(serverLimits.maximumPeers) peers "
-                + "(further refusals are not reported until a peer leaves)"))
-        }
       case .failed(let error):
         report(PeerRejection(credentials: credentials, reason: "cannot watch the connection: \(error)"))
       }
