@@ -424,6 +424,11 @@ final class NamedPortListener: @unchecked Sendable {
     return handled
   }
 
+  /// Bytes held for peers (unfinished input, untaken replies) and how many peers have a
+  /// deadline: serving state, for the serving thread to read between passes (tests and the
+  /// fuzz target check that both return to zero once the peers are gone).
+  var heldBytesAndTimedPeers: (bytes: Int, timedPeers: Int) { (bufferedBytes, timedPeers.count) }
+
   /// Whether the calling thread is inside a serving pass of this port (its handler is
   /// running on this thread, directly or in a run loop).
   var isBeingServedByCallingThread: Bool {
