@@ -75,6 +75,62 @@ struct PortsServerLimitsTests {
     }
   }
 
+  @Test("out of descriptors, a port accepts again as soon as one of its peers leaves")
+  func peerLeavingResumesAccepting() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      blocking {
+        let path = makePortsTestDirectory()
+        defer { removePortsTestDirectory(path) }
+        let directory = try! PortDirectory.prepare(path: path)
+        // A back-off far longer than the test: only a leaving peer can resume accepting.
+        let listener = try! NamedPortListener(name: "resume", directory: directory, acceptBackoff: .seconds(60)) {
+          _ in [7]
+        }
+        let rejections = Recorder<String>()
+        listener.setRejectionHandler { rejections.append($0.reason) }
+        let socketPath = directory.socketPath(for: "resume")
+        var leaving: UnixSocket? = try! UnixSocket.connect(to: socketPath, before: .after(.seconds(5)))
+        let giveUp = MonotonicInstant.after(.seconds(10))
+        while listener.peerCount == 0 && !giveUp.hasPassed { _ = try! listener.serveOnce(before: giveUp) }
+        let waiting = try! UnixSocket.connect(to: socketPath, before: .after(.seconds(5)))
+        var original = rlimit()
+        precondition(getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &original) == 0)
+        var lowered = original
+        lowered.rlim_cur = min(original.rlim_cur, 512)
+        precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &lowered) == 0)
+        var fillers: [Int32] = []
+        while true {
+          let descriptor = dup(0)
+          if descriptor < 0 { break }
+          fillers.append(descriptor)
+        }
+        // The waiting client cannot be accepted: one report, then the listener is paused.
+        while rejections.count == 0 && !giveUp.hasPassed { _ = try! listener.serveOnce(before: giveUp) }
+        // The first peer leaves: its descriptors free up, and accepting resumes at once. The
+        // drop and the accept happen in two passes (the listener was out of the wait set).
+        leaving = nil
+        var dropped = false
+        while !giveUp.hasPassed {
+          _ = try! listener.serveOnce(before: giveUp)
+          if listener.peerCount == 0 { dropped = true }
+          if dropped && listener.peerCount == 1 { break }
+        }
+        let accepted = dropped && listener.peerCount == 1
+        withExtendedLifetime(leaving) {}
+        withExtendedLifetime(waiting) {}
+        for descriptor in fillers { precondition(close(descriptor) == 0) }
+        precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &original) == 0)
+        if !accepted || rejections.count != 1 {
+          print("accepted \(accepted), reports \(rejections.snapshot)")
+          exit(1)
+        }
+      }
+    }
+    if let result, case .exitCode(1) = result.exitStatus {
+      Issue.record("\(String(decoding: result.standardOutputContent, as: UTF8.self))")
+    }
+  }
+
   @Test("clients that ask for a big reply and never read it do not delay another client")
   func nonReadersCostOnlyThemselves() throws {
     let served = try PortsServedListener(handler: portsBigReplyHandler)

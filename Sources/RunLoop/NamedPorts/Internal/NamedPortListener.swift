@@ -87,14 +87,15 @@ final class NamedPortListener: @unchecked Sendable {
   /// Whether the listening socket is out of the epoll interest (an accept failure).
   private var acceptPaused = false
   private var acceptResumeAt = MonotonicInstant.distantFuture
-  private var acceptBackoff = NamedPortListener.initialAcceptBackoff
+  private var acceptBackoff: Duration
   /// Whether the current run of accept failures (until an accept succeeds) was reported.
   private var acceptFailureReported = false
   /// Whether refusing peers over `maximumPeers` was reported (until a peer leaves).
   private var peerLimitReported = false
 
-  private static let initialAcceptBackoff = Duration.milliseconds(50)
-  private static let maximumAcceptBackoff = Duration.seconds(1)
+  /// The first back-off after a failed accept (doubling up to `maximumAcceptBackoff`).
+  private let initialAcceptBackoff: Duration
+  private let maximumAcceptBackoff: Duration
   /// Connections accepted per pass at most, so a connection flood cannot starve the peers.
   private static let acceptsPerPass = 64
 
@@ -140,13 +141,19 @@ final class NamedPortListener: @unchecked Sendable {
   ///
   /// Throws ``PortStatus/invalid`` when the name is malformed or registered by a live
   /// process (`flock` held elsewhere: `EWOULDBLOCK`), ``PortStatus/transportError`` for
-  /// socket failures. A socket left by a dead process is replaced.
+  /// socket failures. A socket left by a dead process is replaced. After a failed accept the
+  /// listener waits `acceptBackoff` before trying again, doubling up to 1 s (or
+  /// `acceptBackoff` if larger), unless a peer leaves first.
   init(
     name: String, directory: PortDirectory, policy: PeerPolicy = .sameUser, limits: Frame.Limits = .standard,
-    serverLimits: MessagePort.ServerLimits = .standard, handler: @escaping Handler
+    serverLimits: MessagePort.ServerLimits = .standard, acceptBackoff: Duration = .milliseconds(50),
+    handler: @escaping Handler
   ) throws(PortError) {
     try PortName.validate(name)
     serverLimits.checkPositive()
+    initialAcceptBackoff = acceptBackoff
+    maximumAcceptBackoff = max(acceptBackoff, .seconds(1))
+    self.acceptBackoff = acceptBackoff
     self.name = name
     self.directory = directory
     self.policy = policy
@@ -463,7 +470,7 @@ final class NamedPortListener: @unchecked Sendable {
       }
       guard let socket else { return }
       acceptFailureReported = false
-      acceptBackoff = NamedPortListener.initialAcceptBackoff
+      acceptBackoff = initialAcceptBackoff
       let credentials: PeerCredentials
       do {
         credentials = try socket.peerCredentials()
@@ -531,7 +538,7 @@ final class NamedPortListener: @unchecked Sendable {
     }
     acceptPaused = true
     acceptResumeAt = .after(acceptBackoff)
-    acceptBackoff = min(acceptBackoff * 2, NamedPortListener.maximumAcceptBackoff)
+    acceptBackoff = min(acceptBackoff * 2, maximumAcceptBackoff)
     setInterest(of: listener.descriptor, token: NamedPortListener.listenerToken, to: 0)
   }
 
