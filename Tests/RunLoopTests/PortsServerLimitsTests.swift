@@ -10,6 +10,22 @@ func portsRequestBytes(_ msgid: Int32, sequence: UInt32 = 1, payload: [UInt8] = 
   Frame(kind: .request, msgid: msgid, sequence: sequence, replyPortName: nil, payload: payload).encoded()
 }
 
+/// Opens `/dev/null` until the process runs out of descriptors (`EMFILE`); returns them, for
+/// the caller to close. Stops the process if opening fails another way.
+func portsFillDescriptorTable() -> [Int32] {
+  var fillers: [Int32] = []
+  while true {
+    let descriptor = open("/dev/null", O_RDONLY | O_CLOEXEC)
+    if descriptor >= 0 {
+      fillers.append(descriptor)
+      continue
+    }
+    let code = errno
+    precondition(code == EMFILE || code == ENFILE, "open(/dev/null) failed with errno \(code), not EMFILE")
+    return fillers
+  }
+}
+
 /// A handler that answers message 1 with 1 MiB (a big reply) and anything else with one byte.
 let portsBigReplyHandler: @Sendable (Frame) -> [UInt8]? = { frame in
   frame.msgid == 1 ? [UInt8](repeating: 7, count: 1 << 20) : [UInt8(truncatingIfNeeded: frame.msgid)]
@@ -19,7 +35,9 @@ let portsBigReplyHandler: @Sendable (Frame) -> [UInt8]? = { frame in
 struct PortsServerLimitsTests {
   @Test("out of descriptors, a port stops accepting instead of spinning, reports it once, and accepts again later")
   func descriptorExhaustionPausesAccepting() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]
+    ) {
       blocking {
         let path = makePortsTestDirectory()
         defer { removePortsTestDirectory(path) }
@@ -39,12 +57,7 @@ struct PortsServerLimitsTests {
         var lowered = original
         lowered.rlim_cur = min(original.rlim_cur, 512)
         precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &lowered) == 0)
-        var fillers: [Int32] = []
-        while true {
-          let descriptor = dup(0)
-          if descriptor < 0 { break }
-          fillers.append(descriptor)
-        }
+        let fillers = portsFillDescriptorTable()
         // Serving for 300 ms: accept fails with EMFILE for every pending connection.
         var passes = 0
         let until = MonotonicInstant.after(.milliseconds(300))
@@ -64,20 +77,25 @@ struct PortsServerLimitsTests {
           || rejections.count != 1 || rejections.snapshot.first?.contains("accept failed") != true
         {
           print(
-            "passes \(passes), reports \(reportsWhileExhausted) then \(rejections.count), peers \(listener.peerCount): "
+            "\(fillers.count) fillers, passes \(passes), reports \(reportsWhileExhausted) then \(rejections.count), "
+              + "peers \(listener.peerCount): "
               + "\(rejections.snapshot.prefix(2))")
           exit(1)
         }
       }
     }
-    if let result, case .exitCode(1) = result.exitStatus {
-      Issue.record("\(String(decoding: result.standardOutputContent, as: UTF8.self))")
+    if let result, result.exitStatus != .exitCode(0) {
+      let output = String(decoding: result.standardOutputContent, as: UTF8.self)
+      let errors = String(decoding: result.standardErrorContent, as: UTF8.self).suffix(2_000)
+      Issue.record("\(result.exitStatus): \(output) \(errors)")
     }
   }
 
   @Test("out of descriptors, a port accepts again as soon as one of its peers leaves")
   func peerLeavingResumesAccepting() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]
+    ) {
       blocking {
         let path = makePortsTestDirectory()
         defer { removePortsTestDirectory(path) }
@@ -98,12 +116,7 @@ struct PortsServerLimitsTests {
         var lowered = original
         lowered.rlim_cur = min(original.rlim_cur, 512)
         precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &lowered) == 0)
-        var fillers: [Int32] = []
-        while true {
-          let descriptor = dup(0)
-          if descriptor < 0 { break }
-          fillers.append(descriptor)
-        }
+        let fillers = portsFillDescriptorTable()
         // The waiting client cannot be accepted: one report, then the listener is paused.
         while rejections.count == 0 && !giveUp.hasPassed { _ = try! listener.serveOnce(before: giveUp) }
         // The first peer leaves: its descriptors free up, and accepting resumes at once. The
@@ -126,8 +139,10 @@ struct PortsServerLimitsTests {
         }
       }
     }
-    if let result, case .exitCode(1) = result.exitStatus {
-      Issue.record("\(String(decoding: result.standardOutputContent, as: UTF8.self))")
+    if let result, result.exitStatus != .exitCode(0) {
+      let output = String(decoding: result.standardOutputContent, as: UTF8.self)
+      let errors = String(decoding: result.standardErrorContent, as: UTF8.self).suffix(2_000)
+      Issue.record("\(result.exitStatus): \(output) \(errors)")
     }
   }
 
