@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// A lock shared by processes through the file system: the guide's `NSDistributedLock`.
 ///
 /// The lock is a file at ``path``: whoever creates it holds the lock. ``tryLock()`` never
@@ -14,23 +18,44 @@
 /// what `link` returned: over NFS a retransmitted `link` can report failure for a link the
 /// server made (the recipe of `open(2)`), and trusting the report would leave a lock that
 /// nobody holds. ``owner()`` reads the record, so a caller can tell a stale lock from a live
-/// one before breaking it:
+/// one before breaking it.
+///
+/// **Recovering a stale lock** is one call, ``tryLockBreakingStaleLock()``: it takes the lock
+/// if it is free, else removes it only if its owner is dead (on this host) and takes it.
+/// Any number of processes may run it at once: at most one of them holds the lock at a time.
 ///
 /// ```swift
 /// let lock = try ProcessLock(path: "/var/tmp/myapp.lock")
-/// if try lock.tryLock() {
+/// if try lock.tryLockBreakingStaleLock() {
 ///     defer { try? lock.unlock() }
 ///     doExclusiveWork()
-/// } else if let owner = try lock.owner(), owner.isAlive == false {
-///     try lock.breakLock()            // the owner died holding it; retry next time
-/// }
+/// }   // else a live process holds it: retry later
 /// ```
 ///
-/// **Errors** are thrown as ``SystemCallError``: a directory for the lock that does not
-/// exist (`ENOENT`, `ENOTDIR`) or is not writable (`EACCES`, `EROFS`) fails in the
-/// initializer; I/O failures fail the call that met them. ``unlock()`` throws a
-/// ``ProcessLockError``: ``ProcessLockError/notOwner`` when the lock was broken behind this
-/// object's back (see there), ``ProcessLockError/system(_:)`` for a failed call.
+/// Checking ``owner()`` and then calling ``breakLock()`` is not safe when several processes
+/// recover at once: between the two calls another process may break the dead owner's lock
+/// and take it, and the `breakLock` then removes that live lock. To break by hand, use
+/// ``breakLock(ifOwnerIs:)``, which removes the lock only while it still records the owner
+/// that was judged dead.
+///
+/// Breakers exclude each other with an `flock` on a companion file, `path + ".break"`,
+/// created by the first recovery and left in place (removing it would let two breakers lock
+/// different files). The `flock` is released when its holder's descriptor closes, also when
+/// the holder dies, so it never goes stale itself; it is only taken while breaking.
+///
+/// **Only a regular file** at ``path`` is a lock: a FIFO, a symlink (even to a regular file)
+/// or anything else planted there makes ``owner()`` and the recovery calls throw
+/// ``ProcessLockError/notARegularFile(path:)`` instead of blocking or following it, and
+/// ``tryLock()`` reports busy (the name is taken). ``breakLock()`` removes such a name.
+///
+/// **Errors**: a directory for the lock that does not exist (`ENOENT`, `ENOTDIR`) or is not
+/// writable (`EACCES`, `EROFS`) fails in the initializer with a ``SystemCallError``;
+/// ``tryLock()`` and ``breakLock()`` throw the failed call as a `SystemCallError`. The calls
+/// that read the lock file (``owner()``, ``lockDate()``, ``unlock()``,
+/// ``breakLock(ifOwnerIs:)``, ``tryLockBreakingStaleLock()``) throw a ``ProcessLockError``:
+/// ``ProcessLockError/notOwner`` when the lock was broken behind this object's back (see
+/// there), ``ProcessLockError/notARegularFile(path:)`` for a name that is not a lock file,
+/// ``ProcessLockError/system(_:)`` for a failed call.
 ///
 /// **Misuse** stops the process with a message: calling ``unlock()`` on an object that does
 /// not hold the lock.
@@ -39,7 +64,8 @@
 /// `ProcessLock` objects for the same path, even in one process, exclude each other.
 /// Process ids are recycled, so ``Owner/isAlive`` can mistake a new process for the dead
 /// owner; it never mistakes a live owner for a dead one. The C functions used are `open`
-/// with `O_CREAT | O_EXCL`, `link`, `stat`, `unlink` and `kill(pid, 0)`.
+/// with `O_CREAT | O_EXCL`, `link`, `stat`, `unlink`, `kill(pid, 0)`, and `flock` while
+/// breaking.
 public final class ProcessLock: @unchecked Sendable {
   // @unchecked: `heldToken` is protected by `guardLock`.
 
@@ -136,7 +162,7 @@ public final class ProcessLock: @unchecked Sendable {
         acquired = try FileCalls.linkCount(scratch) == 2
       } catch {
         // Cannot tell: remove the lock file if it is ours, so no lock is left unowned.
-        if let current = try? FileCalls.read(path), ProcessLock.parse(current)?.token == token {
+        if let current = try? FileCalls.readLockFile(path), ProcessLock.parse(current)?.token == token {
           _ = try? FileCalls.unlink(path)
         }
         _ = try? FileCalls.unlink(scratch)
@@ -162,8 +188,10 @@ public final class ProcessLock: @unchecked Sendable {
   /// - Throws: ``ProcessLockError/notOwner`` if another process broke the lock meanwhile
   ///   (the file is gone, or now records another owner): the file is left alone, this object
   ///   no longer holds the lock, and the caller learns that its critical section may not
-  ///   have been exclusive. ``ProcessLockError/system(_:)`` when reading or removing the
-  ///   file fails (this object no longer holds the lock either way).
+  ///   have been exclusive. ``ProcessLockError/notARegularFile(path:)`` when something
+  ///   other than a regular file has taken the lock file's place (left alone).
+  ///   ``ProcessLockError/system(_:)`` when reading or removing the file fails. This object
+  ///   no longer holds the lock in every case.
   ///
   /// Calling it on an object that does not hold the lock stops the process (misuse).
   ///
@@ -176,12 +204,7 @@ public final class ProcessLock: @unchecked Sendable {
         reportMisuse("ProcessLock", "unlock() of \(path), which this object does not hold")
       }
       heldToken = nil
-      let record: String?
-      do throws(SystemCallError) {
-        record = try FileCalls.read(path)
-      } catch {
-        throw .system(error)
-      }
+      let record = try FileCalls.readLockFile(path)
       guard let record, ProcessLock.parse(record)?.token == token else { throw .notOwner }
       do throws(SystemCallError) {
         try FileCalls.unlink(path)
@@ -191,9 +214,14 @@ public final class ProcessLock: @unchecked Sendable {
     }
   }
 
-  /// Removes the lock whoever holds it, for a lock left behind by an owner that died.
-  /// Returns whether there was a lock to remove. Check ``owner()`` first: breaking a live
-  /// owner's lock lets two processes into the critical section. Never blocks.
+  /// Removes the lock whoever holds it, or whatever is at ``path``. Returns whether there
+  /// was something to remove. Never blocks.
+  ///
+  /// Unconditional: use it to clear a lock by hand when no process can be running. To
+  /// recover from an owner that died, use ``tryLockBreakingStaleLock()`` or
+  /// ``breakLock(ifOwnerIs:)``: checking ``owner()`` and then calling this lets a lock that
+  /// another process broke and re-took meanwhile be removed under it, putting two processes
+  /// in the critical section.
   @discardableResult
   public func breakLock() throws(SystemCallError) -> Bool {
     try guardLock.withLock { () throws(SystemCallError) -> Bool in
@@ -202,18 +230,100 @@ public final class ProcessLock: @unchecked Sendable {
     }
   }
 
+  /// Removes the lock only if it still records the acquisition `owner` describes (as
+  /// ``owner()`` returned it): for an owner judged dead, the lock it left behind, and never a
+  /// lock another process took since. Returns whether it removed the lock; `false` when the
+  /// lock is free, has another owner now, or another process is breaking it at this moment
+  /// (retry; that never lasts). Never blocks.
+  ///
+  /// Breakers exclude each other (an `flock` on `path + ".break"`), so between this call's
+  /// check and its removal the file can change only through its owner's ``unlock()``: call it
+  /// only for an owner that is dead (``Owner/isAlive`` is `false`).
+  ///
+  /// - Throws: ``ProcessLockError/notARegularFile(path:)`` when the name is not a lock file,
+  ///   ``ProcessLockError/system(_:)`` for a failed call.
+  @discardableResult
+  public func breakLock(ifOwnerIs owner: Owner) throws(ProcessLockError) -> Bool {
+    try withBreakersExcluded { () throws(ProcessLockError) -> Bool in
+      guard let record = try FileCalls.readLockFile(path), ProcessLock.parse(record) == owner else { return false }
+      return try removeLockFile()
+    }
+  }
+
+  /// Takes the lock if it is free, or if its owner is dead: the safe form of the guide's
+  /// stale-lock recovery, which any number of processes may run at once. Returns `true` when
+  /// this object now holds the lock; `false` when a live owner (or one on another host,
+  /// which cannot be checked) holds it, when this object already holds it, or when another
+  /// process is breaking the stale lock at this moment (retry later, as with ``tryLock()``).
+  /// Never blocks.
+  ///
+  /// A lock whose owner is dead is removed while breakers exclude each other (see
+  /// ``breakLock(ifOwnerIs:)``) and only if its record still names that owner, then taken
+  /// with ``tryLock()``, which another process may win.
+  ///
+  /// - Throws: ``ProcessLockError/notARegularFile(path:)`` when something other than a lock
+  ///   file is at ``path`` (remove it by hand, or with ``breakLock()``),
+  ///   ``ProcessLockError/system(_:)`` for a failed call.
+  public func tryLockBreakingStaleLock() throws(ProcessLockError) -> Bool {
+    if try systemErrors({ () throws(SystemCallError) -> Bool in try tryLock() }) { return true }
+    if isHeldByThisObject { return false }
+    var free = false
+    let broke = try withBreakersExcluded { () throws(ProcessLockError) -> Bool in
+      // Read and judged while breakers are excluded: a dead owner stays dead and cannot
+      // unlock, so the file read here is the file removed below.
+      guard let record = try FileCalls.readLockFile(path) else {
+        free = true  // its owner unlocked meanwhile
+        return false
+      }
+      guard let owner = ProcessLock.parse(record), owner.isAlive == false else { return false }
+      return try removeLockFile()
+    }
+    guard broke || free else { return false }
+    return try systemErrors({ () throws(SystemCallError) -> Bool in try tryLock() })
+  }
+
   /// The current owner as the lock file records it, or `nil` when the lock is free.
-  public func owner() throws(SystemCallError) -> Owner? {
-    guard let record = try FileCalls.read(path) else { return nil }
+  ///
+  /// - Throws: ``ProcessLockError/notARegularFile(path:)`` when a FIFO, a symlink or anything
+  ///   but a regular file is at ``path`` (it is never opened for reading nor followed, so
+  ///   this never blocks); ``ProcessLockError/system(_:)`` for a failed call.
+  public func owner() throws(ProcessLockError) -> Owner? {
+    guard let record = try FileCalls.readLockFile(path) else { return nil }
     // A file without a readable record was not written by a ProcessLock; report it as
     // held by an unknown owner rather than as free.
     return ProcessLock.parse(record) ?? Owner(processID: 0, hostName: "", acquiredAt: .zero, token: "")
   }
 
   /// The wall-clock time the current owner took the lock (since 1970), or `nil` when the
-  /// lock is free: the guide's `lockDate`. For display only.
-  public func lockDate() throws(SystemCallError) -> Duration? {
+  /// lock is free: the guide's `lockDate`. For display only. Throws as ``owner()``.
+  public func lockDate() throws(ProcessLockError) -> Duration? {
     try owner()?.acquiredAt
+  }
+
+  /// Runs `body` holding the breakers' `flock`; returns false without running it when
+  /// another breaker holds it.
+  private func withBreakersExcluded(_ body: () throws(ProcessLockError) -> Bool) throws(ProcessLockError) -> Bool {
+    guard let descriptor = try FileCalls.lockBreakerFile(path + ".break") else { return false }
+    // Closing the descriptor releases the flock; a close error cannot keep it.
+    defer { _ = close(descriptor) }
+    return try body()
+  }
+
+  /// Removes the lock file (this object no longer holds it, if it did).
+  private func removeLockFile() throws(ProcessLockError) -> Bool {
+    try guardLock.withLock { () throws(ProcessLockError) -> Bool in
+      heldToken = nil
+      return try systemErrors({ () throws(SystemCallError) -> Bool in try FileCalls.unlink(path) })
+    }
+  }
+
+  /// `body`'s `SystemCallError` as ``ProcessLockError/system(_:)``.
+  private func systemErrors<T>(_ body: () throws(SystemCallError) -> T) throws(ProcessLockError) -> T {
+    do throws(SystemCallError) {
+      return try body()
+    } catch {
+      throw .system(error)
+    }
   }
 
   static func parse(_ record: String) -> Owner? {

@@ -1,5 +1,6 @@
-/// Why ``ProcessLock/unlock()`` failed: the lock was no longer this object's, or a file-system
-/// call failed.
+/// Why a ``ProcessLock`` call that reads the lock file failed (``ProcessLock/unlock()``,
+/// ``ProcessLock/owner()``, ``ProcessLock/tryLockBreakingStaleLock()``, ...): the lock was no
+/// longer this object's, the name is not a lock file, or a file-system call failed.
 ///
 /// ```swift
 /// do throws(ProcessLockError) {
@@ -18,11 +19,16 @@ public enum ProcessLockError: Error, Hashable, Sendable, CustomStringConvertible
   /// lock; the critical section it protected may not have been exclusive.
   case notOwner
 
+  /// Something other than a regular file is at the lock's path (a FIFO, a symlink, a
+  /// directory, ...): not a lock file, and never opened for reading nor followed. Remove it
+  /// by hand (or with ``ProcessLock/breakLock()``) once you know what put it there.
+  case notARegularFile(path: String)
+
   /// A file-system call failed (reading the lock file, or removing it). This object no
   /// longer holds the lock; the lock file may still be there (``ProcessLock/owner()`` tells).
   case system(SystemCallError)
 
-  /// The failed call for ``system(_:)``, `nil` for ``notOwner``.
+  /// The failed call for ``system(_:)``, `nil` otherwise.
   public var systemError: SystemCallError? {
     if case .system(let error) = self { return error }
     return nil
@@ -33,6 +39,7 @@ public enum ProcessLockError: Error, Hashable, Sendable, CustomStringConvertible
   public var description: String {
     switch self {
     case .notOwner: return "the process lock was broken by another process: this object no longer owns it"
+    case .notARegularFile(let path): return "\(path) is not a regular file, so not a process lock's file"
     case .system(let error): return error.description
     }
   }

@@ -8,7 +8,7 @@ import Testing
 /// 1. The child takes the lock and exits without unlocking (an owner that crashed).
 /// 2. The parent's `tryLock` reports busy, without blocking; the owner record names the
 ///    child, and the child is no longer alive.
-/// 3. The parent breaks the stale lock and takes it; a second child's `tryLock` now fails
+/// 3. The parent breaks the stale lock (only if it still records that owner) and takes it; a second child's `tryLock` now fails
 ///    (exit code 1), and after the parent's `unlock` a third child's succeeds (exit code 0).
 @Suite("NSDistributedLock: two processes, try / unlock / break", .timeLimit(.minutes(2)))
 struct DistributedLockExampleTests {
@@ -38,8 +38,8 @@ struct DistributedLockExampleTests {
     #expect(owner.isAlive == false, "and the child is gone")
     #expect(try lock.lockDate() == owner.acquiredAt)
 
-    // The owner is dead: break the lock and take it.
-    #expect(try lock.breakLock())
+    // The owner is dead: break that owner's lock (and no later one) and take it.
+    #expect(try lock.breakLock(ifOwnerIs: owner))
     #expect(try lock.tryLock())
 
     // Another process's try fails while we hold it...

@@ -106,21 +106,23 @@ struct ProcessLockTests {
     #expect(try holder.owner() == nil)
   }
 
-  @Test("unlock that cannot read the lock file throws the failed call as ProcessLockError.system")
-  func unlockFileSystemFailure() throws {
+  @Test("unlock that finds a directory in the lock file's place throws notARegularFile and leaves it")
+  func unlockFindsADirectory() throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }
     let path = scratch.path + "/replaced.lock"
     let holder = try ProcessLock(path: path)
     #expect(try holder.tryLock())
-    // A directory in the lock file's place: open(O_RDONLY) succeeds, read fails with EISDIR.
+    // A directory in the lock file's place: recognized by fstat before any read.
     #expect(unlink(path) == 0)
     #expect(mkdir(path, 0o755) == 0)
     defer { rmdir(path) }
     let error = try #require(throws: ProcessLockError.self) { try holder.unlock() }
-    #expect(error == .system(SystemCallError(call: "read", code: .isDirectory)))
-    #expect(error.systemError?.code == .isDirectory)
+    #expect(error == .notARegularFile(path: path))
+    #expect(error.systemError == nil)
     #expect(!holder.isHeldByThisObject)
+    var info = stat()
+    #expect(stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR, "left alone")
   }
 
   @Test("a lock file without an owner record is held by an unknown owner, not free")

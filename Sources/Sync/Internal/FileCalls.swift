@@ -66,25 +66,88 @@ enum FileCalls {
     }
   }
 
-  /// The first 4 KiB of `path` as text, or nil if it does not exist.
-  static func read(_ path: String) throws(SystemCallError) -> String? {
+  /// The first 4 KiB of the lock file at `path` as text, or nil if nothing is there.
+  ///
+  /// Opened with `O_NOFOLLOW | O_NONBLOCK` and checked with `fstat`, so a name that is not a
+  /// regular file never blocks the reader (a FIFO would wait for a writer) and is never
+  /// followed (a symlink): both throw ``ProcessLockError/notARegularFile(path:)``. Failed
+  /// calls throw ``ProcessLockError/system(_:)``.
+  static func readLockFile(_ path: String) throws(ProcessLockError) -> String? {
     let fd: Int32
     do throws(SystemCallError) {
-      fd = try systemCall("open") { path.withCString { open($0, O_RDONLY | O_CLOEXEC) } }
+      fd = try systemCall("open") {
+        path.withCString { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) }
+      }
     } catch  where error.code == .noSuchFileOrDirectory {
       return nil
+    } catch  where error.code.rawValue == ELOOP {
+      // O_NOFOLLOW's answer for a symlink: the kernel refused it for that reason.
+      throw .notARegularFile(path: path)
+    } catch {
+      throw .system(error)
     }
     defer { _ = close(fd) }  // read-only descriptor: a close error loses nothing
+    var info = stat()
+    do throws(SystemCallError) {
+      _ = try systemCall("fstat") { fstat(fd, &info) }
+    } catch {
+      throw .system(error)
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else { throw .notARegularFile(path: path) }
     var buffer = [UInt8](repeating: 0, count: 4096)
     var total = 0
     while total < buffer.count {
-      let count = try systemCall("read", retryingInterrupts: true) {
-        buffer.withUnsafeMutableBytes { raw in Glibc.read(fd, raw.baseAddress! + total, raw.count - total) }
+      let count: Int
+      do throws(SystemCallError) {
+        count = try systemCall("read", retryingInterrupts: true) {
+          buffer.withUnsafeMutableBytes { raw in Glibc.read(fd, raw.baseAddress! + total, raw.count - total) }
+        }
+      } catch {
+        throw .system(error)
       }
       if count == 0 { break }
       total += count
     }
     return String(decoding: buffer[0..<total], as: UTF8.self)
+  }
+
+  /// Opens (creating it if needed) the companion file that serializes lock breakers and
+  /// takes an exclusive `flock` on it without waiting. Returns the descriptor holding the
+  /// lock (close it to release), or nil when another breaker holds it now. The lock goes
+  /// away with its holder's descriptor, so a breaker that dies cannot leave it behind. A
+  /// name that is not a regular file throws ``ProcessLockError/notARegularFile(path:)``.
+  static func lockBreakerFile(_ path: String) throws(ProcessLockError) -> Int32? {
+    let fd: Int32
+    do throws(SystemCallError) {
+      fd = try systemCall("open") {
+        path.withCString { open($0, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o644) }
+      }
+    } catch  where error.code.rawValue == ELOOP {
+      throw .notARegularFile(path: path)
+    } catch {
+      throw .system(error)
+    }
+    var info = stat()
+    do throws(SystemCallError) {
+      _ = try systemCall("fstat") { fstat(fd, &info) }
+    } catch {
+      _ = close(fd)
+      throw .system(error)
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else {
+      _ = close(fd)
+      throw .notARegularFile(path: path)
+    }
+    do throws(SystemCallError) {
+      _ = try systemCall("flock", retryingInterrupts: true) { flock(fd, LOCK_EX | LOCK_NB) }
+      return fd
+    } catch  where error.code == .wouldBlock {
+      _ = close(fd)
+      return nil
+    } catch {
+      _ = close(fd)
+      throw .system(error)
+    }
   }
 
   /// Throws unless `directory` exists, is a directory, and the caller may create files in
