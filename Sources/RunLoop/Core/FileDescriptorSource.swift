@@ -15,8 +15,19 @@ import Sync
 /// ``enable(_:)`` and ``disable(_:)`` choose the events of interest (a disabled source stays
 /// scheduled but is never called); ``invalidate()`` removes the source from every run loop
 /// for good. The source does not own the descriptor: invalidate it before closing the
-/// descriptor (see ``invalidate()`` for when closing is safe; closing first is tolerated:
-/// the kernel forgets a closed descriptor, and the source then simply never fires).
+/// descriptor (see ``invalidate()`` for when closing is safe).
+///
+/// **Closing a watched descriptor** (before ``invalidate()``) is misuse. epoll watches the
+/// open file, not the number: while a duplicate of the descriptor (`dup`, `fork`, a
+/// descriptor passed to another process) keeps the file open, the kernel goes on reporting
+/// it, and the number may meanwhile name another file. The run loop never turns that into
+/// events: when it finds the number closed (`poll` answers `POLLNVAL`) or naming another
+/// file, the process stops with a message naming the descriptor. In checked mode
+/// (``/Sync/MisuseChecking``) the file's identity (`st_dev`, `st_ino`, recorded when the
+/// source joins a run loop) is compared at every wake-up, before the handler runs (one
+/// `fstat` per wake-up); in unchecked mode a reused number is found when the source is
+/// re-armed after its handler, which may have been called once with the other file's
+/// events. A descriptor closed with no duplicate left simply stops being reported.
 ///
 /// ```swift
 /// let source = FileDescriptorSource(descriptor: socket, events: .readable) { source, events in

@@ -32,6 +32,16 @@ import Sync
 /// registration of a later member watching a descriptor that reuses the number in the same
 /// loop (which would then never fire), and `poll` could ask about another file.
 ///
+/// **Closed while watched.** epoll watches an open file, not a number: a descriptor closed
+/// while a duplicate of it stays open keeps reporting the member's token, and the number may
+/// meanwhile name another file. Closing before `invalidate()` is misuse, and it is reported
+/// instead of being turned into events for the wrong file: `poll` answering `POLLNVAL` (the
+/// number is closed), a re-arm refused with `ENOENT` (the number names a file this loop does
+/// not watch) and, in checked mode (``/Sync/MisuseChecking``), a file identity (`st_dev`,
+/// `st_ino`, recorded when the member joins a loop while in no other) that differs at a wake-up, each
+/// stop the process with a message. Checked mode looks before the handler runs (one `fstat`
+/// per wake-up); unchecked mode finds a reused number at the re-arm after it.
+///
 /// Locks: a run loop's lock, then `DescriptorMember.registry`'s lock, then a member's `lock`,
 /// then the source's lock; never the other way round.
 final class DescriptorMember: @unchecked Sendable {
@@ -53,6 +63,12 @@ final class DescriptorMember: @unchecked Sendable {
   /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
   /// the member.
   private var loops: [(runLoop: WeakRunLoop, modes: Int)] = []
+
+  /// The watched file's (`st_dev`, `st_ino`), recorded when the member joins a run loop
+  /// while in no other; compared at each wake-up in checked mode.
+  private var identity: (device: UInt64, inode: UInt64)?
+  /// Whether the process runs in checked mode (``/Sync/MisuseChecking``), read once.
+  private let checksIdentity = MisuseChecking.mode == .checked
 
   private let handler: @Sendable (_ ready: UInt32) -> Void
 
@@ -141,6 +157,9 @@ final class DescriptorMember: @unchecked Sendable {
       loops.removeAll { $0.runLoop.value == nil }
       loops.append((WeakRunLoop(value: runLoop), 1))
       do throws(SystemCallError) {
+        // Recorded on joining a first loop (again after leaving every loop, as the owner
+        // may then have closed the descriptor and reused its number legitimately).
+        if loops.count == 1 { identity = try fileIdentity() }
         _ = try shimCall("epoll_ctl") {
           tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
         }
@@ -187,11 +206,13 @@ final class DescriptorMember: @unchecked Sendable {
     // return, and the owner close the descriptor, while the poll is under way.
     let ready: UInt32? = lock.withLock {
       guard !retired, interest != 0 else { return nil }
+      if checksIdentity { checkSameFile() }
       var entry = pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: interest), revents: 0)
       // A zero-timeout poll: retrying after a signal asks the same question again.
       let count = mustSucceed("RunLoop") { () throws(SystemCallError) in
         try systemCall("poll", retryingInterrupts: true) { poll(&entry, 1, 0) }
       }
+      if count > 0 && Int32(entry.revents) & Int32(POLLNVAL) != 0 { reportClosedWhileWatched("is closed") }
       return count > 0 ? UInt32(UInt16(bitPattern: entry.revents)) : nil
     }
     // The handler runs without any lock.
@@ -219,12 +240,45 @@ final class DescriptorMember: @unchecked Sendable {
       _ = try shimCall("epoll_ctl(EPOLL_CTL_MOD)") {
         tk_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
       }
-    } catch  where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
-      // Not yet added to this loop's set (`scheduled` adds it with the current interest), or
-      // closed by its owner before invalidating the source.
+    } catch  where error.code == .badFileDescriptor {
+      // Closed by its owner before invalidating the source: the kernel forgot it (or a
+      // duplicate keeps it, and the next wake-up's poll reports the closed number).
+    } catch  where error.code == .noSuchFileOrDirectory {
+      // The loop's set holds this member (the caller checked), so the number names a file
+      // the set does not hold: the watched one was closed and the number reused.
+      reportClosedWhileWatched("now names another file")
     } catch {
       fatalError("RunLoop: \(error)")
     }
+  }
+
+  /// The descriptor's file identity (`fstat`). Called with `lock` held.
+  private func fileIdentity() throws(SystemCallError) -> (device: UInt64, inode: UInt64) {
+    var info = stat()
+    _ = try systemCall("fstat") { fstat(descriptor, &info) }
+    return (UInt64(info.st_dev), UInt64(info.st_ino))
+  }
+
+  /// Checked mode, at a wake-up: stops the process if the descriptor no longer names the
+  /// file recorded when the member joined its first loop. Called with `lock` held.
+  private func checkSameFile() {
+    guard let identity else { return }
+    do throws(SystemCallError) {
+      let current = try fileIdentity()
+      if current != identity { reportClosedWhileWatched("now names another file") }
+    } catch  where error.code == .badFileDescriptor {
+      reportClosedWhileWatched("is closed")
+    } catch {
+      fatalError("RunLoop: \(error)")
+    }
+  }
+
+  /// Stops the process: the descriptor was closed while a run loop watched it.
+  private func reportClosedWhileWatched(_ finding: String) -> Never {
+    reportMisuse(
+      "FileDescriptorSource",
+      "descriptor \(descriptor) was closed while a run loop watched it and \(finding); "
+        + "invalidate() the source before closing its descriptor")
   }
 
   private static func armed(_ interest: UInt32) -> UInt32 {
