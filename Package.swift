@@ -43,11 +43,12 @@ let package = Package(
     // everything beside Foundation and Synchronization so name clashes fail the build.
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
     .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
+    // glibc's allocation statistics for tests that prove a path allocates nothing (or that
+    // repeated lifecycles leave nothing behind).
+    .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(
       name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
       swiftSettings: strict),
-    // glibc's allocation statistics for tests that prove a path allocates nothing.
-    .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(
       name: "RunLoopConcurrencyTests",
       dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],

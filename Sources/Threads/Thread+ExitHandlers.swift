@@ -87,6 +87,7 @@ extension Thread {
     // library needs no further destructor round for it.
     checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, currentValue), "pthread_setspecific")
     runWillExitHandlers()
+    releaseExitRequestHandlers()
     checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, nil), "pthread_setspecific")
     withLock { storedDictionary }?.removeAll()
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)

@@ -220,6 +220,7 @@ extension Thread {
 
     body()
     runWillExitHandlers()
+    releaseExitRequestHandlers()
 
     // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
     // runs no deinitializer there; the captures are released when this function returns.

@@ -100,6 +100,8 @@ public final class Thread: @unchecked Sendable {
   @exclusivity(unchecked) var entry: (@Sendable () -> Void)?
   @exclusivity(unchecked) var startPlan: StartPlan?
   @exclusivity(unchecked) var exitHandlers: [(token: UInt64, handler: @Sendable () -> Void)] = []
+  /// Set once the thread has ended: exit-request handlers are no longer kept.
+  @exclusivity(unchecked) var exitHandlersReleased = false
   @exclusivity(unchecked) var nextHandlerToken: UInt64 = 0
   /// Handlers added with `onExit`, run last-added first as the thread ends.
   @exclusivity(unchecked) var willExitHandlers: [@Sendable () -> Void] = []

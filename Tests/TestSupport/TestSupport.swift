@@ -120,3 +120,13 @@ public func remotePortEventually(_ name: String, within limit: Duration = .secon
     }
   }
 }
+
+/// Whether the test process runs with ThreadSanitizer's runtime (stress loops scale down).
+public let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
+
+/// Whether the test process runs with AddressSanitizer's runtime (stress loops scale down;
+/// glibc's allocation statistics do not see ASan's allocator).
+public let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
+
+/// Whether a sanitizer slows the process down (ThreadSanitizer or AddressSanitizer).
+public var isRunningUnderSanitizer: Bool { isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer }

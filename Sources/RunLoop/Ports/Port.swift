@@ -15,8 +15,9 @@ import Sync
 /// **Invalidation** (``invalidate()``) is final and informs both sides: blocked senders throw
 /// ``PortStatus/becameInvalid``, later sends throw ``PortStatus/invalid``, a blocked
 /// ``receive(before:)`` throws ``PortStatus/becameInvalid``, the port leaves every run loop
-/// (which is woken), the invalidation handler runs, and messages still queued are dropped.
-/// Releasing the last reference to a port invalidates it too.
+/// (which is woken), the invalidation handler runs, messages still queued are dropped, and
+/// both handlers are released (so a handler that captures its port does not keep it alive
+/// past the invalidation). Releasing the last reference to a port invalidates it too.
 ///
 /// **Receiving in a run loop** (the guide's way): set a handler with ``setHandler(_:)`` and
 /// add the port to modes of the owning thread's run loop with
@@ -50,11 +51,18 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// How many messages a port created without an explicit capacity holds.
   public static let defaultCapacity = 256
 
+  /// The largest capacity a port accepts: 16,777,216 messages, far beyond any mailbox a
+  /// thread drains. Larger capacities (and capacities below 1) are misuse.
+  public static let maximumCapacity = 1 << 24
+
   let queue: MessageQueue<PortMessage>
   let link = PortRunLoopLink()
 
   /// Creates a valid, empty port holding at most `capacity` messages. Opens no descriptor
-  /// (see ``readinessDescriptor()``). A `capacity` below 1 is misuse and stops the process.
+  /// (see ``readinessDescriptor()``). Memory follows the messages waiting, not the capacity:
+  /// the port starts with room for a few dozen and doubles its buffer as more wait at once,
+  /// up to `capacity`, so a large capacity costs nothing until it is used. A `capacity` below
+  /// 1 or above ``maximumCapacity`` is misuse and stops the process with a message.
   public init(capacity: Int = Port.defaultCapacity) {
     queue = MessageQueue(capacity: capacity)
   }
@@ -163,13 +171,18 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// It runs on the thread of the run loop that fires, once per message, in the order they
   /// were sent. Messages that arrive while no handler is set wait in the port (and count
   /// against its capacity); setting a handler delivers them at the loop's next pass.
+  ///
+  /// The port keeps the handler until it is replaced or the port is invalidated, then
+  /// releases it (and what it captures) outside the port's locks; on an invalid port the
+  /// handler is not kept at all. A handler may therefore capture its own port: the cycle
+  /// ends at ``invalidate()``.
   public func setHandler(_ handler: (@Sendable (PortMessage) -> Void)?) {
     link.setHandler(handler)
   }
 
   /// Sets the function run once when the port is invalidated, on the invalidating thread
-  /// (the guide's `NSPortDidBecomeInvalidNotification`). Not run if the port is already
-  /// invalid.
+  /// (the guide's `NSPortDidBecomeInvalidNotification`), then released. Not run, and not
+  /// kept, if the port is already invalid.
   public func setInvalidationHandler(_ handler: (@Sendable (Port) -> Void)?) {
     guard let handler else {
       link.setInvalidationHandler(nil)

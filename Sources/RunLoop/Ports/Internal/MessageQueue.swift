@@ -15,7 +15,7 @@ import Sync
 ///
 /// | field | meaning |
 /// |---|---|
-/// | `buffer`, `head`, `count` | ring buffer of at most `capacity` elements |
+/// | `buffer`, `head`, `count` | ring buffer of at most `capacity` elements; it starts small and doubles when full, up to `capacity` |
 /// | `invalidated` | set once; afterwards sends fail, waiters wake, pending elements are dropped |
 /// | `readiness` | the eventfd, created on first request (-1 before) |
 /// | `signalled` | whether `readiness` currently holds a count (queue non-empty or invalidated) |
@@ -67,6 +67,10 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// The most elements the queue holds; a sender finding it full waits.
   let capacity: Int
 
+  /// The ring's size when the queue is created: the whole capacity for small queues, so
+  /// they never grow; larger queues grow by doubling when a send finds the ring full.
+  static var initialRingSize: Int { 64 }
+
   /// The `eventfd` behind ``readinessDescriptor``; -1 until first asked for, so queues that
   /// nobody polls (blocking receivers, run-loop sources woken by `wakeUp`) pay no system
   /// calls for it.
@@ -89,11 +93,16 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     case invalid
   }
 
-  /// Creates an empty queue holding at most `capacity` (>= 1) elements.
+  /// Creates an empty queue holding at most `capacity` elements (1 through
+  /// ``Port/maximumCapacity``; anything else is misuse). Allocates a ring of at most
+  /// `initialRingSize` slots; it grows on demand.
   init(capacity: Int) {
-    if capacity < 1 { reportMisuse("Port", "queue capacity must be at least 1, got \(capacity)") }
+    if capacity < 1 || capacity > Port.maximumCapacity {
+      reportMisuse(
+        "Port", "capacity must be from 1 through Port.maximumCapacity (\(Port.maximumCapacity)), got \(capacity)")
+    }
     self.capacity = capacity
-    buffer = Array(repeating: nil, count: capacity)
+    buffer = Array(repeating: nil, count: Swift.min(capacity, MessageQueue.initialRingSize))
   }
 
   deinit {
@@ -135,7 +144,8 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
         return .timedOut
       }
     }
-    buffer[(head + count) % capacity] = element
+    if count == buffer.count { growRing() }
+    buffer[(head + count) % buffer.count] = element
     count += 1
     var wakeReceiver = false
     if count == 1 {
@@ -235,7 +245,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
     invalidated = true
     // Release the elements outside the lock: their deinit may run arbitrary code.
     dropped = buffer
-    buffer = Array(repeating: nil, count: capacity)
+    buffer = []
     count = 0
     head = 0
     raiseReadiness()
@@ -254,10 +264,22 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   private func takeHead() -> (Element, wakeSender: Bool, wakeReceiver: Bool) {
     let element = buffer[head]!
     buffer[head] = nil
-    head = head + 1 == capacity ? 0 : head + 1
+    head = head + 1 == buffer.count ? 0 : head + 1
     count -= 1
     if count == 0 { lowerReadiness() }
     return (element, waitingSenders > 0, count > 0 && waitingReceivers > 0)
+  }
+
+  /// Doubles the ring (at most to `capacity`), moving the elements to its start in order.
+  /// Called by a send that found the ring full while the queue is not.
+  private func growRing() {
+    let newSize = Swift.min(buffer.count * 2, capacity)
+    var grown: [Element?] = []
+    grown.reserveCapacity(newSize)
+    for offset in 0..<count { grown.append(buffer[(head + offset) % buffer.count]) }
+    grown.append(contentsOf: repeatElement(nil, count: newSize - count))
+    buffer = grown
+    head = 0
   }
 
   private func raiseReadiness() {

@@ -44,11 +44,17 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// The source if one was created (for removal).
   var existingSource: RunLoopSource? { lock.withLock { source } }
 
+  /// Sets the message handler; on an invalidated port it is not kept (it could never run),
+  /// and is released on return. A replaced handler is released after the lock.
   func setHandler(_ newHandler: (@Sendable (PortMessage) -> Void)?) {
+    var replaced: (@Sendable (PortMessage) -> Void)? = nil
     let wake: [RunLoop] = lock.withLock {
+      if invalidated { return [] }
+      replaced = handler
       handler = newHandler
       return loops.map(\.runLoop)
     }
+    withExtendedLifetime(replaced) {}
     // Messages that waited for a handler are delivered now.
     if newHandler != nil, let source = existingSource {
       source.signal()
@@ -56,8 +62,16 @@ final class PortRunLoopLink: @unchecked Sendable {
     }
   }
 
+  /// Sets the invalidation handler; on an invalidated port it is not kept (see
+  /// ``Port/setInvalidationHandler(_:)``). A replaced handler is released after the lock.
   func setInvalidationHandler(_ newHandler: (@Sendable () -> Void)?) {
-    lock.withLock { invalidationHandler = newHandler }
+    var replaced: (@Sendable () -> Void)? = nil
+    lock.withLock {
+      if invalidated { return }
+      replaced = invalidationHandler
+      invalidationHandler = newHandler
+    }
+    withExtendedLifetime(replaced) {}
   }
 
   /// A message was queued: signal the source and wake the loops that may deliver it.
@@ -75,15 +89,22 @@ final class PortRunLoopLink: @unchecked Sendable {
   }
 
   /// The port was invalidated: leave every run loop (waking them, so a run whose mode became
-  /// empty returns) and tell the invalidation handler, once.
+  /// empty returns), tell the invalidation handler, once, and release both handlers (with
+  /// what they capture, which may be the port itself) on this thread, after the lock. A
+  /// delivery already running on the run-loop thread keeps its own reference to the message
+  /// handler until it returns.
   func invalidate() {
+    var messageHandler: (@Sendable (PortMessage) -> Void)? = nil
     let (current, wake, handler): (RunLoopSource?, [RunLoop], (@Sendable () -> Void)?) = lock.withLock {
       if invalidated { return (nil, [], nil) }
       invalidated = true
       let taken = invalidationHandler
       invalidationHandler = nil
+      messageHandler = self.handler
+      self.handler = nil
       return (self.source, loops.map(\.runLoop), taken)
     }
+    withExtendedLifetime(messageHandler) {}
     current?.invalidate()
     for runLoop in wake { runLoop.wakeUp() }
     handler?()
