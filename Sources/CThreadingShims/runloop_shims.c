@@ -1,11 +1,32 @@
 // Out-of-line epoll shim for the run loops and named ports (declared in
 // include/tk_runloop_shims.h).
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <time.h>
 
 #include "tk_runloop_shims.h"
+
+int tk_fork_detection_process_id = 0;
+static pthread_once_t tk_fork_detection_once = PTHREAD_ONCE_INIT;
+static int tk_fork_detection_result = 0;
+
+// Runs in the child before fork() returns there, with only the forking thread alive.
+// getpid is async-signal-safe, and a relaxed store is seen by all the child does later.
+static void tk_fork_detection_child(void) {
+  __atomic_store_n(&tk_fork_detection_process_id, (int)getpid(), __ATOMIC_RELAXED);
+}
+
+static void tk_fork_detection_register(void) {
+  __atomic_store_n(&tk_fork_detection_process_id, (int)getpid(), __ATOMIC_RELAXED);
+  tk_fork_detection_result = pthread_atfork(NULL, NULL, tk_fork_detection_child);
+}
+
+int tk_fork_detection_start(void) {
+  int once = pthread_once(&tk_fork_detection_once, tk_fork_detection_register);
+  return once != 0 ? once : tk_fork_detection_result;
+}
 
 int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
                   const struct timespec *deadline) {

@@ -117,4 +117,19 @@ static inline int tk_close(int fd) {
   return close(fd) == 0 ? 0 : -errno;
 }
 
+/// The calling process's id as the run loops cache it: set by `tk_fork_detection_start` and
+/// again in every child of `fork()` by a `pthread_atfork` child handler (0 before the first
+/// start). Read with a relaxed atomic load.
+extern int tk_fork_detection_process_id;
+
+/// Caches the process id and registers the fork child handler, once per process
+/// (`pthread_once`, which glibc restarts in a child forked during it). Returns 0 or the
+/// error `pthread_atfork` returned.
+int tk_fork_detection_start(void);
+
+/// The cached process id (see `tk_fork_detection_process_id`): one relaxed load.
+static inline int tk_fork_detection_cached_process_id(void) {
+  return __atomic_load_n(&tk_fork_detection_process_id, __ATOMIC_RELAXED);
+}
+
 #endif

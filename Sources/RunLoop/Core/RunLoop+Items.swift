@@ -9,6 +9,7 @@ extension RunLoop {
   /// invalidated. Does not wake the loop. (`CFRunLoopAddSource`)
   @discardableResult
   public func add(_ source: RunLoopSource, forMode mode: RunLoopMode) -> Bool {
+    checkNotInherited("add(source)")
     var entered: [RunLoopMode] = []
     let added: Bool = lock.withLock {
       guard source.register(in: self) else { return false }
@@ -68,6 +69,7 @@ extension RunLoop {
   /// its timerfd is re-armed at once (no wake-up needed). (`CFRunLoopAddTimer`)
   @discardableResult
   public func add(_ timer: RunLoopTimer, forMode mode: RunLoopMode) -> Bool {
+    checkNotInherited("add(timer)")
     let outcome: Int = lock.withLock {
       let claim: Int = timer.lock.withLock {
         guard timer.valid else { return 0 }
@@ -210,6 +212,7 @@ extension RunLoop {
   /// with a message. (`CFRunLoopAddObserver`)
   @discardableResult
   public func add(_ observer: RunLoopObserver, forMode mode: RunLoopMode) -> Bool {
+    checkNotInherited("add(observer)")
     let outcome: Int = lock.withLock {
       let claim: Int = observer.lock.withLock {
         guard observer.valid else { return 0 }
@@ -256,6 +259,18 @@ extension RunLoop {
     lock.withLock {
       commonObservers.removeAll { $0 === observer }
       for mode in modes.values { _ = mode.remove(observer) }
+    }
+  }
+}
+
+extension RunLoop {
+  /// Stops the process when this run loop was inherited through `fork()` (see
+  /// `ForkDetection`): adding to it in the child would use the parent's epoll set and
+  /// timerfd. One relaxed load.
+  @inline(__always)
+  func checkNotInherited(_ operation: String) {
+    if backend.isInherited {
+      ForkDetection.reportInheritedUse("RunLoop", "run loop", operation, creator: backend.creatorProcess)
     }
   }
 }

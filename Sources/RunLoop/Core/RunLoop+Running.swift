@@ -69,6 +69,9 @@ extension RunLoop {
     guard isOwnedByCurrentThread else {
       reportMisuse("RunLoop", "run: a run loop can only be run by its own thread")
     }
+    if backend.isInherited {
+      ForkDetection.reportInheritedUse("RunLoop", "run loop", "run", creator: backend.creatorProcess)
+    }
     if mode == .common {
       reportMisuse("RunLoop", "run(mode: .common): the common pseudo-mode cannot be run; run a concrete mode")
     }

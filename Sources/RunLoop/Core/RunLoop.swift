@@ -52,10 +52,15 @@ import Threads
 /// compare-and-swap and no system call, and a zero-timeout pass with nothing but timers,
 /// sources and blocks makes no system call at all.
 ///
-/// **After `fork()`**: a child process must not use any run loop it inherited from the
-/// parent (``current`` or ``main`` included), nor the parent's ports: the child shares the
-/// parent's epoll set, eventfd and timerfd, so its waits and wake-ups would mix with the
-/// parent's. A child that needs a run loop should `exec` a new program.
+/// **After `fork()`**: a run loop belongs to the process that created it. The child's copy
+/// of a parent's run loop (``current`` on the forking thread, ``main``, any other) shares
+/// the parent's epoll set, eventfd and timerfd, so the child must not use it: running it or
+/// adding a timer, source, observer or port to it stops the child with a message naming
+/// both processes, and what the child's copies do implicitly (wake-ups, timer re-arms,
+/// removing descriptors as the copies are released) leaves the parent's kernel objects
+/// alone. The parent's loops, timers and sources are never disturbed. A child that needs a
+/// run loop gets a fresh one on a thread it starts (that thread's ``current``), or `exec`s
+/// a new program. The same holds for the parent's ``Port``s.
 ///
 /// The type is named like Foundation's; a client importing both writes `RunLoop::RunLoop`.
 ///

@@ -45,6 +45,11 @@ import Sync
 /// let checkIn = try mainPort.receive(before: .after(.seconds(1)))
 /// ```
 ///
+/// **After `fork()`** a port belongs to the process that created it: in the child, sending,
+/// receiving or adding the inherited copy to a run loop stops the process with a message
+/// (the copy is not the parent's mailbox, and its readiness eventfd is the parent's).
+/// Releasing or invalidating the copy in the child is harmless to the parent.
+///
 /// Built on the toolkit's futex `Lock` and two `ConditionVariable`s, with monotonic-clock
 /// deadlines (plus an `eventfd` only when asked for); no Mach ports exist on Linux.
 public final class Port: Hashable, Sendable, CustomStringConvertible {
@@ -87,7 +92,8 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   ///
   /// Throws ``/Sync/SystemCallError`` when the system refuses the `eventfd` (`EMFILE`, `ENFILE`).
   public func readinessDescriptor() throws(SystemCallError) -> Int32 {
-    try queue.readinessDescriptor()
+    checkNotInherited("readinessDescriptor()")
+    return try queue.readinessDescriptor()
   }
 
   /// Queues `message` for the port's owner, waiting while the port is full until `deadline`
@@ -99,6 +105,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// port was invalid) or ``PortStatus/becameInvalid`` (invalidated while waiting).
   @available(*, noasync, message: "blocks while the port is full")
   public func send(_ message: PortMessage, before deadline: MonotonicInstant) throws(PortError) {
+    checkNotInherited("send")
     switch queue.send(message, before: deadline) {
     case .enqueued:
       link.messageArrived()
@@ -126,6 +133,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// ``PortStatus/becameInvalid`` when the port is (or becomes) invalid.
   @available(*, noasync, message: "blocks until a message arrives")
   public func receive(before deadline: MonotonicInstant) throws(PortError) -> PortMessage {
+    checkNotInherited("receive")
     switch queue.receive(before: deadline) {
     case .element(let message):
       return message
@@ -146,6 +154,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// Takes the oldest message if one waits; never blocks. Returns nil when none waits;
   /// throws ``PortStatus/becameInvalid`` once the port is invalid.
   public func tryReceive() throws(PortError) -> PortMessage? {
+    checkNotInherited("tryReceive()")
     switch queue.tryReceive() {
     case nil:
       return nil
@@ -190,6 +199,16 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     }
     link.setInvalidationHandler { [weak self] in
       if let self { handler(self) }
+    }
+  }
+
+  /// Stops the process when the port was inherited through `fork()`: the child's copy is
+  /// not the parent's mailbox (messages sent to it stay in the child) and its readiness
+  /// eventfd is the parent's. One relaxed load.
+  @inline(__always)
+  func checkNotInherited(_ operation: String) {
+    if ForkDetection.isInherited(queue.creatorProcess) {
+      ForkDetection.reportInheritedUse("Port", "port", operation, creator: queue.creatorProcess)
     }
   }
 

@@ -181,6 +181,8 @@ final class DescriptorMember: @unchecked Sendable {
       loops[index].modes -= 1
       if loops[index].modes > 0 { return false }
       loops.remove(at: index)
+      // A child of fork() releasing its copy must not remove the parent's registration.
+      if runLoop.backend.isInherited { return true }
       // Under the lock, also once retired: `invalidate()` is still running (its source's
       // cancel callbacks call this), so the owner has not closed the descriptor yet.
       do throws(SystemCallError) {
@@ -236,6 +238,8 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// Called with `lock` held.
   private func rearm(in runLoop: RunLoop, interest: UInt32) {
+    // In a child of fork(), the loop's epoll set is the parent's: leave it alone.
+    if runLoop.backend.isInherited { return }
     do throws(SystemCallError) {
       _ = try shimCall("epoll_ctl(EPOLL_CTL_MOD)") {
         tk_epoll_modify(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)

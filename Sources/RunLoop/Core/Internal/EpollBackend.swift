@@ -24,8 +24,16 @@ final class EpollBackend {
   let timerDescriptor: Int32
   /// Where `wait` stores ready tokens; used only by the owning thread inside `wait`.
   let readyTokens: UnsafeMutablePointer<UInt64>
+  /// The process that created the descriptors (see `ForkDetection`): in a child of `fork()`
+  /// they are the parent's, and the calls below leave them alone.
+  let creatorProcess: Int32
+
+  /// Whether this backend was inherited through `fork()` (the calling process did not
+  /// create it): its descriptors are the parent's.
+  var isInherited: Bool { ForkDetection.isInherited(creatorProcess) }
 
   init() throws(SystemCallError) {
+    creatorProcess = ForkDetection.start()
     let epoll = try shimCall("epoll_create1") { tk_epoll_create() }
     let wake: Int32
     let timer: Int32
@@ -72,8 +80,10 @@ final class EpollBackend {
     }
   }
 
-  /// Makes the next (or current) `wait` return. Any thread.
+  /// Makes the next (or current) `wait` return. Any thread. In a child of `fork()` it does
+  /// nothing: the eventfd would wake the parent's loop (and the child's copy cannot wait).
   func signalWakeUp() {
+    if isInherited { return }
     let result = tk_eventfd_signal(wakeUpDescriptor)
     // The counter cannot overflow (wake-ups are coalesced), so any failure is a broken fd.
     // Checked inline rather than through shimCall: this is every wake-up's path.
@@ -82,8 +92,10 @@ final class EpollBackend {
     }
   }
 
-  /// Consumes the timerfd's expiration count. Owning thread only.
+  /// Consumes the timerfd's expiration count. Owning thread only. Never in a child of
+  /// `fork()`, which would take the parent's expiration.
   func drainTimer() {
+    if isInherited { return }
     let result = tk_counter_fd_drain(timerDescriptor)
     if result != -EAGAIN {
       _ = mustSucceed("RunLoop") { () throws(SystemCallError) in try shimCall("read(timerfd)") { result } }
@@ -92,7 +104,9 @@ final class EpollBackend {
 
   /// Arms the timerfd to expire at `deadline` (absolute, CLOCK_MONOTONIC, nanosecond
   /// precision), or disarms it for `.distantFuture`. Called with the run loop's lock held.
+  /// Never in a child of `fork()`, where it would move the parent's timers.
   func armTimer(at deadline: MonotonicInstant) {
+    if isInherited { return }
     _ = mustSucceed("RunLoop") { () throws(SystemCallError) in
       try shimCall("timerfd_settime") { tk_timerfd_arm_absolute(timerDescriptor, deadline.nanoseconds) }
     }
@@ -103,6 +117,10 @@ final class EpollBackend {
   /// shim waits again, and a wake-up written by a signal handler is reported as any other.
   /// Owning thread only, without the run loop's lock.
   func wait(block: Bool) -> Int {
+    // Running checked it already; a wait in the child would take the parent's events.
+    if isInherited {
+      ForkDetection.reportInheritedUse("RunLoop", "run loop", "run", creator: creatorProcess)
+    }
     var poll = timespec(tv_sec: 0, tv_nsec: 0)
     let count = mustSucceed("RunLoop") { () throws(SystemCallError) in
       try shimCall("epoll_wait") {

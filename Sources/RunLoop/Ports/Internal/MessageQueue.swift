@@ -67,6 +67,10 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   /// The most elements the queue holds; a sender finding it full waits.
   let capacity: Int
 
+  /// The process that created the queue (see `ForkDetection`): in a child of `fork()` the
+  /// readiness eventfd is the parent's, and the queue leaves it alone.
+  let creatorProcess = ForkDetection.start()
+
   /// The ring's size when the queue is created: the whole capacity for small queues, so
   /// they never grow; larger queues grow by doubling when a send finds the ring full.
   static var initialRingSize: Int { 64 }
@@ -283,7 +287,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   }
 
   private func raiseReadiness() {
-    if signalled || readiness < 0 { return }
+    if signalled || readiness < 0 || ForkDetection.isInherited(creatorProcess) { return }
     signalled = true
     // An eventfd write of 1 fails only when the counter would overflow, which `signalled`
     // rules out; anything else is a broken descriptor.
@@ -293,7 +297,7 @@ final class MessageQueue<Element: Sendable>: @unchecked Sendable {
   }
 
   private func lowerReadiness() {
-    if !signalled { return }
+    if !signalled || ForkDetection.isInherited(creatorProcess) { return }
     signalled = false
     _ = mustSucceed("RunLoop: port queue") { () throws(SystemCallError) in
       try shimCall("read(eventfd)") { tk_counter_fd_drain(readiness) }

@@ -26,8 +26,12 @@ final class PortRunLoopLink: @unchecked Sendable {
   private let scheduledLoops = AtomicInteger<Int>(0)
 
   /// The source to add to run-loop modes, created on first use; nil once invalidated.
+  /// Stops the process for a port inherited through `fork()` (see ``Port``).
   func runLoopSource(draining queue: MessageQueue<PortMessage>) -> RunLoopSource? {
-    lock.withLock {
+    if ForkDetection.isInherited(queue.creatorProcess) {
+      ForkDetection.reportInheritedUse("Port", "port", "RunLoop.add(port)", creator: queue.creatorProcess)
+    }
+    return lock.withLock {
       if invalidated { return nil }
       if let source { return source }
       let created = RunLoopSource(

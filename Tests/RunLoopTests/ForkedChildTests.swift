@@ -1,0 +1,143 @@
+import RunLoop
+import Sync
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A child made by `fork()` and the run loops and ports it inherited: its first explicit use
+/// of one stops it with a message, and nothing it does disturbs the parent's. Each test runs
+/// in an exit test's process, which forks the child and reports 0 when the child stopped as
+/// expected and the parent was not disturbed.
+// Not under ThreadSanitizer: its runtime does not support allocating in the child of a
+// multithreaded fork.
+@Suite(
+  "fork() children and inherited run loops", .timeLimit(.minutes(1)),
+  .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
+struct ForkedChildTests {
+  @Test("running an inherited run loop stops the child; the parent's timer still fires on time")
+  func runningAnInheritedRunLoopStopsTheChild() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking {
+        exit(parentTimerSurvives { runLoop in _ = runLoop.run(mode: .default, timeout: .seconds(5)) })
+      }
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("run: this run loop was created by process"), "\(stderr)")
+  }
+
+  @Test("adding a timer to an inherited run loop stops the child; the parent's timer still fires on time")
+  func addingATimerToAnInheritedRunLoopStopsTheChild() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking {
+        exit(
+          parentTimerSurvives { runLoop in
+            runLoop.add(RunLoopTimer(after: .seconds(30)) { _ in }, forMode: .default)
+          })
+      }
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("add(timer): this run loop was created by process"), "\(stderr)")
+  }
+
+  @Test("releasing inherited sources and timers in the child leaves the parent's registrations alone")
+  func releasingCopiesInTheChildIsHarmless() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let runLoop = RunLoop.current
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { exit(2) }
+        let readable = Box(false)
+        let source = FileDescriptorSource(descriptor: ends[0]) { source, _ in
+          readable.value = true
+          source.invalidate()
+        }
+        runLoop.add(source, forMode: .default)
+        let timer = RunLoopTimer(after: .milliseconds(200)) { _ in }
+        runLoop.add(timer, forMode: .default)
+        let child = fork()
+        if child == 0 {
+          // The child's copies go: epoll_ctl(DEL), timerfd re-arms and wake-ups would all
+          // reach the parent's kernel objects.
+          source.invalidate()
+          timer.invalidate()
+          runLoop.wakeUp()
+          _exit(0)
+        }
+        guard child > 0, waitForChild(child) == 0 else { exit(3) }
+        var byte: UInt8 = 1
+        guard write(ends[1], &byte, 1) == 1 else { exit(4) }
+        let result = runLoop.run(mode: .default, timeout: .seconds(10))
+        exit(readable.value && result == .finished ? 0 : 1)
+      }
+    }
+  }
+
+  @Test("sending on an inherited port stops the child")
+  func sendingOnAnInheritedPortStopsTheChild() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking {
+        let port = Port()
+        let child = fork()
+        if child == 0 {
+          armAlarm(seconds: 20)
+          try? port.send(PortMessage(msgid: 1), timeout: .zero)
+          _exit(0)  // not reported: the test fails
+        }
+        exit(child > 0 && waitForChild(child) != 0 && port.pendingMessageCount == 0 ? 0 : 1)
+      }
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("send: this port was created by process"), "\(stderr)")
+  }
+}
+
+/// Schedules a 300 ms one-shot timer in the calling thread's run loop, forks a child that
+/// calls `useInChild` with the inherited loop (and exits 0 if that returns), then runs the
+/// loop in the parent. Returns 0 when the child did not exit 0 (its use was refused) and the
+/// parent's timer fired without waiting for the run's 10-second deadline.
+private func parentTimerSurvives(_ useInChild: (RunLoop) -> Void) -> Int32 {
+  let runLoop = RunLoop.current
+  let fired = Box(false)
+  runLoop.add(RunLoopTimer(after: .milliseconds(300)) { _ in fired.value = true }, forMode: .default)
+  let child = fork()
+  if child == 0 {
+    armAlarm(seconds: 20)
+    useInChild(runLoop)
+    _exit(0)
+  }
+  guard child > 0 else { return 2 }
+  let start = MonotonicInstant.now
+  let result = runLoop.run(mode: .default, timeout: .seconds(10))
+  let elapsed = start.duration(to: .now)
+  let childStatus = waitForChild(child)
+  // A child that took the timer's expiration from the shared timerfd would leave the parent
+  // asleep until the run's deadline.
+  return childStatus != 0 && fired.value && result == .finished && elapsed < .seconds(8) ? 0 : 1
+}
+
+/// Waits for `pid`; returns its exit status, or -1 when it did not exit normally (killed by
+/// a signal, as a misuse stop is).
+private func waitForChild(_ pid: pid_t) -> Int32 {
+  var status: Int32 = 0
+  while waitpid(pid, &status, 0) < 0 {
+    if errno != EINTR { return -1 }
+  }
+  return status & 0x7f == 0 ? (status >> 8) & 0xff : -1
+}
+
+/// Ends the calling process with SIGALRM after `seconds`, so a hang in a child fails fast
+/// (the test runner's threads block the signal; the mask survives fork).
+private func armAlarm(seconds: UInt32) {
+  var alarmOnly = sigset_t()
+  sigemptyset(&alarmOnly)
+  sigaddset(&alarmOnly, SIGALRM)
+  var defaultAction = sigaction()
+  defaultAction.__sigaction_handler.sa_handler = SIG_DFL
+  guard sigaction(SIGALRM, &defaultAction, nil) == 0, pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil) == 0 else {
+    _exit(3)
+  }
+  alarm(seconds)
+}
