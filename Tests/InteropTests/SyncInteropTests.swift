@@ -47,9 +47,9 @@ struct SyncInteropTests {
     let ordering: (MemoryOrder.Load, MemoryOrder.Store, MemoryOrder.Update) = (.relaxed, .releasing, .full)
     #expect(ordering.2 == .full)
     #expect(Synchronization.AtomicLoadOrdering.relaxed == .relaxed)
-    #expect(
-      UInt32.atomicLoad(at: UnsafeMutablePointer<UInt32>.allocate(capacity: 1).initializedForTest(), ordering: .relaxed)
-        == 0)
+    let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 1).initializedForTest()
+    defer { word.deallocate() }
+    #expect(UInt32.atomicLoad(at: word, ordering: .relaxed) == 0)
   }
 }
 

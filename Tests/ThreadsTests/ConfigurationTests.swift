@@ -410,8 +410,14 @@ func childWithoutSchedulingPermission() -> Int32 {
 /// Child-process body: with RLIMIT_NPROC at 0 and no root, pthread_create is EAGAIN.
 func childWithoutThreadAllowance() -> Int32 {
   dropRoot()
-  var limit = rlimit(rlim_cur: 0, rlim_max: 0)
+  // Only the soft limit drops to 0, and it is restored before returning: the hard limit
+  // stays, so the process may raise it again, and exit-time work that needs a thread
+  // (LeakSanitizer's check under AddressSanitizer clones a tracer) still can.
+  var saved = rlimit()
+  precondition(getrlimit(rlimitProcesses, &saved) == 0)
+  var limit = rlimit(rlim_cur: 0, rlim_max: saved.rlim_max)
   precondition(setrlimit(rlimitProcesses, &limit) == 0)
+  defer { precondition(setrlimit(rlimitProcesses, &saved) == 0) }
   do throws(ThreadStartError) {
     try Thread.spawn {}.join()
     return 1
