@@ -27,7 +27,10 @@ import Sync
 /// source joins a run loop) is compared at every wake-up, before the handler runs (one
 /// `fstat` per wake-up); in unchecked mode a reused number is found when the source is
 /// re-armed after its handler, which may have been called once with the other file's
-/// events. A descriptor closed with no duplicate left simply stops being reported.
+/// events. A descriptor closed with no duplicate left simply stops being reported. (An
+/// `eventfd`, `timerfd` or epoll descriptor has no inode of its own: all of one kind share
+/// the kernel's anonymous inode, so identity cannot tell two of them apart; the other
+/// checks still apply.)
 ///
 /// ```swift
 /// let source = FileDescriptorSource(descriptor: socket, events: .readable) { source, events in
