@@ -1,7 +1,8 @@
-import RunLoop
 import Sync
 import TestSupport
 import Testing
+
+@testable import RunLoop
 
 #if canImport(Glibc)
   import Glibc
@@ -91,6 +92,78 @@ struct ForkedChildTests {
     }
     let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
     #expect(stderr.contains("send: this port was created by process"), "\(stderr)")
+  }
+}
+
+extension ForkedChildTests {
+  @Test("invalidating an inherited named port in the child leaves the parent's name, files and peers alone")
+  func invalidatingAnInheritedNamedPortIsHarmless() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let name = uniquePortName("fork-local")
+        guard let local = try? MessagePort.local(name: name, handler: { _ in [7] }),
+          let remote = try? MessagePort.remote(name: name)
+        else { exit(2) }
+        let child = fork()
+        if child == 0 {
+          armAlarm(seconds: 20)
+          // Both copies go: unlinking, a shutdown of the connection or an eventfd write would
+          // all reach the parent's objects.
+          remote.invalidate()
+          local.invalidate()
+          _exit(0)
+        }
+        guard child > 0, waitForChild(child) == 0 else { exit(3) }
+        // The parent still serves its name to its existing peer and to new ones.
+        let server = Box(true)
+        let serving = TestThread.spawn {
+          while server.value { _ = try? local.serve(timeout: .milliseconds(20)) }
+        }
+        defer {
+          server.value = false
+          serving.join()
+        }
+        guard let directory = try? PortDirectory.prepare(),
+          portsFileMode(directory.socketPath(for: name)) != nil,
+          portsFileMode(directory.lockPath(for: name)) != nil
+        else { exit(4) }
+        let reply = try? remote.send(
+          msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
+        exit(local.isValid && remote.isValid && reply == [7] ? 0 : 1)
+      }
+    }
+  }
+
+  @Test("sending on an inherited remote named port stops the child; the parent's connection still works")
+  func sendingOnAnInheritedNamedPortStopsTheChild() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking {
+        let name = uniquePortName("fork-remote")
+        guard let local = try? MessagePort.local(name: name, handler: { _ in [9] }),
+          let remote = try? MessagePort.remote(name: name)
+        else { exit(2) }
+        let child = fork()
+        if child == 0 {
+          armAlarm(seconds: 20)
+          _ = try? remote.send(msgid: 1, sendTimeout: .seconds(1), receiveTimeout: .seconds(1), replyMode: .oneWay)
+          _exit(0)  // not refused: the test fails
+        }
+        guard child > 0, waitForChild(child) != 0 else { exit(3) }
+        let server = Box(true)
+        let serving = TestThread.spawn {
+          while server.value { _ = try? local.serve(timeout: .milliseconds(20)) }
+        }
+        defer {
+          server.value = false
+          serving.join()
+        }
+        let reply = try? remote.send(
+          msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
+        exit(reply == [9] ? 0 : 1)
+      }
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("send: this message port was created by process"), "\(stderr)")
   }
 }
 

@@ -47,6 +47,12 @@ import Sync
 /// ``serve(before:)`` to wait for and handle messages; the handler runs on that thread.
 /// Serving a port both ways at once is misuse and stops the process.
 ///
+/// **fork().** A child of `fork()` cannot use a port it inherited: sending, serving or
+/// adding it to a run loop stops the child with a message naming both processes (the
+/// socket, the name claim and the connections are the parent's). Invalidating or releasing
+/// the inherited copy only closes the child's descriptors: the parent's name stays
+/// registered and its peers stay connected. A child that needs ports creates its own.
+///
 /// **Sending blocks**; it never runs a run loop. A one-way send returns once the message is
 /// handed to the kernel; a request waits for the reply until the receive timeout. Results
 /// map to the guide's codes (``PortStatus``). A peer that dies or invalidates its port
@@ -222,6 +228,9 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
       reportMisuse(
         "MessagePort", "send on the local port \"\(name)\"; create a remote port with MessagePort.remote(name:)")
     }
+    if ForkDetection.isInherited(connection.creatorProcess) {
+      ForkDetection.reportInheritedUse("MessagePort", "message port", "send", creator: connection.creatorProcess)
+    }
     if replyMode == .awaitReply, connection.isValid, let local = LocalPortRegistry.shared.lookup(name: name),
       case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)
     {
@@ -252,6 +261,9 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   public func serve(before deadline: MonotonicInstant) throws(PortError) -> Int {
     guard case .local(let listener) = role else {
       reportMisuse("MessagePort", "serve on the remote port \"\(name)\"")
+    }
+    if ForkDetection.isInherited(listener.creatorProcess) {
+      ForkDetection.reportInheritedUse("MessagePort", "message port", "serve", creator: listener.creatorProcess)
     }
     do {
       return try listener.serve(before: deadline)
@@ -324,6 +336,10 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// remote or invalid port.
   func runLoopSource() -> RunLoopSource? {
     guard case .local(let listener) = role else { return nil }
+    if ForkDetection.isInherited(listener.creatorProcess) {
+      ForkDetection.reportInheritedUse(
+        "MessagePort", "message port", "RunLoop.add(messagePort)", creator: listener.creatorProcess)
+    }
     return runLoopMember.obtain { () -> DescriptorMember? in
       let descriptor = listener.readinessDescriptor
       if descriptor < 0 { return nil }

@@ -22,6 +22,9 @@ import Sync
 final class NamedPortConnection: @unchecked Sendable {
   let name: String
   let limits: Frame.Limits
+  /// The process that created the connection (see `ForkDetection`). In a child of `fork()`
+  /// the socket is shared with the parent: the child's copy only closes its descriptor.
+  let creatorProcess = ForkDetection.start()
 
   // Protected by `requestMutex`, held for a whole send (and reply wait).
   private let requestMutex = Sync.Lock()
@@ -172,7 +175,9 @@ final class NamedPortConnection: @unchecked Sendable {
       return current
     }
     guard let closing else { return false }
-    closing.shutdownBothWays()
+    // A child's copy must not shut down the parent's connection (shutdown acts on the
+    // socket, not on one descriptor); releasing `closing` closes the child's descriptor.
+    if !ForkDetection.isInherited(creatorProcess) { closing.shutdownBothWays() }
     return true
   }
 

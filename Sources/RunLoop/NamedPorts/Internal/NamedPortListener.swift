@@ -55,6 +55,10 @@ final class NamedPortListener: @unchecked Sendable {
   let policy: PeerPolicy
   let limits: Frame.Limits
   let serverLimits: MessagePort.ServerLimits
+  /// The process that created the listener (see `ForkDetection`). In a child of `fork()`
+  /// the socket file, the name claim's `flock`, the peers' connections and the eventfd are
+  /// the parent's: the child's copy only closes its own descriptors.
+  let creatorProcess = ForkDetection.start()
 
   // Protected by `mutex`.
   private let mutex = Sync.Lock()
@@ -321,6 +325,16 @@ final class NamedPortListener: @unchecked Sendable {
       return false
     }
     invalidated = true
+    if ForkDetection.isInherited(creatorProcess) {
+      // A child's copy: unlinking would unregister the parent's name, shutting peers down
+      // would end the parent's connections, writing the eventfd would wake the parent's
+      // serving pass. Closing the child's descriptors leaves the parent's files and claim
+      // as they were (an flock belongs to the open file, which the parent still has).
+      let closed = closeAllLocked()
+      mutex.unlock()
+      withExtendedLifetime(closed) {}
+      return true
+    }
     // Unlink while still holding the flock, so no other process can have claimed the name
     // and bound a fresh socket at this path in between.
     if unlink(directory.socketPath(for: name)) != 0 && errno != ENOENT {
