@@ -3,10 +3,19 @@
 /// Called `Lock`, not `Mutex`, so it does not clash with the toolchain's
 /// `Synchronization.Mutex<Value>`, a value inside its lock (here ``LockedValue``).
 ///
-/// Built on a Linux futex: the uncontended `lock()`/`unlock()` pair is one atomic
-/// compare-and-swap each, inlined into your code; a contended `lock()` spins briefly, then
-/// sleeps in the kernel until the holder releases it. Not fair: a releasing thread may
-/// re-acquire before a sleeper wakes, which keeps throughput high under contention.
+/// Built on a Linux futex whose word lives inside the object (one allocation per lock): the
+/// uncontended `lock()`/`unlock()` pair is one atomic compare-and-swap each, inlined into
+/// your code; a contended `lock()` spins briefly, then sleeps in the kernel until the holder
+/// releases it.
+///
+/// **Fairness: a bounded wait.** Normally a releasing thread may re-acquire before a woken
+/// sleeper runs (barging), which keeps throughput high under contention. But once a waiter
+/// has slept about 1 ms without getting the lock, it counts as starving, and from then on
+/// every `unlock()` hands the lock directly to a starving waiter (oldest first, as the
+/// kernel queues them) instead of freeing it; nobody can barge in until no waiter starves.
+/// So the longest wait is about 1 ms plus the critical sections of the starving waiters
+/// ahead. The cost is paid only while someone starves: each such hand-over is one wake-up
+/// the next owner must be scheduled for. The uncontended path is unchanged.
 ///
 /// **Misuse** is never undefined behaviour:
 /// - `unlock()` of an unlocked lock always stops the process with a message;
@@ -33,8 +42,14 @@
 /// `pthread_mutex_clocklock` and `pthread_mutex_unlock`; `Lock` replaces them with `futex`.
 public final class Lock: Locking, @unchecked Sendable {
   // @unchecked: all state is in `core`, accessed only through atomics and the futex.
-  @usableFromInline
-  let core: FutexLock
+
+  /// The lock's words, inside the object (one allocation per lock); first, so `core` finds
+  /// them (see ``FutexLock/init(inside:)``). Never read or written through the property.
+  private var words = FutexLock.Words()
+
+  /// The futex lock on `words`.
+  @inlinable
+  var core: FutexLock { FutexLock(inside: self) }
 
   /// Whether `unlock()` verifies that the calling thread holds the lock (see the type's
   /// doc); fixed at creation.
@@ -49,12 +64,13 @@ public final class Lock: Locking, @unchecked Sendable {
   /// Creates an unlocked lock; `checked` turns on the owner check in `unlock()`. By default
   /// it follows the process's ``MisuseChecking/mode``.
   public init(checked: Bool = MisuseChecking.isChecked) {
-    core = FutexLock()
     isChecked = checked
+    // The layout `core` relies on (checked in debug builds).
+    assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
-    core.deallocate(typeName: "Lock")
+    core.checkNotHeld(typeName: "Lock")
   }
 
   /// Acquires the lock, blocking the calling thread until it is available.

@@ -1,14 +1,18 @@
 /// A value that only one thread at a time may touch, with its lock beside it: the toolkit's
 /// `Synchronization.Mutex<Value>` (and SwiftNIO's `NIOLockedValueBox`).
 ///
-/// The state you protect lives in the same heap block as the lock word, on the same cache
-/// line when the value is small (up to 32 bytes), so handing the lock to another core moves
-/// one cache line instead of two. Under contention between cores that is the larger part of
-/// the cost: measured in `cost-tables` (`mutex.contended-*`), a counter in a `LockedValue`
-/// is about twice as fast as the same counter beside a separate ``Lock``.
+/// The state you protect lives inside the object, right before the lock word: on the same
+/// cache line always when the value takes up to 8 bytes (a counter, a reference), and as far
+/// as it fits within the line otherwise. So handing the lock to another core moves one cache
+/// line instead of two, and a `LockedValue` is one allocation. Under contention between
+/// cores that is the larger part of the cost: measured in `cost-tables`
+/// (`mutex.contended-*`), a counter in a `LockedValue` is about twice as fast as the same
+/// counter beside a separate ``Lock``.
 ///
 /// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
-/// then sleeping in the kernel; not fair), always scoped: the value is reachable only inside
+/// then sleeping in the kernel), with the same **bounded wait**: once a waiter has slept
+/// about 1 ms, releases hand the lock to the starving waiters instead of letting others
+/// barge in (see ``Lock``'s Fairness section for the rule and its cost). Always scoped: the value is reachable only inside
 /// the `withLock` family, so it can be neither touched unlocked nor left locked. `Value` may
 /// be non-copyable (a file handle, a unique buffer): it is stored in place and only ever
 /// lent to the bodies.
@@ -44,47 +48,72 @@
 public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   // @unchecked: `value` is touched only by the thread holding `core`; values cross
   // threads only as `sending` values.
+
+  /// Everything the object holds, in one allocation: the value, then the lock's words,
+  /// then the predicate waiters' words. The lock word directly follows the value, so a
+  /// value of up to 8 bytes always shares the lock word's cache line, and a larger one
+  /// shares it as far as it ends within the line (objects are 16-byte aligned). Swift lays a
+  /// struct's fields out in declaration order, each at its alignment.
   @usableFromInline
-  let core: FutexLock
-  /// Bumped (with the lock held) by every `withLock` that ends while predicate waiters
-  /// sleep; the waiters sleep on it. In the block, right after `core`'s words; computed from
-  /// `core.state` rather than stored, so the object stays one pointer wider than `core`.
+  struct Storage: ~Copyable {
+    var value: Value
+    var words = FutexLock.Words()
+    /// Bumped (with the lock held) by every `withLock` that ends while predicate waiters
+    /// sleep; the waiters sleep on it.
+    var sequence: UInt32 = 0
+    /// How many threads wait in `withLock(when:)` for their predicate. Changed and read
+    /// only with the lock held, so the lock orders every access and relaxed atomics
+    /// suffice.
+    var waiters: UInt32 = 0
+
+    init(_ value: consuming Value) {
+      self.value = value
+    }
+  }
+
+  /// The object's only stored property, reached only through the pointers below (never
+  /// through the property, so no exclusivity check or copy touches it); destroyed with the
+  /// object, which destroys the value.
+  private var storage: Storage
+
+  /// The start of `storage`: the first stored property, after the object header, at the
+  /// storage's alignment (see ``FutexLock/init(inside:)``).
+  @inlinable
+  var base: UnsafeMutableRawPointer {
+    _getUnsafePointerToStoredProperties(self).alignedUp(toMultipleOf: MemoryLayout<Storage>.alignment)
+  }
+
+  /// The offset of the lock's words in `Storage`: after the value, 8-byte aligned.
+  @inlinable
+  static var wordsOffset: Int { (MemoryLayout<Value>.size + 7) & ~7 }
+
+  /// `Storage.value`.
+  @inlinable
+  var value: UnsafeMutablePointer<Value> { base.assumingMemoryBound(to: Value.self) }
+  /// The lock.
+  @inlinable
+  var core: FutexLock { FutexLock(existingWordsAt: base + Self.wordsOffset) }
+  /// `Storage.sequence`, right after the lock's words.
   @inlinable
   var sequence: UnsafeMutablePointer<UInt32> {
-    (UnsafeMutableRawPointer(core.state) + 24).assumingMemoryBound(to: UInt32.self)
+    (base + Self.wordsOffset + FutexLock.wordsSize).assumingMemoryBound(to: UInt32.self)
   }
-  /// How many threads wait in `withLock(when:)` for their predicate, after `sequence`.
-  /// Changed and read only with the lock held, so the lock orders every access and relaxed
-  /// atomics suffice.
+  /// `Storage.waiters`, after `sequence`.
   @inlinable
   var waiters: UnsafeMutablePointer<UInt32> {
-    (UnsafeMutableRawPointer(core.state) + 28).assumingMemoryBound(to: UInt32.self)
+    (base + Self.wordsOffset + FutexLock.wordsSize + 4).assumingMemoryBound(to: UInt32.self)
   }
-  /// Inside the heap block that starts with `core`'s words.
-  @usableFromInline
-  let value: UnsafeMutablePointer<Value>
-
-  /// The bytes before the value: the lock's words (``FutexLock/wordsSize``, 24), then
-  /// `sequence` and `waiters` at offsets 24 and 28.
-  static var wordsSize: Int { FutexLock.wordsSize + 8 }
 
   /// Creates the lock, unlocked, protecting `initialValue`.
   public init(_ initialValue: consuming sending Value) {
-    let alignment = max(8, MemoryLayout<Value>.alignment)
-    let offset = (Self.wordsSize + alignment - 1) / alignment * alignment
-    let block = UnsafeMutableRawPointer.allocate(
-      byteCount: max(64, offset + MemoryLayout<Value>.size), alignment: max(64, alignment))
-    core = FutexLock(wordsAt: block)
-    precondition(FutexLock.wordsSize == 24, "LockedValue's wait words follow the lock's 24 bytes")
-    (block + 24).bindMemory(to: UInt32.self, capacity: 2).initialize(repeating: 0, count: 2)
-    value = (block + offset).bindMemory(to: Value.self, capacity: 1)
-    value.initialize(to: initialValue)
+    storage = Storage(initialValue)
+    // The layout the pointers rely on (checked in debug builds, before any other thread
+    // can see the object).
+    assert(withUnsafeMutablePointer(to: &storage.waiters) { UnsafeMutableRawPointer($0) } == UnsafeMutableRawPointer(waiters))
   }
 
   deinit {
     core.checkNotHeld(typeName: "LockedValue")
-    value.deinitialize(count: 1)
-    UnsafeMutableRawPointer(core.state).deallocate()  // the block starts with the lock words
   }
 
   /// Runs `body` with exclusive access to the value and returns its result; the lock is

@@ -7,6 +7,10 @@
 /// locking, or unlocking from a thread that does not hold it, always stops the process with
 /// a message (the owner check is needed for recursion anyway, so it is never off).
 ///
+/// **Fairness:** the same bounded wait as ``Lock``: once a waiter has slept about 1 ms, the
+/// final `unlock()` hands the lock to a starving waiter instead of letting others barge in.
+/// Re-acquiring by the holder is never delayed by it.
+///
 /// ```swift
 /// let lock = RecursiveLock()
 /// func countDown(_ value: Int) {
@@ -18,16 +22,23 @@
 /// ```
 public final class RecursiveLock: Locking, @unchecked Sendable {
   // @unchecked: the lock word is atomic; `depth` is touched only by the holder.
-  @usableFromInline
-  let core: FutexLock
+
+  /// The lock's words, inside the object (one allocation per lock); first, so `core` finds
+  /// them (see ``FutexLock/init(inside:)``). Never read or written through the property.
+  private var words = FutexLock.Words()
+
+  /// The futex lock on `words`.
+  @inlinable
+  var core: FutexLock { FutexLock(inside: self) }
 
   /// Creates an unlocked recursive lock.
   public init() {
-    core = FutexLock()
+    // The layout `core` relies on (checked in debug builds).
+    assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
-    core.deallocate(typeName: "RecursiveLock")
+    core.checkNotHeld(typeName: "RecursiveLock")
   }
 
   /// Acquires the lock, or adds a level if the calling thread already holds it. Blocks

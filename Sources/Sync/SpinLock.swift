@@ -9,6 +9,15 @@
 /// a bounded number of times, and finally sleeps on a futex like ``Lock``. It never
 /// busy-waits without bound, so a preempted holder cannot make waiters burn a core.
 ///
+/// **Fairness: a bounded wait.** Spinning alone is unfair: the thread that just released
+/// (its cache hot) usually wins the next round. A waiter spins and yields a bounded number
+/// of times, then sleeps; once it has slept about 1 ms it counts as starving, and from then
+/// on every `unlock()` hands the lock directly to a starving waiter, and spinners stop
+/// polling at once (the word cannot become free), until no waiter starves (``Lock``'s
+/// rule). So the longest wait is the spin-and-yield phase, about 1 ms, and the critical
+/// sections of the starving waiters ahead. The cost: while someone starves, each hand-over
+/// is one wake-up and the spinners sleep.
+///
 /// **When not to use it:** when the critical section may block, allocate, take another lock
 /// or run longer than roughly a microsecond; when threads outnumber cores (the holder may
 /// be descheduled while others spin); when in doubt. ``Lock`` is nearly as fast
@@ -19,8 +28,14 @@
 /// ``Lock``; see ``MisuseChecking``).
 public final class SpinLock: Locking, @unchecked Sendable {
   // @unchecked: all state is in `core`, accessed through atomics and the futex.
-  @usableFromInline
-  let core: FutexLock
+
+  /// The lock's words, inside the object (one allocation per lock); first, so `core` finds
+  /// them (see ``FutexLock/init(inside:)``). Never read or written through the property.
+  private var words = FutexLock.Words()
+
+  /// The futex lock on `words`.
+  @inlinable
+  var core: FutexLock { FutexLock(inside: self) }
 
   /// Whether `unlock()` verifies the calling thread holds the lock.
   public let isChecked: Bool
@@ -34,12 +49,13 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// Creates an unlocked spin lock; `checked` turns on the owner check in `unlock()`. By
   /// default it follows the process's ``MisuseChecking/mode``.
   public init(checked: Bool = MisuseChecking.isChecked) {
-    core = FutexLock()
     isChecked = checked
+    // The layout `core` relies on (checked in debug builds).
+    assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
-    core.deallocate(typeName: "SpinLock")
+    core.checkNotHeld(typeName: "SpinLock")
   }
 
   /// Acquires the lock, spinning briefly, then yielding, then sleeping until it is free.

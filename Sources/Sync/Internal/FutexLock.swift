@@ -1,73 +1,139 @@
 import CThreadingShims
 
-/// The lock word shared by ``Lock``, ``RecursiveLock`` and ``SpinLock``: a three-state futex
-/// lock (Drepper, "Futexes Are Tricky", mutex 3) plus an owner tag.
+/// The lock word shared by ``Lock``, ``LockedValue``, ``RecursiveLock``, ``SpinLock`` and
+/// `synchronized`: a three-state futex lock (Drepper, "Futexes Are Tricky", mutex 3) with a
+/// bounded wait ("eventual fairness", as WebKit's `WTF::Lock`, parking_lot and Go's
+/// `sync.Mutex` starvation mode) plus an owner tag.
 ///
-/// State table of `state`:
+/// The low two bits of `state`:
 ///
-/// | value | meaning |
+/// | bits | meaning |
 /// |---|---|
 /// | 0 | unlocked |
 /// | 1 | locked, nobody sleeping |
 /// | 2 | locked, someone may be sleeping in the kernel: unlock must wake one |
+/// | 3 | handed over: unlocked by its holder and given to a starving waiter, who has not claimed it yet (no thread owns it; nobody else may take it) |
+///
+/// The bits above (`state >> 2`) count the *starving* waiters: threads that have slept for
+/// ``starvationThreshold`` or longer without getting the lock. While the count is not
+/// zero, unlock never frees the lock: it marks it handed over (3) and wakes one starving
+/// waiter, which sleeps on `handOff` rather than on `state`, so it is woken before the
+/// others; nobody can barge in between. So a waiter waits at most about the threshold plus
+/// the critical sections of the starving waiters ahead of it (each one hand-over, one
+/// wake-up), whatever the others do. While nobody starves, the lock barges as before: a
+/// releasing thread may take it again before a woken sleeper runs, which keeps throughput
+/// high. The uncontended paths are untouched (one compare-and-swap 0 -> 1, one 1 -> 0).
 ///
 /// Acquire: one compare-and-swap 0 -> 1 with acquire ordering (the fast path, inlined into
-/// the caller). Otherwise spin a bounded number of times, then exchange in 2 and sleep on the
-/// futex while the exchange returns non-zero. Release: one compare-and-swap 1 -> 0 with
-/// release ordering; if it sees 2, store 0 (release) and wake one sleeper. Acquire ordering
-/// on taking the lock and release ordering on giving it up make the protected writes
-/// visible to the next owner (and tell ThreadSanitizer so).
+/// the caller). Otherwise spin a bounded number of times, then mark the word 2 and sleep on
+/// the futex. Release: one compare-and-swap 1 -> 0 with release ordering; anything else
+/// (sleepers, starving waiters) takes the slow path. Acquire ordering on every way of taking
+/// the lock (including claiming a hand-over) and release ordering on every way of giving it
+/// up (including handing it over) make the protected writes visible to the next owner on
+/// x86 and arm64 alike (and tell ThreadSanitizer so).
 ///
 /// `owner` holds the holder's thread tag (0 when free). It is written with relaxed atomics
 /// by the holder only, so reading one's own tag back is exact; it serves misuse checks and
 /// recursion, never mutual exclusion.
 ///
-/// The words live in a 64-byte, 64-aligned heap block (one cache line) owned by the lock
-/// object, so their addresses never move.
+/// The words (``wordsSize`` bytes: `state`, `handOff`, `owner`, `depth`) live wherever the
+/// owner puts them, 8-byte aligned and at a stable address: inside the owning object
+/// (``Lock``, ``LockedValue``...) or in a heap block (`init()`).
 @usableFromInline
 struct FutexLock {
+  /// The start of the words.
   @usableFromInline
-  let state: UnsafeMutablePointer<UInt32>
-  @usableFromInline
-  let owner: UnsafeMutablePointer<UInt64>
-  /// Recursion depth, used by ``RecursiveLock`` only; touched by the holder only.
-  @usableFromInline
-  let depth: UnsafeMutablePointer<Int>
+  let base: UnsafeMutableRawPointer
 
+  /// The lock word (see the type's table).
+  @inlinable
+  var state: UnsafeMutablePointer<UInt32> { base.assumingMemoryBound(to: UInt32.self) }
+  /// The starving waiters' wake-up counter: bumped by each hand-over, slept on by them.
+  @inlinable
+  var handOff: UnsafeMutablePointer<UInt32> { (base + 4).assumingMemoryBound(to: UInt32.self) }
+  /// The holder's thread tag, 0 when free.
+  @inlinable
+  var owner: UnsafeMutablePointer<UInt64> { (base + 8).assumingMemoryBound(to: UInt64.self) }
+  /// Recursion depth, used by ``RecursiveLock`` and `synchronized` only; touched by the
+  /// holder only.
+  @inlinable
+  var depth: UnsafeMutablePointer<Int> { (base + 16).assumingMemoryBound(to: Int.self) }
+
+  /// The words' storage inside an owning object: a stored property of this type placed
+  /// first in the object, reached only through ``init(inside:)``.
+  @usableFromInline
+  struct Words {
+    @usableFromInline
+    var state: UInt32 = 0
+    @usableFromInline
+    var handOff: UInt32 = 0
+    @usableFromInline
+    var owner: UInt64 = 0
+    @usableFromInline
+    var depth: Int = 0
+    @usableFromInline
+    init() {}
+  }
+
+  /// The bytes the words take (8-byte aligned); whatever follows them shares their cache
+  /// line (``LockedValue`` keeps its wait words and its value there).
+  @inlinable
+  static var wordsSize: Int { 24 }
+
+  /// Lock state values and the starving count's unit (see the type's table).
+  @usableFromInline
+  static var lockBits: UInt32 { 3 }
+  @usableFromInline
+  static var handedOver: UInt32 { 3 }
+  @usableFromInline
+  static var starvingUnit: UInt32 { 4 }
+
+  /// How long a waiter sleeps without getting the lock before it counts as starving and
+  /// the lock switches to hand-over (about 1 ms, as Go's `sync.Mutex`).
+  @usableFromInline
+  static var starvationThreshold: Duration { .milliseconds(1) }
+
+  /// Allocates a 64-byte, 64-aligned heap block for the words (its own cache line); the
+  /// owner frees it with ``deallocate(typeName:)``.
   init() {
     self.init(wordsAt: UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64))
   }
 
-  /// The bytes the words take at the start of their block (8-byte aligned); whatever the
-  /// block holds after them shares their cache line (``LockedValue`` keeps its value there).
-  static let wordsSize = 24
-
   /// Uses the first ``wordsSize`` bytes of `block` (8-byte aligned, stable, owned by the
   /// caller, who frees it after ``checkNotHeld(typeName:)``).
   init(wordsAt block: UnsafeMutableRawPointer) {
-    state = block.bindMemory(to: UInt32.self, capacity: 1)
-    state.initialize(to: 0)
-    owner = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
-    owner.initialize(to: 0)
-    depth = (block + 16).bindMemory(to: Int.self, capacity: 1)
-    depth.initialize(to: 0)
+    block.initializeMemory(as: Words.self, repeating: Words(), count: 1)
+    base = block
   }
 
   /// The lock whose words ``init(wordsAt:)`` already initialized at the start of `block`.
+  @inlinable
   init(existingWordsAt block: UnsafeMutableRawPointer) {
-    state = block.assumingMemoryBound(to: UInt32.self)
-    owner = (block + 8).assumingMemoryBound(to: UInt64.self)
-    depth = (block + 16).assumingMemoryBound(to: Int.self)
+    base = block
+  }
+
+  /// The lock whose words are the first stored property of `object`, a `final` class with
+  /// no superclass: a `Words` value initialized when the object was. Swift lays out a
+  /// class's stored properties in declaration order after the object header, so the first
+  /// one starts at the address `_getUnsafePointerToStoredProperties` gives (the technique
+  /// of swift-atomics' `ManagedAtomic`); the words are then only ever reached through
+  /// atomics at that address, never through the property. The object's lifetime covers
+  /// every use: each caller holds a reference to it.
+  @inlinable
+  @inline(__always)
+  init(inside object: AnyObject) {
+    base = _getUnsafePointerToStoredProperties(object)
   }
 
   /// Frees the block allocated by `init()`. The owning object calls this from `deinit`.
   func deallocate(typeName: String) {
     checkNotHeld(typeName: typeName)
-    UnsafeMutableRawPointer(state).deallocate()
+    base.deallocate()
   }
 
   /// Stops the process if the lock is held: a lock destroyed while held means some thread
   /// still thinks it owns it.
+  @usableFromInline
   func checkNotHeld(typeName: String) {
     if UInt32.atomicLoad(at: state, ordering: .relaxed) != 0 {
       reportMisuse(typeName, "deinitialized while locked")
@@ -117,27 +183,53 @@ struct FutexLock {
 
   @usableFromInline
   func releaseMisuse(typeName: String) -> Never {
-    if UInt32.atomicLoad(at: state, ordering: .relaxed) == 0 {
+    let bits = UInt32.atomicLoad(at: state, ordering: .relaxed) & Self.lockBits
+    if bits == 0 || bits == Self.handedOver {
       reportMisuse(typeName, "unlock() of a lock that is not locked")
     }
     reportMisuse(typeName, "unlock() from a thread that does not hold the lock")
   }
 
   @usableFromInline
+  @inline(never)
   func releaseSlow(typeName: String) {
-    // The compare-and-swap failed: the state is 2 (sleepers) or 0 (not locked at all).
-    let seen = UInt32.atomicLoad(at: state, ordering: .relaxed)
-    if seen == 0 {
-      reportMisuse(typeName, "unlock() of a lock that is not locked")
+    // The compare-and-swap failed: sleepers (2), starving waiters (count), or not locked
+    // at all (0, or 3: handed over, so nobody holds it). Waiters change the word too
+    // (marking 2, counting themselves), hence a compare-and-swap loop.
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while true {
+      let bits = current & Self.lockBits
+      if bits == 0 || bits == Self.handedOver {
+        reportMisuse(typeName, "unlock() of a lock that is not locked")
+      }
+      if current >= Self.starvingUnit {
+        // Someone starves: hand the lock over instead of freeing it. Releasing: the
+        // claimer's acquiring compare-and-swap reads this value, so it sees our writes.
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | Self.handedOver, at: state, ordering: .releasing)
+        if seen == current {
+          // Bumped after the hand-over is visible (releasing): a starving waiter that reads
+          // this value (acquiring) before sleeping then also reads the hand-over and claims
+          // it instead; one that read the old value has its futex wait refused or woken.
+          // The object's lifetime covers this: our caller holds a reference to it.
+          _ = UInt32.atomicFetchAdd(1, at: handOff, ordering: .releasing)
+          Futex.wake(handOff, count: 1)
+          return
+        }
+        current = seen
+      } else {
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .releasing)
+        if seen == current {
+          if bits == 2 { Futex.wake(state, count: 1) }
+          return
+        }
+        current = seen
+      }
     }
-    // Only the holder moves the state away from 1 or 2 to 0, so a plain releasing store is
-    // enough; a thread exchanging 2 in concurrently either sees our 0 (and owns the lock) or
-    // sleeps and is woken below.
-    UInt32.atomicStore(0, at: state, ordering: .releasing)
-    Futex.wake(state, count: 1)
   }
 
   @usableFromInline
+  @inline(never)
   func acquireSlow(before deadline: MonotonicInstant, spins: Int, typeName: String) -> Bool {
     let me = currentThreadTag()
     if ownerTag == me {
@@ -145,29 +237,98 @@ struct FutexLock {
         typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
     }
     // Bounded spinning: poll, one pause per poll, while the lock is held; a holder about to
-    // leave hands over without a system call. Never unbounded. A thread that has not slept
-    // may take a free lock with 1 even if others sleep: the release that freed it has
-    // already woken one of them, which re-marks the word 2 before sleeping again.
+    // leave hands over without a system call. Never unbounded.
     var current = spin(spins)
-    if current == 0,
-      UInt32.atomicCompareAndSwap(expected: 0, desired: 1, at: state, ordering: .acquiring)
-    {
-      UInt64.atomicStore(me, at: owner, ordering: .relaxed)
-      return true
-    }
+    // Whether this thread has slept (then it must take a free lock with 2: it cannot know
+    // whether others sleep), since when, and whether it counts itself as starving.
+    var slept = false
+    var firstSleep = MonotonicInstant.distantPast
+    var starving = false
+    var becomeStarving = false
     while true {
-      // Mark "sleepers possible" and take the lock if it was free; else sleep on it. A thread
-      // woken from the futex must take the lock with 2: it cannot know whether others sleep.
-      if current != 2, UInt32.atomicExchange(2, at: state, ordering: .acquiring) == 0 { break }
-      if deadline != .distantFuture, deadline.hasPassed { return false }
-      if !Futex.wait(state, expected: 2, deadline: deadline) {
-        // Timed out. Our 2 may remain in the word: the next unlock makes one spare wake.
+      let bits = current & Self.lockBits
+      if bits == 0 {
+        // Free (never while someone starves: their count keeps it handed over instead).
+        // A thread that has not slept may take it with 1 even if others sleep: the release
+        // that freed it has already woken one of them, which re-marks the word 2.
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | (slept ? 2 : 1), at: state, ordering: .acquiring)
+        if seen == current { break }
+        current = seen
+        continue
+      }
+      if bits == Self.handedOver, starving {
+        // Claim the hand-over: locked with sleepers possible, one starving waiter fewer.
+        // Acquiring: reads the releasing hand-over, so the previous holder's writes are
+        // visible.
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current - Self.starvingUnit - 1, at: state, ordering: .acquiring)
+        if seen == current { break }
+        current = seen
+        continue
+      }
+      if deadline != .distantFuture, deadline.hasPassed {
+        if starving { return leaveStarving(owner: me) }
+        // Our 2 may remain in the word: the next unlock makes one spare wake.
         return false
       }
-      current = spin(spins)
+      // Locked: make sure the word says "sleepers" (1 -> 2) and counts us once we starve.
+      var desired = bits == 1 ? current + 1 : current
+      if becomeStarving { desired += Self.starvingUnit }
+      if desired != current {
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: desired, at: state, ordering: .relaxed)
+        if seen != current {
+          current = seen
+          continue
+        }
+        current = desired
+        if becomeStarving {
+          starving = true
+          becomeStarving = false
+        }
+      }
+      if !slept {
+        slept = true
+        firstSleep = .now
+      }
+      if starving {
+        // Sleep on the hand-over counter: read it (acquiring) before re-reading the state,
+        // so a hand-over made after the state read is seen through the counter (see
+        // `releaseSlow`).
+        let sequence = UInt32.atomicLoad(at: handOff, ordering: .acquiring)
+        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+        if current & Self.lockBits == Self.handedOver { continue }
+        _ = Futex.wait(handOff, expected: sequence, deadline: deadline)
+        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+      } else {
+        _ = Futex.wait(state, expected: current, deadline: deadline)
+        if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
+        current = spin(spins)
+      }
     }
     UInt64.atomicStore(me, at: owner, ordering: .relaxed)
     return true
+  }
+
+  /// A starving waiter whose deadline passed: takes itself out of the starving count, or
+  /// claims the lock if it was handed over meanwhile (then it returns true: acquired).
+  @usableFromInline
+  func leaveStarving(owner me: UInt64) -> Bool {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while true {
+      let bits = current & Self.lockBits
+      let claim = bits == Self.handedOver
+      let desired = current - Self.starvingUnit - (claim ? 1 : 0)
+      // Acquiring for the claim (it reads the releasing hand-over); nothing is published by
+      // merely leaving.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: desired, at: state, ordering: claim ? .acquiring : .relaxed)
+      if seen == current {
+        if claim { UInt64.atomicStore(me, at: owner, ordering: .relaxed) }
+        return claim
+      }
+      current = seen
+    }
   }
 }
 
@@ -175,13 +336,15 @@ extension FutexLock {
   /// Polls the lock word up to `limit` times (one pause each) while it is held, sleepers or
   /// not; returns the last value seen. Polling on while others sleep lets a thread whose
   /// critical sections alternate with private work take the lock in user space instead of
-  /// joining the sleepers (measured: `mutex.contended-with-work-*` in `cost-tables`).
+  /// joining the sleepers (measured: `mutex.contended-with-work-*` in `cost-tables`). It
+  /// stops at once while the lock is being handed to starving waiters (bits 3 or a
+  /// starving count): the word cannot become free then, so polling could only lose.
   @usableFromInline
   func spin(_ limit: Int) -> UInt32 {
     var remaining = limit
     while true {
       let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
-      if current == 0 || remaining == 0 { return current }
+      if current == 0 || remaining == 0 || current >= Self.handedOver { return current }
       tk_cpu_relax()
       remaining -= 1
     }
