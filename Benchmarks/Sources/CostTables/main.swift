@@ -17,6 +17,7 @@ let registrations: [(Harness) -> Void] = [
   registerScalingBenchmarks,
   registerDiagnosticsBenchmarks,
   registerPriorityInheritanceBenchmarks,
+  registerContentionBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

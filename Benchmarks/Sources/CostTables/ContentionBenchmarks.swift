@@ -1,0 +1,576 @@
+// Locks under real contention (the model is ordo-one's "synchronization-benchmarks"): every
+// lock of the toolkit beside its peers, with the same data layout for every subject of a
+// family, in five scenarios, each measured in three runs per report.
+//
+//   contention.scaling-N            N threads (1...64) take the lock back-to-back and bump the
+//                                   shared counter; ns per acquisition (wall time / total)
+//   contention.scaling-with-work-N  the same with about 50 ns of private work between
+//                                   acquisitions (real hand-offs between cores)
+//   contention.asymmetric-N         one producer taking the lock back-to-back beside N
+//                                   consumers that take it with private work between; ns per
+//                                   *producer* acquisition (a lock that starves one thread
+//                                   shows here)
+//   contention.bursty-N             N threads, bursts of 64 acquisitions separated by 200 us
+//                                   idle gaps (sleepers must be woken); ns per acquisition,
+//                                   timed inside the bursts
+//   contention.background-load-N    N contenders beside 2 CPU-bound threads that never touch
+//                                   the lock; ns per acquisition
+//   fairness.max-wait-N, fairness.p99-wait-N, fairness.p50-wait-N
+//                                   N threads hammer for 500 ms (20 ms with --quick); the
+//                                   longest / 99th / 50th percentile time one acquisition
+//                                   took (lock + bump + unlock, timed around the call)
+//   fairness.gini-N                 the Gini coefficient of the per-thread acquisition
+//                                   counts of that run, in percent (0 = every thread got the
+//                                   same share, 100 = one thread got everything)
+//   fairness.throughput-N           ns per acquisition over that run (what the bound costs)
+//
+// Three runs: every row's samples are three values, one per run, the subjects interleaved
+// within each run in rotating order. A throughput run's value is the median of three samples
+// of 20 ms; a fairness run is one 500 ms sample. The report's median is then the median of
+// the run medians, and its min/max the spread between runs, so a single noisy run cannot
+// decide a row. --quick makes one run of one 2 ms sample (20 ms for fairness): it only
+// proves the rows run. The full set adds about 2 minutes to the report on 2 cores.
+//
+// Data layout, like for like (the peers a toolkit row should be compared with):
+//   - value beside the lock, one allocation (the counter on the lock word's cache line):
+//     Sync.LockedValue<Int>, Synchronization.Mutex<Int>, "pthread_mutex (counter beside)"
+//     (a pthread_mutex_t and the counter in one 64-byte block, the layout of SwiftNIO's
+//     NIOLockedValueBox).
+//   - a lock object and a counter in a separate 64-byte block: Sync.Lock, pthread_mutex,
+//     Foundation.NSLock; Sync.SpinLock, pthread_spinlock; Sync.RecursiveLock,
+//     Foundation.NSRecursiveLock; Sync.ReadWriteLock (write), pthread_rwlock (write,
+//     writer-preferring). Linux has no os_unfair_lock.
+
+import CBenchmarkShims
+import Foundation
+import Sync
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// MARK: - Subjects
+
+/// A lock guarding one counter.
+protocol ContentionSubject: AnyObject, Sendable {
+  /// Takes the lock, adds one to the counter, releases the lock.
+  func increment()
+  /// The counter; read only when no thread is incrementing.
+  var count: Int { get }
+}
+
+/// A zeroed counter on a 64-byte line of its own.
+private func makeLineCounter() -> UnsafeMutablePointer<Int> {
+  let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+  raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
+  return raw.assumingMemoryBound(to: Int.self)
+}
+
+private func checkCall(_ result: Int32, _ call: String) {
+  if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
+}
+
+private final class LockedValueContention: ContentionSubject, Sendable {
+  let locked = LockedValue<Int>(0)
+  func increment() { locked.withLock { $0 &+= 1 } }
+  var count: Int { locked.withLock { $0 } }
+}
+
+private final class SynchronizationMutexContention: ContentionSubject, Sendable {
+  let mutex = Synchronization.Mutex<Int>(0)
+  func increment() { mutex.withLock { $0 &+= 1 } }
+  var count: Int { mutex.withLock { $0 } }
+}
+
+/// pthread_mutex_t and the counter in one 64-byte block (NIOLockedValueBox's layout).
+private final class PthreadBesideContention: ContentionSubject, @unchecked Sendable {
+  let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  let counter: UnsafeMutablePointer<Int>
+  init() {
+    precondition(MemoryLayout<pthread_mutex_t>.size + 8 <= 64)
+    let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+    raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
+    mutex = raw.assumingMemoryBound(to: pthread_mutex_t.self)
+    counter = (raw + 56).assumingMemoryBound(to: Int.self)
+    checkCall(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
+  }
+  func increment() {
+    pthread_mutex_lock(mutex)
+    counter.pointee &+= 1
+    pthread_mutex_unlock(mutex)
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class LockContention: ContentionSubject, @unchecked Sendable {
+  let lock = Sync.Lock(checked: false)
+  let counter = makeLineCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class PthreadMutexContention: ContentionSubject, @unchecked Sendable {
+  let mutex = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
+    to: pthread_mutex_t.self, capacity: 1)
+  let counter = makeLineCounter()
+  init() { checkCall(pthread_mutex_init(mutex, nil), "pthread_mutex_init") }
+  func increment() {
+    pthread_mutex_lock(mutex)
+    counter.pointee &+= 1
+    pthread_mutex_unlock(mutex)
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSLockContention: ContentionSubject, @unchecked Sendable {
+  let lock = NSLock()
+  let counter = makeLineCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class SpinLockContention: ContentionSubject, @unchecked Sendable {
+  let lock = Sync.SpinLock(checked: false)
+  let counter = makeLineCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class PthreadSpinContention: ContentionSubject, @unchecked Sendable {
+  let spin = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
+    to: pthread_spinlock_t.self, capacity: 1)
+  let counter = makeLineCounter()
+  init() { checkCall(pthread_spin_init(spin, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init") }
+  func increment() {
+    pthread_spin_lock(spin)
+    counter.pointee &+= 1
+    pthread_spin_unlock(spin)
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class RecursiveLockContention: ContentionSubject, @unchecked Sendable {
+  let lock = Sync.RecursiveLock()
+  let counter = makeLineCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class NSRecursiveLockContention: ContentionSubject, @unchecked Sendable {
+  let lock = NSRecursiveLock()
+  let counter = makeLineCounter()
+  func increment() {
+    lock.lock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class ReadWriteLockContention: ContentionSubject, @unchecked Sendable {
+  let lock = Sync.ReadWriteLock()
+  let counter = makeLineCounter()
+  func increment() {
+    lock.writeLock()
+    counter.pointee &+= 1
+    lock.unlock()
+  }
+  var count: Int { counter.pointee }
+}
+
+private final class PthreadRWLockContention: ContentionSubject, @unchecked Sendable {
+  let rwlock = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
+    to: pthread_rwlock_t.self, capacity: 1)
+  let counter = makeLineCounter()
+  init() { checkCall(bench_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init") }
+  func increment() {
+    pthread_rwlock_wrlock(rwlock)
+    counter.pointee &+= 1
+    pthread_rwlock_unlock(rwlock)
+  }
+  var count: Int { counter.pointee }
+}
+
+// MARK: - Scenarios
+
+/// What one run of a scenario does.
+private enum Scenario {
+  /// Everyone back-to-back, with `work` rounds of private work between acquisitions.
+  case scaling(work: Int)
+  /// Thread 0 back-to-back, the others with private work.
+  case asymmetric
+  /// Bursts of 64 acquisitions, 200 us idle between.
+  case bursty
+  /// Two extra CPU-bound threads that never take the lock.
+  case backgroundLoad
+}
+
+/// Per-thread slots on lines of their own (8 words each): [0] acquisitions, [1] timed
+/// nanoseconds (bursts) or the longest wait, then a wait histogram for fairness runs.
+private final class ThreadSlots: @unchecked Sendable {
+  static let stride = 8
+  let words: UnsafeMutablePointer<UInt64>
+  let threads: Int
+  init(threads: Int) {
+    self.threads = threads
+    let raw = UnsafeMutableRawPointer.allocate(byteCount: threads * Self.stride * 8, alignment: 64)
+    words = raw.initializeMemory(as: UInt64.self, repeating: 0, count: threads * Self.stride)
+  }
+  deinit { words.deallocate() }
+  func slot(_ index: Int) -> UnsafeMutablePointer<UInt64> { words + index * Self.stride }
+}
+
+/// Log-linear histogram of wait times: 8 buckets per power of two (12.5% resolution),
+/// exact below 8 ns. One per thread, merged after the run.
+private final class WaitHistogram: @unchecked Sendable {
+  static let bucketCount = 512
+  let counts: UnsafeMutablePointer<UInt64>
+  init() {
+    counts = .allocate(capacity: Self.bucketCount)
+    counts.initialize(repeating: 0, count: Self.bucketCount)
+  }
+  deinit { counts.deallocate() }
+
+  @inline(__always)
+  static func index(_ nanoseconds: UInt64) -> Int {
+    if nanoseconds < 8 { return Int(nanoseconds) }
+    let top = 63 - nanoseconds.leadingZeroBitCount
+    return (top - 2) * 8 + Int((nanoseconds >> UInt64(top - 3)) & 7)
+  }
+
+  /// The middle of bucket `index`.
+  static func value(_ index: Int) -> Double {
+    if index < 8 { return Double(index) }
+    let top = index / 8 + 2
+    let low = Double(8 + index % 8) * Double(UInt64(1) << UInt64(top - 3))
+    return low + Double(UInt64(1) << UInt64(top - 3)) / 2
+  }
+
+  @inline(__always)
+  func add(_ nanoseconds: UInt64) { counts[Self.index(nanoseconds)] += 1 }
+
+  /// The `quantile` (0...1) of the merged histograms.
+  static func quantile(_ quantile: Double, of histograms: [WaitHistogram]) -> Double {
+    var total: UInt64 = 0
+    for histogram in histograms { for index in 0..<bucketCount { total += histogram.counts[index] } }
+    if total == 0 { return .nan }
+    let target = UInt64((Double(total) * quantile).rounded(.up))
+    var seen: UInt64 = 0
+    for index in 0..<bucketCount {
+      for histogram in histograms { seen += histogram.counts[index] }
+      if seen >= Swift.max(1, target) { return value(index) }
+    }
+    return value(bucketCount - 1)
+  }
+}
+
+/// Work outside the lock: `rounds` dependent xor-shift-multiply steps (about 1.5 ns each).
+@inline(__always)
+private func privateWork(_ seed: UInt64, rounds: Int) -> UInt64 {
+  var value = seed
+  for _ in 0..<rounds { value = (value ^ (value >> 29)) &* 0xbf58_476d_1ce4_e5b9 }
+  return value
+}
+
+/// Sleeps `nanoseconds` (a benchmark's idle gap, not synchronization).
+private func idle(nanoseconds: Int) {
+  var request = timespec(tv_sec: 0, tv_nsec: nanoseconds)
+  var remaining = timespec()
+  while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+}
+
+/// One throughput sample of `scenario` for `duration` nanoseconds: ns per acquisition (per
+/// producer acquisition for `.asymmetric`). Checks no increment was lost.
+private func throughputSample<S: ContentionSubject>(
+  _ subject: S, threads: Int, scenario: Scenario, duration: UInt64
+) -> Double {
+  let slots = ThreadSlots(threads: threads)
+  let before = subject.count
+  let stop = AtomicInteger<Int>(0)
+  var spinners: [pthread_t] = []
+  if case .backgroundLoad = scenario {
+    for index in 0..<2 {
+      spinners.append(
+        BenchThreads.start {
+          var value = UInt64(index + 1)
+          while stop.load(ordering: .relaxed) == 0 { value = privateWork(value, rounds: 256) }
+          opaqueSink(value)
+        })
+    }
+  }
+  let elapsed = BenchThreads.timedRun(count: threads) { index in
+    let slot = slots.slot(index)
+    let deadline = Harness.now() + duration
+    var local = UInt64(index + 1)
+    var done: UInt64 = 0
+    var timed: UInt64 = 0
+    switch scenario {
+    case .scaling(let work):
+      while true {
+        for _ in 0..<32 {
+          subject.increment()
+          if work > 0 { local = privateWork(local, rounds: work) }
+        }
+        done += 32
+        if Harness.now() >= deadline { break }
+      }
+    case .asymmetric:
+      while true {
+        for _ in 0..<32 {
+          subject.increment()
+          if index != 0 { local = privateWork(local, rounds: 32) }
+        }
+        done += 32
+        if Harness.now() >= deadline { break }
+      }
+    case .bursty:
+      while true {
+        let start = Harness.now()
+        for _ in 0..<64 { subject.increment() }
+        let end = Harness.now()
+        timed += end - start
+        done += 64
+        if end >= deadline { break }
+        idle(nanoseconds: 200_000)
+      }
+    case .backgroundLoad:
+      while true {
+        for _ in 0..<32 { subject.increment() }
+        done += 32
+        if Harness.now() >= deadline { break }
+      }
+    }
+    slot[0] = done
+    slot[1] = timed
+    opaqueSink(local)
+  }
+  stop.store(1, ordering: .relaxed)
+  for spinner in spinners { BenchThreads.join(spinner) }
+  var total: UInt64 = 0
+  var timedTotal: UInt64 = 0
+  for index in 0..<threads {
+    total += slots.slot(index)[0]
+    timedTotal += slots.slot(index)[1]
+  }
+  if subject.count &- before != Int(total) {
+    fatalError("cost-tables: \(S.self) lost increments under contention")
+  }
+  switch scenario {
+  case .asymmetric: return Double(elapsed) / Double(Swift.max(1, slots.slot(0)[0]))
+  case .bursty: return Double(timedTotal) / Double(Swift.max(1, total))
+  default: return Double(elapsed) / Double(Swift.max(1, total))
+  }
+}
+
+/// The figures of one fairness run.
+private struct FairnessFigures {
+  var maxWait: Double
+  var p99Wait: Double
+  var p50Wait: Double
+  var giniPercent: Double
+  var nanosecondsPerAcquisition: Double
+}
+
+/// One fairness run: `threads` threads hammer for `duration`; every acquisition is timed.
+private func fairnessRun<S: ContentionSubject>(_ subject: S, threads: Int, duration: UInt64) -> FairnessFigures {
+  let slots = ThreadSlots(threads: threads)
+  let histograms = (0..<threads).map { _ in WaitHistogram() }
+  let before = subject.count
+  let elapsed = BenchThreads.timedRun(count: threads) { index in
+    let slot = slots.slot(index)
+    let histogram = histograms[index]
+    let deadline = Harness.now() + duration
+    var done: UInt64 = 0
+    var longest: UInt64 = 0
+    var now = Harness.now()
+    while now < deadline {
+      subject.increment()
+      let after = Harness.now()
+      let wait = after - now
+      histogram.add(wait)
+      if wait > longest { longest = wait }
+      done += 1
+      now = after
+    }
+    slot[0] = done
+    slot[1] = longest
+  }
+  var counts: [Double] = []
+  var longest: UInt64 = 0
+  for index in 0..<threads {
+    counts.append(Double(slots.slot(index)[0]))
+    longest = Swift.max(longest, slots.slot(index)[1])
+  }
+  let total = counts.reduce(0, +)
+  if subject.count &- before != Int(total) {
+    fatalError("cost-tables: \(S.self) lost increments in the fairness run")
+  }
+  return FairnessFigures(
+    maxWait: Double(longest),
+    p99Wait: WaitHistogram.quantile(0.99, of: histograms),
+    p50Wait: WaitHistogram.quantile(0.5, of: histograms),
+    giniPercent: 100 * gini(counts),
+    nanosecondsPerAcquisition: Double(elapsed) / Swift.max(1, total))
+}
+
+/// The Gini coefficient of `values` (0 = all equal, 1 = one has everything).
+private func gini(_ values: [Double]) -> Double {
+  let total = values.reduce(0, +)
+  guard values.count > 1, total > 0 else { return 0 }
+  var differences = 0.0
+  for a in values { for b in values { differences += abs(a - b) } }
+  return differences / (2 * Double(values.count) * total)
+}
+
+/// A subject of the contention rows: its name and role, and its runs, specialized.
+private struct ContentionEntry: Sendable {
+  let subject: Subject
+  let throughput: @Sendable (_ threads: Int, _ scenario: Scenario, _ duration: UInt64) -> Double
+  let fairness: @Sendable (_ threads: Int, _ duration: UInt64) -> FairnessFigures
+
+  init<S: ContentionSubject>(_ subject: Subject, _ make: @escaping @Sendable () -> S) {
+    self.subject = subject
+    throughput = { threads, scenario, duration in
+      throughputSample(make(), threads: threads, scenario: scenario, duration: duration)
+    }
+    fairness = { threads, duration in fairnessRun(make(), threads: threads, duration: duration) }
+  }
+}
+
+private let contentionEntries: [ContentionEntry] = [
+  ContentionEntry(.toolkit("Sync.LockedValue<Int>"), LockedValueContention.init),
+  ContentionEntry(.peer("Synchronization.Mutex<Int>"), SynchronizationMutexContention.init),
+  ContentionEntry(.peer("pthread_mutex (counter beside)"), PthreadBesideContention.init),
+  ContentionEntry(.toolkit("Sync.Lock"), LockContention.init),
+  ContentionEntry(.peer("pthread_mutex"), PthreadMutexContention.init),
+  ContentionEntry(.peer("Foundation.NSLock"), NSLockContention.init),
+  ContentionEntry(.toolkit("Sync.SpinLock"), SpinLockContention.init),
+  ContentionEntry(.peer("pthread_spinlock"), PthreadSpinContention.init),
+  ContentionEntry(.toolkit("Sync.RecursiveLock"), RecursiveLockContention.init),
+  ContentionEntry(.peer("Foundation.NSRecursiveLock"), NSRecursiveLockContention.init),
+  ContentionEntry(.toolkit("Sync.ReadWriteLock (write)"), ReadWriteLockContention.init),
+  ContentionEntry(.peer("pthread_rwlock (write)"), PthreadRWLockContention.init),
+]
+
+// MARK: - Registration
+
+/// How many runs every contention row is measured in (one with --quick, which only proves
+/// the rows still run).
+private func contentionRuns(_ harness: Harness) -> Int { harness.quick ? 1 : 3 }
+
+/// The median of `values`.
+private func medianOf(_ values: [Double]) -> Double {
+  let sorted = values.sorted()
+  if sorted.isEmpty { return .nan }
+  return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+}
+
+/// Measures one throughput row: `contentionRuns` runs, each the median of three samples,
+/// subjects interleaved in rotating order; records the run medians as the row's samples.
+private func measureThroughputRow(_ harness: Harness, id: String, group: String, threads: Int, scenario: Scenario) {
+  guard harness.wants(id) else { return }
+  let began = Harness.now()
+  let duration: UInt64 = harness.quick ? 2_000_000 : 20_000_000
+  var runs = [[Double]](repeating: [], count: contentionEntries.count)
+  let samplesPerRun = harness.quick ? 1 : 3
+  for run in 0..<contentionRuns(harness) {
+    for offset in 0..<contentionEntries.count {
+      let index = (run + offset) % contentionEntries.count
+      let samples = (0..<samplesPerRun).map { _ in contentionEntries[index].throughput(threads, scenario, duration) }
+      runs[index].append(medianOf(samples))
+    }
+  }
+  for (index, entry) in contentionEntries.enumerated() {
+    harness.record(id: id, subject: entry.subject, group: group, nanoseconds: runs[index])
+  }
+  harness.progress(id, since: began)
+}
+
+/// Registers the contention scenarios and the fairness rows.
+func registerContentionBenchmarks(_ harness: Harness) {
+  let quick = harness.quick
+  let scalingCounts = quick ? [1, 2, 4] : [1, 2, 4, 8, 16, 32, 64]
+  for threads in scalingCounts {
+    measureThroughputRow(
+      harness, id: "contention.scaling-\(threads)", group: "Contention scaling", threads: threads,
+      scenario: .scaling(work: 0))
+  }
+  for threads in scalingCounts {
+    measureThroughputRow(
+      harness, id: "contention.scaling-with-work-\(threads)", group: "Contention scaling, private work between",
+      threads: threads, scenario: .scaling(work: 32))
+  }
+  let otherCounts = quick ? [2] : [2, 8, 32]
+  for consumers in otherCounts {
+    measureThroughputRow(
+      harness, id: "contention.asymmetric-\(consumers)", group: "Contention: one producer, N consumers",
+      threads: consumers + 1, scenario: .asymmetric)
+  }
+  for threads in otherCounts {
+    measureThroughputRow(
+      harness, id: "contention.bursty-\(threads)", group: "Contention: bursts with idle gaps", threads: threads,
+      scenario: .bursty)
+  }
+  for threads in otherCounts {
+    measureThroughputRow(
+      harness, id: "contention.background-load-\(threads)", group: "Contention beside 2 CPU-bound threads",
+      threads: threads, scenario: .backgroundLoad)
+  }
+
+  let fairnessCounts = quick ? [4] : [4, 16, 64]
+  let duration: UInt64 = quick ? 20_000_000 : 500_000_000
+  for threads in fairnessCounts where harness.wantsAny(fairnessIds(threads)) {
+    let began = Harness.now()
+    var figures = [[FairnessFigures]](repeating: [], count: contentionEntries.count)
+    for run in 0..<contentionRuns(harness) {
+      for offset in 0..<contentionEntries.count {
+        let index = (run + offset) % contentionEntries.count
+        figures[index].append(contentionEntries[index].fairness(threads, duration))
+      }
+    }
+    let group = "Fairness (\(threads) threads hammering)"
+    for (index, entry) in contentionEntries.enumerated() {
+      let runs = figures[index]
+      harness.record(
+        id: "fairness.max-wait-\(threads)", subject: entry.subject, group: group, nanoseconds: runs.map(\.maxWait))
+      harness.record(
+        id: "fairness.p99-wait-\(threads)", subject: entry.subject, group: group, nanoseconds: runs.map(\.p99Wait))
+      harness.record(
+        id: "fairness.p50-wait-\(threads)", subject: entry.subject, group: group, nanoseconds: runs.map(\.p50Wait))
+      harness.record(
+        id: "fairness.gini-\(threads)", subject: entry.subject, group: group, values: runs.map(\.giniPercent),
+        unit: "% Gini")
+      harness.record(
+        id: "fairness.throughput-\(threads)", subject: entry.subject, group: group,
+        nanoseconds: runs.map(\.nanosecondsPerAcquisition))
+    }
+    harness.progress("fairness.*-\(threads)", since: began)
+  }
+}
+
+/// The ids one fairness thread count records.
+private func fairnessIds(_ threads: Int) -> [String] {
+  ["max-wait", "p99-wait", "p50-wait", "gini", "throughput"].map { "fairness.\($0)-\(threads)" }
+}
+
+extension Harness {
+  /// Whether any of `ids` passes the filter.
+  fileprivate func wantsAny(_ ids: [String]) -> Bool { ids.contains { wants($0) } }
+}
