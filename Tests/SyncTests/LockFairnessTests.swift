@@ -1,10 +1,11 @@
 import Glibc
-import Sync
 import Testing
+
+@testable import Sync
 
 /// The locks with a bounded wait, driven through one shape.
 enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvertible {
-  case lock, lockedValue, recursiveLock, spinLock
+  case lock, lockedValue, recursiveLock, spinLock, readWriteLockWriters
 
   var testDescription: String { rawValue }
 
@@ -35,6 +36,16 @@ enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvert
       return BoundedWaitLock(
         run: { body in lock.withLock(body) },
         tryRun: { timeout, body in lock.withLock(timeout: timeout, body) != nil })
+    case .readWriteLockWriters:
+      let lock = ReadWriteLock()
+      return BoundedWaitLock(
+        run: { body in lock.withWriteLock(body) },
+        tryRun: { timeout, body in
+          guard lock.writeLock(timeout: timeout) else { return false }
+          body()
+          lock.unlock()
+          return true
+        })
     }
   }
 }
@@ -62,12 +73,103 @@ private final class PerThread: @unchecked Sendable {
   }
 }
 
+/// A lock whose waiter's state the hand-over test reads (white box).
+struct HandOverSubject: Sendable, CustomTestStringConvertible {
+  let testDescription: String
+  let lock: @Sendable () -> Void
+  let unlock: @Sendable () -> Void
+  let tryLock: @Sendable () -> Bool
+  /// Whether a waiter has announced that it sleeps.
+  let waiterSleeps: @Sendable () -> Bool
+  /// Whether a waiter counts itself as starving.
+  let waiterStarves: @Sendable () -> Bool
+  /// Wakes a sleeping waiter without releasing (as a spurious wake-up would): it finds the
+  /// lock still held.
+  let wakeWaiter: @Sendable () -> Void
+
+  static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
+    nonisolated(unsafe) let state = core.state
+    return HandOverSubject(
+      testDescription: name, lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
+      waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits == 2 },
+      waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit },
+      wakeWaiter: { Futex.wake(state, count: 1) })
+  }
+
+  static var all: [HandOverSubject] {
+    let lock = Lock()
+    let recursive = RecursiveLock()
+    let spin = SpinLock()
+    let readWrite = ReadWriteLock()
+    nonisolated(unsafe) let rwState = readWrite.state
+    nonisolated(unsafe) let rwFair = readWrite.fair
+    nonisolated(unsafe) let rwNotify = readWrite.writerNotify
+    return [
+      futexLock("Lock", lock, lock.core),
+      futexLock("RecursiveLock", recursive, recursive.core),
+      futexLock("SpinLock", spin, spin.core),
+      HandOverSubject(
+        testDescription: "ReadWriteLock writers", lock: { readWrite.lockForScope() }, unlock: { readWrite.unlock() },
+        tryLock: { readWrite.tryWriteLock() },
+        waiterSleeps: {
+          UInt32.atomicLoad(at: rwState, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0
+        },
+        // Counted, and announced in the state (which makes the next release hand over).
+        waiterStarves: {
+          UInt32.atomicLoad(at: rwFair, ordering: .relaxed) >= ReadWriteLock.starvingWriter
+            && UInt32.atomicLoad(at: rwState, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0
+        },
+        wakeWaiter: { Futex.wake(rwNotify, count: 1) }),
+    ]
+  }
+}
+
 /// The bounded wait: once a waiter has slept about a millisecond, unlocks hand the lock to
-/// the starving waiters instead of letting any thread barge in. The bounds asserted here
-/// are generous (load on the machine, ThreadSanitizer): a lock without the bound fails them
-/// by seconds, not by a margin (the benchmark `fairness.` rows measure the real figures).
+/// the starving waiters instead of letting any thread barge in. The time bounds asserted
+/// here are generous (load on the machine, ThreadSanitizer); the benchmark `fairness.` rows
+/// measure the real figures.
 @Suite("Lock fairness", .timeLimit(.minutes(1)))
 struct LockFairnessTests {
+  @Test(
+    "once a waiter has slept over 1 ms, unlock hands it the lock and the releasing thread cannot take it back",
+    arguments: HandOverSubject.all)
+  func starvingWaiterGetsTheLockHandedOver(subject: HandOverSubject) {
+    let holding = Gate()
+    let waiterHolds = Gate()
+    let release = Gate()
+    runConcurrently(2) { index in
+      if index == 1 {
+        holding.wait()
+        subject.lock()
+        waiterHolds.open()
+        release.wait()
+        subject.unlock()
+        return
+      }
+      subject.lock()
+      holding.open()
+      let giveUp = monotonicSeconds() + 10
+      while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
+      // Keep it waiting past the threshold (the duration under test, not a hand-shake).
+      busy(seconds: 0.002)
+      // Wake it while still holding the lock (a release whose lock is re-taken at once by
+      // another thread looks the same to the waiter): it finds the lock held after over a
+      // millisecond asleep, so it counts itself as starving.
+      while !subject.waiterStarves() && monotonicSeconds() < giveUp {
+        subject.wakeWaiter()
+        sched_yield()
+      }
+      #expect(subject.waiterStarves(), "the woken waiter did not count itself as starving")
+      subject.unlock()
+      // Handed over: in transit or already held by the waiter, never free.
+      let barged = subject.tryLock()
+      if barged { subject.unlock() }
+      #expect(!barged, "\(subject.testDescription): the releasing thread took the lock back")
+      waiterHolds.wait()
+      release.open()
+    }
+  }
+
   @Test(
     "a waiter gets the lock within a bounded time while another thread re-takes it at once",
     arguments: BoundedWaitSubject.allCases)
@@ -99,11 +201,11 @@ struct LockFairnessTests {
         waiterIsDone.open()
       }
     }
-    #expect(waited.longestWait[0] < 0.2)
+    #expect(waited.longestWait[0] < 1)
   }
 
   @Test(
-    "with 8 threads hammering, no increment is lost and the longest wait stays bounded",
+    "with 8 threads hammering for 0.3 s, no increment is lost and every thread gets the lock",
     arguments: BoundedWaitSubject.allCases)
   func hammeringKeepsCountsAndBoundsWaits(subject: BoundedWaitSubject) {
     let threads = 8
@@ -128,7 +230,9 @@ struct LockFairnessTests {
     }
     #expect(counter.value == results.acquisitions.reduce(0, +))
     #expect(results.acquisitions.allSatisfy { $0 > 0 })
-    #expect(results.longestWait.max()! < 0.25)
+    // Generous: the wait includes time the scheduler keeps a ready thread off the
+    // processors, which on a loaded 2-core machine reaches hundreds of milliseconds.
+    #expect(results.longestWait.max()! < 2)
   }
 
   @Test(

@@ -267,12 +267,9 @@ struct FutexLock {
         current = seen
         continue
       }
-      if deadline != .distantFuture, deadline.hasPassed {
-        if starving { return leaveStarving(owner: me) }
-        // Our 2 may remain in the word: the next unlock makes one spare wake.
-        return false
-      }
       // Locked: make sure the word says "sleepers" (1 -> 2) and counts us once we starve.
+      // Marked before giving up too: a thread woken by a release may have consumed the
+      // wake-up meant for the sleepers, so it must leave the word saying "wake one".
       var desired = bits == 1 ? current + 1 : current
       if becomeStarving { desired += Self.starvingUnit }
       if desired != current {
@@ -286,6 +283,11 @@ struct FutexLock {
           starving = true
           becomeStarving = false
         }
+      }
+      if deadline != .distantFuture, deadline.hasPassed {
+        if starving { return leaveStarving(owner: me) }
+        // Our 2 may remain in the word: the next unlock makes one spare wake.
+        return false
       }
       if !slept {
         slept = true
