@@ -80,7 +80,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func lock() {
-    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
   /// Releases the lock. Stops the process if it is not locked (always) or, in checked mode,
@@ -96,7 +96,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func tryLock() -> Bool {
-    core.tryAcquire()
+    core.tryAcquireFree()
   }
 
   /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
@@ -119,7 +119,7 @@ public final class Lock: Locking, @unchecked Sendable {
   /// Specialized here so the fast path inlines without a protocol indirection.
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
     defer { core.release(checkOwner: isChecked, typeName: "Lock") }
     return try body()
   }

@@ -124,7 +124,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   public func withLock<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
     defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
@@ -136,7 +136,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   public func withLockIfAvailable<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.tryAcquire() else { return nil }
+    guard core.tryAcquireFree() else { return nil }
     defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
@@ -183,7 +183,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     when condition: @Sendable (borrowing Value) -> Bool,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    _ = core.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
     defer { releaseAfterChange() }
     _ = waitHolding(for: condition, before: .distantFuture)
     return try body(&value.pointee)
@@ -269,7 +269,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
       core.release(checkOwner: false, typeName: "LockedValue")
       _ = Futex.wait(sequence, expected: seen, deadline: deadline)
       // No spinning: the waker usually still holds the lock while it wakes us.
-      _ = core.acquire(before: .distantFuture, spins: 0, typeName: "LockedValue")
+      core.acquire(spins: 0, typeName: "LockedValue")
       _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
     }
     return true

@@ -46,7 +46,12 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
-    _ = lock(before: .distantFuture)
+    if core.isHeldByCurrentThread {
+      core.depth.pointee += 1
+      return
+    }
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    core.depth.pointee = 1
   }
 
   /// Acquires the lock or adds a level, blocking until `deadline` (monotonic clock);
@@ -72,7 +77,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard core.tryAcquire() else { return false }
+    guard core.tryAcquireFree() else { return false }
     core.depth.pointee = 1
     return true
   }

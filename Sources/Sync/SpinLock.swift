@@ -62,7 +62,8 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
-    _ = lock(before: .distantFuture)
+    if core.tryAcquire() { return }
+    _ = lockSlow(before: .distantFuture)
   }
 
   /// Acquires the lock, giving up when `deadline` (monotonic clock) passes.
@@ -100,6 +101,6 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// Acquires the lock if it is free right now; never blocks.
   @inlinable
   public func tryLock() -> Bool {
-    core.tryAcquire()
+    core.tryAcquireFree()
   }
 }

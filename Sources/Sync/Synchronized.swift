@@ -119,7 +119,7 @@ enum SynchronizedTable {
         pthread_atfork(
           { SynchronizedTable.lockAllBuckets() },
           { SynchronizedTable.unlockAllBuckets() },
-          { SynchronizedTable.unlockAllBuckets() })
+          { SynchronizedTable.resetAllBucketsInChild() })
       }
     }
   }
@@ -127,7 +127,7 @@ enum SynchronizedTable {
   /// Takes every bucket lock (the fork prepare handler).
   static func lockAllBuckets() {
     for index in 0..<bucketCount {
-      _ = bucketLock(index).acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      bucketLock(index).acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     }
   }
 
@@ -135,6 +135,18 @@ enum SynchronizedTable {
   static func unlockAllBuckets() {
     for index in 0..<bucketCount {
       bucketLock(index).release(checkOwner: false, typeName: "synchronized")
+    }
+  }
+
+  /// Frees every bucket lock in the child of a fork (the child handler). Only the forking
+  /// thread, which holds them all, exists there, so no other thread can be waiting: the
+  /// words are reset to a free lock rather than released, so a starving count of waiters
+  /// that stayed in the parent cannot send a bucket to a thread the child does not have.
+  static func resetAllBucketsInChild() {
+    for index in 0..<bucketCount {
+      let lock = bucketLock(index)
+      UInt64.atomicStore(0, at: lock.owner, ordering: .relaxed)
+      UInt32.atomicStore(0, at: lock.state, ordering: .releasing)
     }
   }
 
@@ -165,7 +177,7 @@ enum SynchronizedTable {
     let index = bucket(for: key)
     let bucketLock = bucketLock(index)
     let heads = heads(index)
-    _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+    bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     var found = heads[0]
     while let candidate = found, candidate.pointee.key != key {
       found = candidate.pointee.next
@@ -193,7 +205,7 @@ enum SynchronizedTable {
     if lock.isHeldByCurrentThread {
       lock.depth.pointee += 1
     } else {
-      _ = lock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      lock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
       lock.depth.pointee = 1
     }
     return SynchronizedSection(entry: entry, bucket: index)
@@ -212,7 +224,7 @@ enum SynchronizedTable {
     }
     let bucketLock = bucketLock(section.bucket)
     let heads = heads(section.bucket)
-    _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+    bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     entry.pointee.users -= 1
     if entry.pointee.users == 0 {
       if heads[0] == entry {
@@ -234,7 +246,7 @@ enum SynchronizedTable {
     var count = 0
     for index in 0..<bucketCount {
       let bucketLock = bucketLock(index)
-      _ = bucketLock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
       var entry = heads(index)[0]
       while let current = entry {
         count += 1

@@ -262,3 +262,70 @@ struct LockFairnessTests {
     #expect(lock.tryRun(.zero) {})
   }
 }
+
+@Suite("Lock fairness across fork", .timeLimit(.minutes(1)))
+struct LockFairnessForkTests {
+  // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the
+  // child of a multithreaded fork.
+  @Test(
+    "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"))
+  func starvingWaiterLeftInTheParent() async {
+    await #expect(processExitsWith: .success) {
+      blocking { lockAcrossForkWithStarvingWaiter() }
+    }
+  }
+}
+
+/// Makes a waiter starve on a held lock, forks, and in the child releases and re-uses the
+/// lock (the child has no waiter to hand it to). Exits with the child's status.
+func lockAcrossForkWithStarvingWaiter() {
+  let lock = Lock(checked: false)
+  nonisolated(unsafe) let state = lock.core.state
+  let holding = Gate()
+  let childFailed = AtomicInteger<Int>(1)
+  runConcurrently(2) { index in
+    if index == 0 {
+      holding.wait()
+      lock.lock()
+      lock.unlock()
+      return
+    }
+    lock.lock()
+    holding.open()
+    let giveUp = monotonicSeconds() + 10
+    while UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+      sched_yield()
+    }
+    let end = monotonicSeconds() + 0.002
+    while monotonicSeconds() < end {}
+    // Woken while the lock is still held, after over a millisecond asleep: it starves.
+    while UInt32.atomicLoad(at: state, ordering: .relaxed) < FutexLock.starvingUnit && monotonicSeconds() < giveUp {
+      Futex.wake(state, count: 1)
+      sched_yield()
+    }
+    precondition(UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit, "no starving waiter")
+    let child = fork()
+    if child == 0 {
+      var alarmOnly = sigset_t()
+      sigemptyset(&alarmOnly)
+      sigaddset(&alarmOnly, SIGALRM)
+      pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
+      alarm(10)
+      lock.unlock()
+      for _ in 0..<3 {
+        lock.lock()
+        lock.unlock()
+      }
+      _exit(lock.tryLock() ? 0 : 1)
+    }
+    precondition(child > 0, "fork failed: \(errno)")
+    var status: Int32 = 0
+    while waitpid(child, &status, 0) == -1 {
+      precondition(errno == EINTR, "waitpid failed: \(errno)")
+    }
+    childFailed.store(status == 0 ? 0 : 1, ordering: .relaxed)
+    lock.unlock()  // hands the lock to the waiter, which exists here
+  }
+  _exit(childFailed.load(ordering: .relaxed) == 0 ? 0 : 1)
+}

@@ -135,7 +135,9 @@ struct FutexLock {
   /// still thinks it owns it.
   @usableFromInline
   func checkNotHeld(typeName: String) {
-    if UInt32.atomicLoad(at: state, ordering: .relaxed) != 0 {
+    // The lock bits only: a starving count can remain in the child of a fork, counting
+    // waiters that do not exist there.
+    if UInt32.atomicLoad(at: state, ordering: .relaxed) & Self.lockBits != 0 {
       reportMisuse(typeName, "deinitialized while locked")
     }
   }
@@ -157,6 +159,36 @@ struct FutexLock {
       return true
     }
     return false
+  }
+
+  /// One attempt for `tryLock()`: as ``tryAcquire()``, and also takes a free lock whose
+  /// word still counts starving waiters (after a hand-over nobody was woken for; in a
+  /// forked child, waiters that do not exist there).
+  @inlinable
+  @inline(__always)
+  func tryAcquireFree() -> Bool {
+    tryAcquire() || tryAcquireCounted()
+  }
+
+  @usableFromInline
+  func tryAcquireCounted() -> Bool {
+    let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    guard current != 0, current & Self.lockBits == 0 else { return false }
+    guard UInt32.atomicCompareAndSwap(expected: current, desired: current | 1, at: state, ordering: .acquiring) else {
+      return false
+    }
+    UInt64.atomicStore(currentThreadTag(), at: owner, ordering: .relaxed)
+    return true
+  }
+
+  /// Acquires, blocking as long as it takes. No deadline is evaluated before the fast path
+  /// (`MonotonicInstant.distantFuture` is a global whose accessor the compiler cannot sink
+  /// into the slow branch).
+  @inlinable
+  @inline(__always)
+  func acquire(spins: Int, typeName: String) {
+    if tryAcquire() { return }
+    _ = acquireSlow(before: .distantFuture, spins: spins, typeName: typeName)
   }
 
   /// Acquires, blocking until `deadline`; returns false if it passed first.
@@ -213,7 +245,7 @@ struct FutexLock {
           // it instead; one that read the old value has its futex wait refused or woken.
           // The object's lifetime covers this: our caller holds a reference to it.
           _ = UInt32.atomicFetchAdd(1, at: handOff, ordering: .releasing)
-          Futex.wake(handOff, count: 1)
+          if Futex.wake(handOff, count: 1) == 0 { takeBackHandOver() }
           return
         }
         current = seen
@@ -225,6 +257,28 @@ struct FutexLock {
         }
         current = seen
       }
+    }
+  }
+
+  /// A hand-over whose wake-up woke nobody: the starving waiters are running (about to
+  /// sleep, or giving up), or they do not exist (the child of a fork, where only the forking
+  /// thread lives). Frees the lock instead, if no starving waiter claimed it meanwhile, and
+  /// wakes one sleeper on the lock word as a plain release would: a running starving waiter
+  /// finds the counter bumped, so it does not sleep, and takes the free lock; in a forked
+  /// child the lock keeps working (its count of absent waiters only keeps it on the slow
+  /// paths).
+  @usableFromInline
+  func takeBackHandOver() {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while current & Self.lockBits == Self.handedOver {
+      // Releasing, as any release: the next owner reads it.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current & ~Self.lockBits, at: state, ordering: .releasing)
+      if seen == current {
+        Futex.wake(state, count: 1)
+        return
+      }
+      current = seen
     }
   }
 
@@ -248,11 +302,13 @@ struct FutexLock {
     while true {
       let bits = current & Self.lockBits
       if bits == 0 {
-        // Free (never while someone starves: their count keeps it handed over instead).
-        // A thread that has not slept may take it with 1 even if others sleep: the release
-        // that freed it has already woken one of them, which re-marks the word 2.
+        // Free. While someone starves, only after a hand-over nobody was woken for (see
+        // `takeBackHandOver`); a starving waiter that takes it leaves the count. A thread
+        // that has not slept may take it with 1 even if others sleep: the release that
+        // freed it has already woken one of them, which re-marks the word 2.
+        let desired = starving ? (current - Self.starvingUnit) | 2 : current | (slept ? 2 : 1)
         let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: current | (slept ? 2 : 1), at: state, ordering: .acquiring)
+          expected: current, desired: desired, at: state, ordering: .acquiring)
         if seen == current { break }
         current = seen
         continue
