@@ -79,15 +79,21 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   let writer: UnsafeMutablePointer<UInt64>
   /// The writers' bounded wait: bit 0 says the write lock has been handed over to a starving
   /// writer that has not claimed it yet (`state` stays write-locked meanwhile, so nobody
-  /// else gets in); the bits above count the starving writers (``starvingWriter`` each),
-  /// writers that have slept ``FutexLock/starvationThreshold`` without getting the lock.
-  /// Starving writers sleep on this word, so any hand-over changes the value they sleep on.
+  /// else gets in); bits 1-15 count the starving writers (``starvingWriter`` each),
+  /// writers that have slept ``FutexLock/starvationThreshold`` without getting the lock;
+  /// bits 16-31 count hand-overs taken back (see ``handOverToStarvingWriter()``). Starving
+  /// writers sleep on this word, so any hand-over, or taking one back, changes the value
+  /// they sleep on.
   @usableFromInline
   let fair: UnsafeMutablePointer<UInt32>
   @usableFromInline
   static var handedOver: UInt32 { 1 }
   @usableFromInline
   static var starvingWriter: UInt32 { 2 }
+  @usableFromInline
+  static var starvingWriters: UInt32 { 0xFFFE }
+  @usableFromInline
+  static var takenBack: UInt32 { 1 << 16 }
 
   /// Creates an unlocked, writer-preferring read-write lock.
   public init() {
@@ -389,25 +395,55 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     // Acquiring: our compare-and-swap failed on a sleeper's bit; reading the state again
     // (acquiring) makes a starving writer's count, released with its announcement, visible.
     _ = UInt32.atomicLoad(at: state, ordering: .acquiring)
-    if handOverToStarvingWriter() { return }
+    if UInt32.atomicLoad(at: fair, ordering: .relaxed) & Self.starvingWriters != 0 {
+      if !handOverToStarvingWriter() { releaseAfterTakeBack() }
+      return
+    }
     let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .full)
     let now = previous &- Self.writeLocked
     if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
   }
 
+  /// Frees the write lock the caller holds after a hand-over was taken back (or found no
+  /// starving writer left), then lets running starving writers see it: bumps `fair` (full:
+  /// after the free), so none sleeps on a value read before, and wakes any that slept since.
+  /// A starving writer that reads the bumped value (acquiring) then sees the lock free.
+  /// Does not serve starving writers again: they are running, or absent (a forked child).
+  @usableFromInline
+  func releaseAfterTakeBack() {
+    let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .full)
+    let now = previous &- Self.writeLocked
+    _ = UInt32.atomicFetchAdd(Self.takenBack, at: fair, ordering: .full)
+    Futex.wake(fair, count: Int32.max)
+    if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now, serving: false) }
+  }
+
   /// With the write lock held by the caller (or taken on a starving writer's behalf): marks
   /// it handed over if writers starve, and wakes one; returns whether it did. The state
   /// stays write-locked, so nobody barges in before the starving writer claims it.
+  ///
+  /// A hand-over whose wake-up woke nobody is taken back (returns false: the caller still
+  /// holds the lock and releases it): the starving writers are running (about to sleep, or
+  /// giving up), or they do not exist (the child of a fork). Taking back bumps the word's
+  /// upper half, so a writer about to sleep on the value it read does not sleep, and sees
+  /// the lock the caller then frees.
   @usableFromInline
   func handOverToStarvingWriter() -> Bool {
     var observed = UInt32.atomicLoad(at: fair, ordering: .relaxed)
-    while observed >= Self.starvingWriter {
+    while observed & Self.starvingWriters != 0 {
       // Releasing: the claimer's acquiring compare-and-swap reads this value.
       let seen = UInt32.atomicCompareExchange(
         expected: observed, desired: observed | Self.handedOver, at: fair, ordering: .releasing)
       if seen == observed {
-        Futex.wake(fair, count: 1)
-        return true
+        if Futex.wake(fair, count: 1) > 0 { return true }
+        var current = observed | Self.handedOver
+        while current & Self.handedOver != 0 {
+          let back = UInt32.atomicCompareExchange(
+            expected: current, desired: (current &+ Self.takenBack) & ~Self.handedOver, at: fair, ordering: .relaxed)
+          if back == current { return false }
+          current = back
+        }
+        return true  // claimed meanwhile
       }
       observed = seen
     }
@@ -423,7 +459,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     // Acquiring: synchronizes with a starving writer's announcement (a full read-modify-write
     // of the state earlier in its modification order), so its count is visible below.
     var current = UInt32.atomicLoad(at: state, ordering: .acquiring)
-    guard UInt32.atomicLoad(at: fair, ordering: .relaxed) >= Self.starvingWriter else { return false }
+    guard UInt32.atomicLoad(at: fair, ordering: .relaxed) & Self.starvingWriters != 0 else { return false }
     while true {
       if Self.isUnlocked(current) {
         let seen = UInt32.atomicCompareExchange(
@@ -434,10 +470,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
           continue
         }
         if handOverToStarvingWriter() { return true }
-        // The starving writers left (timed out) meanwhile: release what we took.
-        let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .full)
-        let now = previous &- Self.writeLocked
-        if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
+        // The starving writers left (timed out), run, or are absent: release what we took.
+        releaseAfterTakeBack()
         return true
       }
       if current & Self.writersWaiting != 0 { return true }
@@ -457,16 +491,17 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     reportMisuse("ReadWriteLock", "unlock() of the write lock from a thread that does not hold it")
   }
 
-  /// Called with the lock free and someone asleep: serves a starving writer if any, else
-  /// wakes one writer if any, else all readers.
+  /// Called with the lock free and someone asleep: serves a starving writer if any (unless
+  /// `serving` is false: right after a hand-over was taken back), else wakes one writer if
+  /// any, else all readers.
   @usableFromInline
-  func wakeWriterOrReaders(_ observed: UInt32) {
-    if serveStarvingWriter() { return }
+  func wakeWriterOrReaders(_ observed: UInt32, serving: Bool = true) {
+    if serving, serveStarvingWriter() { return }
     defer {
       // A writer that started starving after the check above announced itself with a full
       // read-modify-write of the state, which the compare-and-swaps below read (full), so
       // its count is visible now: serve it (its sleep on `fair` waits for exactly that).
-      _ = serveStarvingWriter()
+      if serving { _ = serveStarvingWriter() }
     }
     var current = observed
     if current == Self.writersWaiting {

@@ -116,7 +116,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
         },
         // Counted, and announced in the state (which makes the next release hand over).
         waiterStarves: {
-          UInt32.atomicLoad(at: rwFair, ordering: .relaxed) >= ReadWriteLock.starvingWriter
+          UInt32.atomicLoad(at: rwFair, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0
             && UInt32.atomicLoad(at: rwState, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0
         },
         wakeWaiter: { Futex.wake(rwNotify, count: 1) }),
@@ -269,42 +269,45 @@ struct LockFairnessForkTests {
   // child of a multithreaded fork.
   @Test(
     "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
-    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"))
-  func starvingWaiterLeftInTheParent() async {
-    await #expect(processExitsWith: .success) {
-      blocking { lockAcrossForkWithStarvingWaiter() }
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
+    arguments: [false, true])
+  func starvingWaiterLeftInTheParent(readWriteLock: Bool) async {
+    if readWriteLock {
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[3]) }
+      }
+    } else {
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
+      }
     }
   }
 }
 
 /// Makes a waiter starve on a held lock, forks, and in the child releases and re-uses the
 /// lock (the child has no waiter to hand it to). Exits with the child's status.
-func lockAcrossForkWithStarvingWaiter() {
-  let lock = Lock(checked: false)
-  nonisolated(unsafe) let state = lock.core.state
+func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
   let holding = Gate()
   let childFailed = AtomicInteger<Int>(1)
   runConcurrently(2) { index in
     if index == 0 {
       holding.wait()
-      lock.lock()
-      lock.unlock()
+      subject.lock()
+      subject.unlock()
       return
     }
-    lock.lock()
+    subject.lock()
     holding.open()
     let giveUp = monotonicSeconds() + 10
-    while UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
-      sched_yield()
-    }
+    while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
     let end = monotonicSeconds() + 0.002
     while monotonicSeconds() < end {}
     // Woken while the lock is still held, after over a millisecond asleep: it starves.
-    while UInt32.atomicLoad(at: state, ordering: .relaxed) < FutexLock.starvingUnit && monotonicSeconds() < giveUp {
-      Futex.wake(state, count: 1)
+    while !subject.waiterStarves() && monotonicSeconds() < giveUp {
+      subject.wakeWaiter()
       sched_yield()
     }
-    precondition(UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit, "no starving waiter")
+    precondition(subject.waiterStarves(), "no starving waiter")
     let child = fork()
     if child == 0 {
       var alarmOnly = sigset_t()
@@ -312,12 +315,12 @@ func lockAcrossForkWithStarvingWaiter() {
       sigaddset(&alarmOnly, SIGALRM)
       pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
       alarm(10)
-      lock.unlock()
+      subject.unlock()
       for _ in 0..<3 {
-        lock.lock()
-        lock.unlock()
+        subject.lock()
+        subject.unlock()
       }
-      _exit(lock.tryLock() ? 0 : 1)
+      _exit(subject.tryLock() ? 0 : 1)
     }
     precondition(child > 0, "fork failed: \(errno)")
     var status: Int32 = 0
@@ -325,7 +328,7 @@ func lockAcrossForkWithStarvingWaiter() {
       precondition(errno == EINTR, "waitpid failed: \(errno)")
     }
     childFailed.store(status == 0 ? 0 : 1, ordering: .relaxed)
-    lock.unlock()  // hands the lock to the waiter, which exists here
+    subject.unlock()  // hands the lock to the waiter, which exists here
   }
   _exit(childFailed.load(ordering: .relaxed) == 0 ? 0 : 1)
 }
