@@ -109,7 +109,9 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     storage = Storage(initialValue)
     // The layout the pointers rely on (checked in debug builds, before any other thread
     // can see the object).
-    assert(withUnsafeMutablePointer(to: &storage.waiters) { UnsafeMutableRawPointer($0) } == UnsafeMutableRawPointer(waiters))
+    assert(
+      withUnsafeMutablePointer(to: &storage.waiters) { UnsafeMutableRawPointer($0) } == UnsafeMutableRawPointer(waiters)
+    )
   }
 
   deinit {

@@ -247,7 +247,10 @@ struct LockFairnessTests {
       let end = monotonicSeconds() + 0.3
       var count = 0
       while monotonicSeconds() < end {
-        let work = { counter.value += 1; busy(seconds: 20e-6) }
+        let work = {
+          counter.value += 1
+          busy(seconds: 20e-6)
+        }
         if index < 2 {
           lock.run(work)
           count += 1

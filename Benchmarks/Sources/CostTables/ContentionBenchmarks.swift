@@ -479,7 +479,8 @@ private func contentionRuns(_ harness: Harness) -> Int { harness.quick ? 1 : 3 }
 private func medianOf(_ values: [Double]) -> Double {
   let sorted = values.sorted()
   if sorted.isEmpty { return .nan }
-  return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+  return sorted.count % 2 == 1
+    ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 
 /// Measures one throughput row: `contentionRuns` runs, each the median of three samples,
