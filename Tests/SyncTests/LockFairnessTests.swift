@@ -63,14 +63,25 @@ private func busy(seconds: Double) {
   while monotonicSeconds() < end {}
 }
 
-/// Per-thread results, each slot written by its own thread only and read after the join.
+/// Per-thread results, each slot written by its own thread only and read after the join
+/// (separate elements of allocated storage, so writers never touch the same variable).
 private final class PerThread: @unchecked Sendable {
-  var acquisitions: [Int]
-  var longestWait: [Double]
+  let count: Int
+  let acquisitionSlots: UnsafeMutablePointer<Int>
+  let waitSlots: UnsafeMutablePointer<Double>
   init(_ count: Int) {
-    acquisitions = Array(repeating: 0, count: count)
-    longestWait = Array(repeating: 0, count: count)
+    self.count = count
+    acquisitionSlots = .allocate(capacity: count)
+    acquisitionSlots.initialize(repeating: 0, count: count)
+    waitSlots = .allocate(capacity: count)
+    waitSlots.initialize(repeating: 0, count: count)
   }
+  deinit {
+    acquisitionSlots.deallocate()
+    waitSlots.deallocate()
+  }
+  var acquisitions: [Int] { Array(UnsafeBufferPointer(start: acquisitionSlots, count: count)) }
+  var longestWait: [Double] { Array(UnsafeBufferPointer(start: waitSlots, count: count)) }
 }
 
 /// A lock whose waiter's state the hand-over test reads (white box).
@@ -197,7 +208,7 @@ struct LockFairnessTests {
         holderIsInside.wait()
         let start = monotonicSeconds()
         lock.run {}
-        waited.longestWait[0] = monotonicSeconds() - start
+        waited.waitSlots[0] = monotonicSeconds() - start
         waiterIsDone.open()
       }
     }
@@ -225,8 +236,8 @@ struct LockFairnessTests {
         longest = max(longest, monotonicSeconds() - before)
         count += 1
       }
-      results.acquisitions[index] = count
-      results.longestWait[index] = longest
+      results.acquisitionSlots[index] = count
+      results.waitSlots[index] = longest
     }
     #expect(counter.value == results.acquisitions.reduce(0, +))
     #expect(results.acquisitions.allSatisfy { $0 > 0 })
@@ -258,7 +269,7 @@ struct LockFairnessTests {
           count += 1
         }
       }
-      results.acquisitions[index] = count
+      results.acquisitionSlots[index] = count
     }
     #expect(counter.value == results.acquisitions.reduce(0, +))
     // The lock is free again for anyone.
