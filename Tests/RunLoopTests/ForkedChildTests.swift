@@ -100,36 +100,13 @@ extension ForkedChildTests {
   func invalidatingAnInheritedNamedPortIsHarmless() async {
     await #expect(processExitsWith: .success) {
       blocking {
-        let name = uniquePortName("fork-local")
-        guard let local = try? MessagePort.local(name: name, handler: { _ in [7] }),
-          let remote = try? MessagePort.remote(name: name)
-        else { exit(2) }
-        let child = fork()
-        if child == 0 {
-          armAlarm(seconds: 20)
-          // Both copies go: unlinking, a shutdown of the connection or an eventfd write would
-          // all reach the parent's objects.
-          remote.invalidate()
-          local.invalidate()
-          _exit(0)
-        }
-        guard child > 0, waitForChild(child) == 0 else { exit(3) }
-        // The parent still serves its name to its existing peer and to new ones.
-        let server = Box(true)
-        let serving = TestThread.spawn {
-          while server.value { _ = try? local.serve(timeout: .milliseconds(20)) }
-        }
-        defer {
-          server.value = false
-          serving.join()
-        }
-        guard let directory = try? PortDirectory.prepare(),
-          portsFileMode(directory.socketPath(for: name)) != nil,
-          portsFileMode(directory.lockPath(for: name)) != nil
-        else { exit(4) }
-        let reply = try? remote.send(
-          msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
-        exit(local.isValid && remote.isValid && reply == [7] ? 0 : 1)
+        exit(
+          parentPortSurvives(reply: [7], childStops: false) { local, remote in
+            // Both copies go: unlinking, a shutdown of the connection or an eventfd write
+            // would all reach the parent's objects.
+            remote.invalidate()
+            local.invalidate()
+          })
       }
     }
   }
@@ -138,33 +115,56 @@ extension ForkedChildTests {
   func sendingOnAnInheritedNamedPortStopsTheChild() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {
-        let name = uniquePortName("fork-remote")
-        guard let local = try? MessagePort.local(name: name, handler: { _ in [9] }),
-          let remote = try? MessagePort.remote(name: name)
-        else { exit(2) }
-        let child = fork()
-        if child == 0 {
-          armAlarm(seconds: 20)
-          _ = try? remote.send(msgid: 1, sendTimeout: .seconds(1), receiveTimeout: .seconds(1), replyMode: .oneWay)
-          _exit(0)  // not refused: the test fails
-        }
-        guard child > 0, waitForChild(child) != 0 else { exit(3) }
-        let server = Box(true)
-        let serving = TestThread.spawn {
-          while server.value { _ = try? local.serve(timeout: .milliseconds(20)) }
-        }
-        defer {
-          server.value = false
-          serving.join()
-        }
-        let reply = try? remote.send(
-          msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
-        exit(reply == [9] ? 0 : 1)
+        exit(
+          parentPortSurvives(reply: [9], childStops: true) { _, remote in
+            _ = try? remote.send(msgid: 1, sendTimeout: .seconds(1), receiveTimeout: .seconds(1), replyMode: .oneWay)
+          })
       }
     }
     let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
     #expect(stderr.contains("send: this message port was created by process"), "\(stderr)")
   }
+}
+
+/// Registers a named port answering `reply` and connects a remote port to it, forks a child
+/// that calls `useInChild` with the inherited pair and exits 0, then checks in the parent
+/// that the child stopped (`childStops`) or exited 0, that the port's files are still there
+/// and that a request over the existing connection is answered. Returns 0 when all holds;
+/// everything is released before it returns (a leak check at exit must see nothing).
+private func parentPortSurvives(
+  reply: [UInt8], childStops: Bool, _ useInChild: (MessagePort, MessagePort) -> Void
+) -> Int32 {
+  let name = uniquePortName("fork")
+  guard let local = try? MessagePort.local(name: name, handler: { _ in reply }),
+    let remote = try? MessagePort.remote(name: name)
+  else { return 2 }
+  defer {
+    remote.invalidate()
+    local.invalidate()
+  }
+  let child = fork()
+  if child == 0 {
+    armAlarm(seconds: 20)
+    useInChild(local, remote)
+    _exit(0)
+  }
+  guard child > 0 else { return 3 }
+  guard (waitForChild(child) != 0) == childStops else { return 4 }
+  guard let directory = try? PortDirectory.prepare(),
+    portsFileMode(directory.socketPath(for: name)) != nil,
+    portsFileMode(directory.lockPath(for: name)) != nil
+  else { return 5 }
+  let serving = Box(true)
+  let server = TestThread.spawn {
+    while serving.value { _ = try? local.serve(timeout: .milliseconds(20)) }
+  }
+  defer {
+    serving.value = false
+    server.join()
+  }
+  let answer = try? remote.send(
+    msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
+  return local.isValid && remote.isValid && answer == reply ? 0 : 1
 }
 
 /// Schedules a 300 ms one-shot timer in the calling thread's run loop, forks a child that
