@@ -42,7 +42,7 @@ let package = Package(
     // Tests: one target per module, the guide's listings, and one target that imports
     // everything beside Foundation and Synchronization so name clashes fail the build.
     .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
-    .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync"], swiftSettings: strict),
+    .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync", "CAllocationStats"], swiftSettings: strict),
     // glibc's allocation statistics for tests that prove a path allocates nothing (or that
     // repeated lifecycles leave nothing behind).
     .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),

@@ -1,0 +1,150 @@
+import Sync
+
+/// Why a job ended without running its closure.
+enum PoolRejection: Sendable {
+  /// The submitting task was cancelled before a worker started the closure.
+  case cancelled
+  /// The pool was shutting down when the job was submitted.
+  case shutDown
+  /// No worker was running and none could be started.
+  case threadStart(ThreadStartError)
+}
+
+/// One `ThreadPool.run` call: the one heap allocation a job costs. The closure and the
+/// continuation live in the subclass (generic over the closure's value and error); the pool
+/// sees only this base.
+///
+/// Ownership: every field but the subclass's closure and continuation is guarded by the
+/// pool's lock. Exactly one party claims a job, under the lock, and only that party touches
+/// the closure and the continuation afterwards: the worker that takes it from a queue (or is
+/// handed it), or the party that removes it from a queue to reject it (a cancellation
+/// handler, a failed worker start). The continuation is stored before the job is published
+/// (under the lock, whose release/acquire makes it visible to the claimer).
+class PoolJob: @unchecked Sendable {
+  /// Where a job is. Guarded by the pool's lock.
+  enum Phase {
+    /// Created, not yet submitted.
+    case new
+    /// Submitted while the queue was full: in a waiting list until a slot frees.
+    case waiting
+    /// In a run queue.
+    case queued
+    /// Handed to an idle worker that has not woken yet (`worker` is set).
+    case assigned
+    /// Its closure is running on `worker`.
+    case running
+    /// Finished, rejected or cancelled; the pool holds it no more.
+    case done
+  }
+
+  /// Guarded by the pool's lock.
+  var phase = Phase.new
+  /// The task was cancelled before the job was submitted (its handler ran first).
+  var cancelledBeforeSubmission = false
+  /// The priority level (0 highest; see `ThreadPool`'s priority rule).
+  let level: Int
+  /// The worker running (or handed) the job, for a cancellation. Guarded by the lock.
+  var worker: PoolWorker?
+  /// Links in a run queue or waiting list. Guarded by the lock. The list holds the strong
+  /// `next` references; `previous` is unowned (each job is retained by its predecessor or
+  /// the list's head).
+  var next: PoolJob?
+  unowned(unsafe) var previous: PoolJob?
+
+  init(level: Int) {
+    self.level = level
+  }
+
+  /// Runs the closure and resumes the submitter with its outcome. Called by the worker that
+  /// claimed the job, without the lock.
+  func execute() {
+    fatalError("PoolJob.execute is provided by the typed job")
+  }
+
+  /// Resumes the submitter with `reason` without running the closure. Called by the party
+  /// that claimed the job, without the lock.
+  func reject(_ reason: PoolRejection) {
+    fatalError("PoolJob.reject is provided by the typed job")
+  }
+}
+
+/// A job whose closure returns `Value` or throws `Failure`.
+///
+/// The closure is the caller's non-escaping closure made escapable with
+/// `withoutActuallyEscaping` (so its context stays in the caller's async frame: no copy to
+/// the heap). That is sound because `run` does not return before the continuation is
+/// resumed, and every path drops the closure first: `execute()` runs it in a separate
+/// function whose locals are gone before the resume, `reject` clears it before resuming.
+final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
+  typealias Outcome = Result<Value, ThreadPoolError<Failure>>
+
+  /// Owned by the claimer (see `PoolJob`).
+  private var body: (@Sendable () throws(Failure) -> Value)?
+  /// Set by the submitter before the job is published; owned by the claimer.
+  var continuation: UnsafeContinuation<Outcome, Never>?
+
+  init(body: @escaping @Sendable () throws(Failure) -> Value, level: Int) {
+    self.body = body
+    super.init(level: level)
+  }
+
+  override func execute() {
+    let outcome = runBody()
+    guard let continuation = continuation.take() else { fatalError("ThreadPool internal error: no continuation") }
+    continuation.resume(returning: outcome)
+  }
+
+  /// Takes the closure, runs it and returns its outcome; the closure is released when this
+  /// returns (before `execute` resumes the submitter, as `withoutActuallyEscaping` needs).
+  @inline(never)
+  private func runBody() -> Outcome {
+    guard let body = body.take() else { fatalError("ThreadPool internal error: a job ran twice") }
+    do throws(Failure) {
+      return .success(try body())
+    } catch {
+      return .failure(.failed(error))
+    }
+  }
+
+  override func reject(_ reason: PoolRejection) {
+    body = nil
+    guard let continuation = continuation.take() else { fatalError("ThreadPool internal error: no continuation") }
+    switch reason {
+    case .cancelled: continuation.resume(returning: .failure(.cancelled))
+    case .shutDown: continuation.resume(returning: .failure(.shutDown))
+    case .threadStart(let error): continuation.resume(returning: .failure(.threadStartFailed(error)))
+    }
+  }
+}
+
+/// A first-in first-out list of jobs linked through the jobs themselves (no allocation to
+/// queue or dequeue; O(1) removal of a cancelled job). Guarded by the pool's lock.
+struct PoolJobList {
+  private(set) var head: PoolJob?
+  private unowned(unsafe) var tail: PoolJob?
+
+  var isEmpty: Bool { head == nil }
+
+  mutating func append(_ job: PoolJob) {
+    job.next = nil
+    job.previous = tail
+    if let tail { tail.next = job } else { head = job }
+    tail = job
+  }
+
+  /// Unlinks `job`, which is in this list.
+  mutating func remove(_ job: PoolJob) {
+    let next = job.next
+    let previous = job.previous
+    if let previous { previous.next = next } else { head = next }
+    if let next { next.previous = previous } else { tail = previous }
+    job.next = nil
+    job.previous = nil
+  }
+
+  mutating func popFirst() -> PoolJob? {
+    guard let job = head else { return nil }
+    remove(job)
+    return job
+  }
+}

@@ -1,0 +1,276 @@
+import CAllocationStats
+import Sync
+import Testing
+
+@testable import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// ThreadPool tests that need the whole process to themselves (thread, descriptor and
+// allocation counts, latencies of Swift's cooperative pool): each runs in a child process
+// (an exit test), where no other test's threads or tasks interfere. The child prints its
+// figures; the parent prints them again for the log.
+
+@Suite("ThreadPool in a process of its own", .timeLimit(.minutes(1)))
+struct ThreadPoolProcessTests {
+  /// With `coreCount + 2` calls each blocking 200 ms, a task sleeping 1 ms in a loop keeps a
+  /// p99 lateness under 20 ms when the calls go through the pool; through `Task.detached`
+  /// the same calls occupy every thread of the cooperative pool and the sleeper stalls.
+  @Test func blockingWorkInThePoolDoesNotStarveTheCooperativePoolButDetachedTasksDo() async throws {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      let blockers = sysconf(Int32(_SC_NPROCESSORS_ONLN)) + 2
+      let pool = ThreadPool(name: "starvation")
+      let throughPool = await sleeperLateness {
+        await withTaskGroup(of: Void.self) { group in
+          for _ in 0..<blockers {
+            group.addTask { try? await pool.run { Thread.sleep(for: .milliseconds(200)) } }
+          }
+        }
+      }
+      let throughDetached = await sleeperLateness {
+        let tasks = (0..<blockers).map { _ in Task.detached { sleepBlocking(for: .milliseconds(200)) } }
+        for task in tasks { await task.value }
+      }
+      await pool.shutdown()
+      print("pool: \(throughPool.summary); detached: \(throughDetached.summary)")
+      if throughPool.p99 >= .milliseconds(20) { print("FAIL: the pool let the sleeper stall"); exit(1) }
+      if throughDetached.p99 <= .milliseconds(20) { print("FAIL: the detached tasks did not stall"); exit(1) }
+    }
+    print("starvation test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self))")
+  }
+
+  /// 10,000 pools (1,000 under ThreadSanitizer), each running work on a thread or two and
+  /// shut down: afterwards the process has no more threads and descriptors than before.
+  @Test func submitAndShutdownCyclesLeakNoThreadOrDescriptor() async throws {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      let cycles = isRunningUnderThreadSanitizer ? 1_000 : 10_000
+      await runCycle()  // the runtime's own threads start here, before counting
+      let threadsBefore = directoryEntryCount("/proc/self/task")
+      let descriptorsBefore = directoryEntryCount("/proc/self/fd")
+      for _ in 0..<cycles { await runCycle() }
+      let threadsAfter = directoryEntryCount("/proc/self/task")
+      let descriptorsAfter = directoryEntryCount("/proc/self/fd")
+      let leftWorkers = threadNames(withPrefix: "cycle-").count
+      print(
+        "\(cycles) cycles: threads \(threadsBefore) -> \(threadsAfter), descriptors \(descriptorsBefore) -> \(descriptorsAfter), pool threads left \(leftWorkers)"
+      )
+      if threadsAfter > threadsBefore || descriptorsAfter != descriptorsBefore || leftWorkers != 0 { exit(1) }
+    }
+    print("leak test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self))")
+  }
+
+  /// A queued job costs one allocation, its record: in a process of its own, the bytes
+  /// allocated while 2,000 tasks each submit a job to a blocked pool, less the bytes
+  /// allocated while as many tasks merely resume and park (the runtime's own cost of waking
+  /// a task), stay within one record per job. A second allocation per job (a boxed closure,
+  /// a continuation box) would add at least 32 bytes each. The tasks run one round trip
+  /// through another pool first, so their own async frames are already allocated.
+  @Test func aQueuedJobCostsOneAllocation() async throws {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]) {
+      await measureAllocationsPerQueuedJob()
+    }
+    print("allocation test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self)) \(String(decoding: result?.standardErrorContent ?? [], as: UTF8.self))")
+  }
+
+  @Test func anOutOfRangeConfigurationIsMisuse() async throws {
+    let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      var configuration = ThreadPool.Configuration()
+      configuration.maximumThreads = 0
+      _ = ThreadPool(name: "broken", configuration: configuration)
+    }
+    let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+    #expect(text.contains("ThreadPool misuse: maximumThreads must be at least 1"))
+  }
+
+  @Test func anInvalidThreadConfigurationIsMisuse() async {
+    await #expect(processExitsWith: .failure) {
+      var configuration = ThreadPool.Configuration()
+      configuration.threadConfiguration.stackSize = 1
+      _ = ThreadPool(name: "broken", configuration: configuration)
+    }
+  }
+
+  @Test func shuttingDownTheSharedPoolIsMisuse() async {
+    await #expect(processExitsWith: .failure) {
+      await ThreadPool.shared.shutdown()
+    }
+  }
+}
+
+/// The allocation test's child: exits with 1 when a queued job costs more than one record.
+private func measureAllocationsPerQueuedJob() async {
+    let count = 2_000
+    var configuration = ThreadPool.Configuration()
+    configuration.maximumThreads = 1
+    let pool = ThreadPool(name: "allocations", configuration: configuration)
+    let warmUp = ThreadPool(name: "warm-up")
+    let release = TestLatch()
+    let blocker = Task { try await pool.run { block(on: release) } }
+    _ = await eventually { pool.statistics.runningJobs == 1 }
+
+    // The baseline: tasks resumed from one gate park at another.
+    let start = AsyncGate(expecting: count)
+    let parked = AsyncGate(expecting: count)
+    let baselineTasks = (0..<count).map { _ in
+      Task {
+        _ = try? await warmUp.run { 0 }
+        await start.arrive()
+        await parked.arrive()
+      }
+    }
+    await start.waitForEveryone()
+    let baselineBefore = tk_test_allocated_bytes()
+    start.open()
+    _ = await eventually { parked.arrivedCount == count }
+    let baselineAfter = tk_test_allocated_bytes()
+
+    // The same tasks' twins, resumed into `run` on the blocked pool.
+    let submit = AsyncGate(expecting: count)
+    let submitters = (0..<count).map { _ in
+      Task {
+        _ = try? await warmUp.run { 0 }
+        await submit.arrive()
+        return try await pool.run { 1 }
+      }
+    }
+    await submit.waitForEveryone()
+    let before = tk_test_allocated_bytes()
+    submit.open()
+    _ = await eventually { pool.statistics.queuedJobs == count }
+    let after = tk_test_allocated_bytes()
+
+    let baseline = (Int(baselineAfter) - Int(baselineBefore)) / count
+    let perJob = (Int(after) - Int(before)) / count - baseline
+    let record = jobRecordAllocationSize()
+    print("bytes per queued job beyond waking its task: \(perJob); one job record: \(record) usable bytes + 8")
+    parked.open()
+    for task in baselineTasks { await task.value }
+    release.open()
+    _ = try? await blocker.value
+    for task in submitters { _ = try? await task.value }
+    await pool.shutdown()
+    await warmUp.shutdown()
+    if perJob > record + 8 + 24 { exit(1) }
+}
+
+/// One cycle of the leak test: a small pool, two concurrent jobs, a shutdown.
+private func runCycle() async {
+  var configuration = ThreadPool.Configuration()
+  configuration.maximumThreads = 2
+  let pool = ThreadPool(name: "cycle", configuration: configuration)
+  async let first = try? pool.run { 1 }
+  async let second = try? pool.run { 2 }
+  _ = await (first, second)
+  await pool.shutdown()
+}
+
+/// The usable size of the allocation holding a queued `() -> Int` job's record.
+private func jobRecordAllocationSize() -> Int {
+  Int(
+    tk_test_usable_size(
+      Unmanaged.passUnretained(TypedPoolJob<Int, Never>(body: { 1 }, level: 0)).toOpaque()))
+}
+
+/// Lateness of a task that sleeps 1 ms in a loop while `load` runs.
+private func sleeperLateness(during load: () async -> Void) async -> Lateness {
+  let stop = TestBox(false)
+  let samples = TestBox<[Duration]>([])
+  let sleeper = Task {
+    while !stop.value {
+      let before = MonotonicInstant.now
+      try? await Task.sleep(for: .milliseconds(1))
+      let lateness = (MonotonicInstant.now - before) - .milliseconds(1)
+      samples.update { $0.append(lateness) }
+    }
+  }
+  // The sleeper is looping before the load starts.
+  _ = await eventually { samples.value.count >= 5 }
+  await load()
+  stop.value = true
+  await sleeper.value
+  return Lateness(samples.value)
+}
+
+/// Percentiles of the sleeper's lateness.
+private struct Lateness {
+  let p99: Duration
+  let maximum: Duration
+  let count: Int
+
+  init(_ samples: [Duration]) {
+    let sorted = samples.sorted()
+    count = sorted.count
+    p99 = sorted.isEmpty ? .zero : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+    maximum = sorted.last ?? .zero
+  }
+
+  var summary: String {
+    "p99 \(milliseconds(p99)) ms, max \(milliseconds(maximum)) ms over \(count) sleeps"
+  }
+
+  private func milliseconds(_ duration: Duration) -> String {
+    let (seconds, attoseconds) = duration.components
+    let tenths = (seconds * 10_000 + attoseconds / 100_000_000_000_000)
+    return "\(Double(tenths) / 10)"
+  }
+}
+
+/// Blocks the calling thread (a sync wrapper: `Thread.sleep` is unavailable in async code,
+/// which is the point of the detached half of the starvation test).
+private func sleepBlocking(for duration: Duration) {
+  Thread.sleep(for: duration)
+}
+
+/// How many entries a `/proc` directory holds (threads, descriptors), without `.` and `..`.
+private func directoryEntryCount(_ path: String) -> Int {
+  guard let directory = opendir(path) else { return -1 }
+  defer { closedir(directory) }
+  var count = 0
+  while let entry = readdir(directory) {
+    let isDot = withUnsafeBytes(of: entry.pointee.d_name) { $0.first == UInt8(ascii: ".") }
+    if !isDot { count += 1 }
+  }
+  // opendir's own descriptor is in /proc/self/fd while it is listed.
+  return path.hasSuffix("/fd") ? count - 1 : count
+}
+
+/// Tasks park here (suspended, holding no thread) until `open()`.
+private final class AsyncGate: @unchecked Sendable {
+  private let state = TestBox<(arrived: Int, isOpen: Bool, waiters: [UnsafeContinuation<Void, Never>])>(
+    (0, false, []))
+  private let expected: Int
+
+  init(expecting expected: Int) {
+    self.expected = expected
+    state.update { $0.waiters.reserveCapacity(expected) }
+  }
+
+  func arrive() async {
+    await withUnsafeContinuation { continuation in
+      var resumeNow = false
+      state.update {
+        $0.arrived += 1
+        if $0.isOpen { resumeNow = true } else { $0.waiters.append(continuation) }
+      }
+      if resumeNow { continuation.resume() }
+    }
+  }
+
+  var arrivedCount: Int { state.value.arrived }
+
+  func waitForEveryone() async {
+    _ = await eventually { state.value.arrived == expected }
+  }
+
+  /// Resumes every parked task (under the box's lock, keeping the list's storage, so opening
+  /// frees nothing the allocation test would see).
+  func open() {
+    state.update {
+      $0.isOpen = true
+      for waiter in $0.waiters { waiter.resume() }
+      $0.waiters.removeAll(keepingCapacity: true)
+    }
+  }
+}
