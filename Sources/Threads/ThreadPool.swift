@@ -69,9 +69,10 @@ import Sync
 /// waiting (its own task still gets its value); a pool dropped without ``shutdown()`` shuts
 /// down the same way without anyone waiting, and its threads end once the work is done.
 ///
-/// **Costs.** A job costs one heap allocation (its record: the closure's context stays in the
-/// caller's async frame, and the continuation in the task), one lock section to submit and one
-/// to take it, and a futex wake when a thread sleeps idle.
+/// **Costs.** A job costs one heap allocation, its record (the continuation lives in the
+/// task), plus the closure's context when the closure captures values (Swift allocates it
+/// when the escaping closure is formed, as for any escaping closure); one lock section to
+/// submit and one to take the job; a futex wake when a thread sleeps idle.
 public final class ThreadPool: Sendable {
   /// The pool's limits and its threads' configuration.
   public struct Configuration: Sendable, Hashable {
@@ -136,7 +137,8 @@ public final class ThreadPool: Sendable {
   /// The limits the pool was created with.
   public var configuration: Configuration { core.configuration }
 
-  private let core: ThreadPoolCore
+  @usableFromInline
+  let core: ThreadPoolCore
   private let isShared: Bool
 
   /// Creates a pool; no thread starts until work arrives (or ``Configuration/minimumThreads``
@@ -195,8 +197,8 @@ public final class ThreadPool: Sendable {
   /// ```
   ///
   /// The closure may block as long as it needs to: it runs on a pool thread, never on
-  /// Swift's cooperative pool. It is not copied to the heap and is released before `run`
-  /// returns.
+  /// Swift's cooperative pool. The pool releases it before `run` returns (on a pool thread
+  /// after it ran, or on the cancelling or submitting thread when it never runs).
   ///
   /// - Throws: ``ThreadPoolError``:
   ///   - ``ThreadPoolError/failed(_:)`` with the error `body` threw;
@@ -207,28 +209,19 @@ public final class ThreadPool: Sendable {
   ///   - ``ThreadPoolError/shutDown`` after ``shutdown()``;
   ///   - ``ThreadPoolError/threadStartFailed(_:)`` when no thread runs and none could be
   ///     started.
+  @inlinable
   public func run<Value: Sendable, Failure: Error>(
-    _ body: @Sendable () throws(Failure) -> Value
+    _ body: @escaping @Sendable () throws(Failure) -> Value
   ) async throws(ThreadPoolError<Failure>) -> Value {
     if Task.isCancelled { throw .cancelled }
-    let level = ThreadPool.level(of: Task.currentPriority)
-    let core = self.core
-    let outcome: Result<Value, ThreadPoolError<Failure>> = await withoutActuallyEscaping(body) { body in
-      let job = TypedPoolJob<Value, Failure>(body: body, level: level)
-      return await withTaskCancellationHandler {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Value, ThreadPoolError<Failure>>, Never>) in
-          job.continuation = continuation
-          core.submit(job)
-        }
-      } onCancel: {
-        core.cancel(job)
-      }
-    }
+    let job = TypedPoolJob<Value, Failure>(core: core, level: ThreadPool.level(of: Task.currentPriority))
+    let outcome = await job.submit(body)
     return try outcome.get()
   }
 
   /// The queue level of a task priority: 0 for `.high` (25) and above, 1 above `.utility`
   /// (17), 2 for `.utility` and below.
+  @usableFromInline
   static func level(of priority: TaskPriority) -> Int {
     if priority.rawValue >= TaskPriority.high.rawValue { return 0 }
     if priority.rawValue > TaskPriority.utility.rawValue { return 1 }

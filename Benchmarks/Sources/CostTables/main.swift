@@ -18,6 +18,7 @@ let registrations: [(Harness) -> Void] = [
   registerDiagnosticsBenchmarks,
   registerPriorityInheritanceBenchmarks,
   registerContentionBenchmarks,
+  registerPoolBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

@@ -10,9 +10,9 @@ enum PoolRejection: Sendable {
   case threadStart(ThreadStartError)
 }
 
-/// One `ThreadPool.run` call: the one heap allocation a job costs. The closure and the
-/// continuation live in the subclass (generic over the closure's value and error); the pool
-/// sees only this base.
+/// One `ThreadPool.run` call: the one heap allocation a job costs (the continuation lives in
+/// the task). The closure and the continuation live in the subclass (generic over the
+/// closure's value and error); the pool sees only this base.
 ///
 /// Ownership: every field but the subclass's closure and continuation is guarded by the
 /// pool's lock. Exactly one party claims a job, under the lock, and only that party touches
@@ -20,6 +20,7 @@ enum PoolRejection: Sendable {
 /// handed it), or the party that removes it from a queue to reject it (a cancellation
 /// handler, a failed worker start). The continuation is stored before the job is published
 /// (under the lock, whose release/acquire makes it visible to the claimer).
+@usableFromInline
 class PoolJob: @unchecked Sendable {
   /// Where a job is. Guarded by the pool's lock.
   enum Phase {
@@ -70,12 +71,13 @@ class PoolJob: @unchecked Sendable {
 
 /// A job whose closure returns `Value` or throws `Failure`.
 ///
-/// The closure is the caller's non-escaping closure made escapable with
-/// `withoutActuallyEscaping` (so its context stays in the caller's async frame: no copy to
-/// the heap). That is sound because `run` does not return before the continuation is
-/// resumed, and every path drops the closure first: `execute()` runs it in a separate
-/// function whose locals are gone before the resume, `reject` clears it before resuming.
+/// Every path drops the closure before the submitter is resumed: `execute()` runs it in a
+/// separate function whose locals are gone before the resume, `reject` clears it before
+/// resuming. So the closure's captures are released on the pool's side, never after `run`
+/// returned.
+@usableFromInline
 final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
+  @usableFromInline
   typealias Outcome = Result<Value, ThreadPoolError<Failure>>
 
   /// Owned by the claimer (see `PoolJob`).
@@ -83,9 +85,29 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
   /// Set by the submitter before the job is published; owned by the claimer.
   var continuation: UnsafeContinuation<Outcome, Never>?
 
-  init(body: @escaping @Sendable () throws(Failure) -> Value, level: Int) {
-    self.body = body
+  /// The pool's state, which the job is submitted to (and cancelled in).
+  let core: ThreadPoolCore
+
+  @usableFromInline
+  init(core: ThreadPoolCore, level: Int) {
+    self.core = core
     super.init(level: level)
+  }
+
+  /// Submits the job with `body` and waits for its outcome; a cancellation of the calling
+  /// task meanwhile goes to the pool. The closures below are non-escaping and capture only
+  /// the job, so their contexts live in the task's async frame (no heap allocation).
+  @usableFromInline
+  func submit(_ body: @escaping @Sendable () throws(Failure) -> Value) async -> Outcome {
+    self.body = body
+    return await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Outcome, Never>) in
+        self.continuation = continuation
+        core.submit(self)
+      }
+    } onCancel: {
+      core.cancel(self)
+    }
   }
 
   override func execute() {
@@ -95,7 +117,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
   }
 
   /// Takes the closure, runs it and returns its outcome; the closure is released when this
-  /// returns (before `execute` resumes the submitter, as `withoutActuallyEscaping` needs).
+  /// returns (before `execute` resumes the submitter).
   @inline(never)
   private func runBody() -> Outcome {
     guard let body = body.take() else { fatalError("ThreadPool internal error: a job ran twice") }

@@ -125,9 +125,10 @@ enum ProcessorLimits {
     return max(1, (quota + period - 1) / period)
   }
 
-  /// A small text file's contents (`/proc` and `/sys` files report a size of 0 or 4096, so
-  /// this reads until end of file), or `nil` when it cannot be opened or read.
-  static func readSmallFile(_ path: String) -> String? {
+  /// A small text file's contents, at most `limit` bytes (`/proc` and `/sys` files report a
+  /// size of 0 or 4096, so this reads until end of file), or `nil` when it cannot be opened
+  /// or read.
+  static func readSmallFile(_ path: String, limit: Int = 65536) -> String? {
     let descriptor: Int32
     do throws(SystemCallError) {
       descriptor = try systemCall("open", retryingInterrupts: true) { open(path, O_RDONLY | O_CLOEXEC) }
@@ -137,7 +138,7 @@ enum ProcessorLimits {
     defer { _ = close(descriptor) }  // read-only: nothing can be lost, and EINTR must not be retried
     var bytes: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 4096)
-    while bytes.count < 65536 {
+    while bytes.count < limit {
       let count: Int
       do throws(SystemCallError) {
         count = try systemCall("read", retryingInterrupts: true) {

@@ -78,6 +78,7 @@ struct PoolCounts {
 ///   highest level).
 /// - `liveWorkers` counts workers reserved or started and not yet retired; `startingWorkers`
 ///   those whose `Thread.spawn` has not returned (their handle is not stored yet).
+@usableFromInline
 final class ThreadPoolCore: @unchecked Sendable {
   // @unchecked: the mutable state below is only touched with the lock held.
 
