@@ -76,7 +76,8 @@ import Sync
 public final class ThreadPool: Sendable {
   /// The pool's limits and its threads' configuration.
   public struct Configuration: Sendable, Hashable {
-    /// Threads kept running even when idle (default 0: an unused pool costs no thread).
+    /// Threads kept through idle periods once started (default 0: an idle pool ends all its
+    /// threads). Threads still start only when work needs them.
     public var minimumThreads: Int = 0
 
     /// The most threads running at once (default ``ThreadPool/defaultMaximumThreads``). Work
@@ -141,8 +142,9 @@ public final class ThreadPool: Sendable {
   let core: ThreadPoolCore
   private let isShared: Bool
 
-  /// Creates a pool; no thread starts until work arrives (or ``Configuration/minimumThreads``
-  /// are needed: those start with the first work too, and then stay).
+  /// Creates a pool. No thread starts until work arrives; threads start as queued work needs
+  /// them, and once started, ``Configuration/minimumThreads`` of them stay through idle
+  /// periods.
   ///
   /// A configuration out of range is a programming error and stops the process, naming the
   /// field: a negative ``Configuration/minimumThreads``, a ``Configuration/maximumThreads``

@@ -35,8 +35,14 @@ struct ThreadPoolProcessTests {
       }
       await pool.shutdown()
       print("pool: \(throughPool.summary); detached: \(throughDetached.summary)")
-      if throughPool.p99 >= .milliseconds(20) { print("FAIL: the pool let the sleeper stall"); exit(1) }
-      if throughDetached.p99 <= .milliseconds(20) { print("FAIL: the detached tasks did not stall"); exit(1) }
+      if throughPool.p99 >= .milliseconds(20) {
+        print("FAIL: the pool let the sleeper stall")
+        exit(1)
+      }
+      if throughDetached.p99 <= .milliseconds(20) {
+        print("FAIL: the detached tasks did not stall")
+        exit(1)
+      }
     }
     print("starvation test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self))")
   }
@@ -76,10 +82,10 @@ struct ThreadPoolProcessTests {
   /// wrapped closure, a continuation box) would add at least 32 bytes each. The tasks run
   /// one round trip through another pool first, so their own async frames are allocated.
   @Test func aQueuedJobCostsOneAllocation() async throws {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]) {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
       await measureAllocationsPerQueuedJob()
     }
-    print("allocation test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self)) \(String(decoding: result?.standardErrorContent ?? [], as: UTF8.self))")
+    print("allocation test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self))")
   }
 
   @Test func anOutOfRangeConfigurationIsMisuse() async throws {
@@ -109,58 +115,58 @@ struct ThreadPoolProcessTests {
 
 /// The allocation test's child: exits with 1 when a queued job costs more than one record.
 private func measureAllocationsPerQueuedJob() async {
-    let count = 2_000
-    var configuration = ThreadPool.Configuration()
-    configuration.maximumThreads = 1
-    let pool = ThreadPool(name: "allocations", configuration: configuration)
-    let warmUp = ThreadPool(name: "warm-up")
-    let release = TestLatch()
-    let blocker = Task { try await pool.run { block(on: release) } }
-    _ = await eventually { pool.statistics.runningJobs == 1 }
+  let count = 2_000
+  var configuration = ThreadPool.Configuration()
+  configuration.maximumThreads = 1
+  let pool = ThreadPool(name: "allocations", configuration: configuration)
+  let warmUp = ThreadPool(name: "warm-up")
+  let release = TestLatch()
+  let blocker = Task { try await pool.run { block(on: release) } }
+  _ = await eventually { pool.statistics.runningJobs == 1 }
 
-    // The baseline: tasks resumed from one gate park at another.
-    let start = AsyncGate(expecting: count)
-    let parked = AsyncGate(expecting: count)
-    let baselineTasks = (0..<count).map { _ in
-      Task {
-        _ = try? await warmUp.run { 0 }
-        await start.arrive()
-        await parked.arrive()
-      }
+  // The baseline: tasks resumed from one gate park at another.
+  let start = AsyncGate(expecting: count)
+  let parked = AsyncGate(expecting: count)
+  let baselineTasks = (0..<count).map { _ in
+    Task {
+      _ = try? await warmUp.run { 0 }
+      await start.arrive()
+      await parked.arrive()
     }
-    await start.waitForEveryone()
-    let baselineBefore = tk_test_allocated_bytes()
-    start.open()
-    _ = await eventually { parked.arrivedCount == count }
-    let baselineAfter = tk_test_allocated_bytes()
+  }
+  await start.waitForEveryone()
+  let baselineBefore = tk_test_allocated_bytes()
+  start.open()
+  _ = await eventually { parked.arrivedCount == count }
+  let baselineAfter = tk_test_allocated_bytes()
 
-    // The same tasks' twins, resumed into `run` on the blocked pool.
-    let submit = AsyncGate(expecting: count)
-    let submitters = (0..<count).map { _ in
-      Task {
-        _ = try? await warmUp.run { 0 }
-        await submit.arrive()
-        return try await pool.run { 1 }
-      }
+  // The same tasks' twins, resumed into `run` on the blocked pool.
+  let submit = AsyncGate(expecting: count)
+  let submitters = (0..<count).map { _ in
+    Task {
+      _ = try? await warmUp.run { 0 }
+      await submit.arrive()
+      return try await pool.run { 1 }
     }
-    await submit.waitForEveryone()
-    let before = tk_test_allocated_bytes()
-    submit.open()
-    _ = await eventually { pool.statistics.queuedJobs == count }
-    let after = tk_test_allocated_bytes()
+  }
+  await submit.waitForEveryone()
+  let before = tk_test_allocated_bytes()
+  submit.open()
+  _ = await eventually { pool.statistics.queuedJobs == count }
+  let after = tk_test_allocated_bytes()
 
-    let baseline = (Int(baselineAfter) - Int(baselineBefore)) / count
-    let perJob = (Int(after) - Int(before)) / count - baseline
-    let record = jobRecordAllocationSize()
-    print("bytes per queued job beyond waking its task: \(perJob); one job record: \(record) usable bytes + 8")
-    parked.open()
-    for task in baselineTasks { await task.value }
-    release.open()
-    _ = try? await blocker.value
-    for task in submitters { _ = try? await task.value }
-    await pool.shutdown()
-    await warmUp.shutdown()
-    if perJob > record + 8 + 24 { exit(1) }
+  let baseline = (Int(baselineAfter) - Int(baselineBefore)) / count
+  let perJob = (Int(after) - Int(before)) / count - baseline
+  let record = jobRecordAllocationSize()
+  print("bytes per queued job beyond waking its task: \(perJob); one job record: \(record) usable bytes + 8")
+  parked.open()
+  for task in baselineTasks { await task.value }
+  release.open()
+  _ = try? await blocker.value
+  for task in submitters { _ = try? await task.value }
+  await pool.shutdown()
+  await warmUp.shutdown()
+  if perJob > record + 8 + 24 { exit(1) }
 }
 
 /// One cycle of the leak test: a small pool, two concurrent jobs, a shutdown.
@@ -178,7 +184,9 @@ private func runCycle() async {
 private func jobRecordAllocationSize() -> Int {
   Int(
     tk_test_usable_size(
-      Unmanaged.passUnretained(TypedPoolJob<Int, Never>(core: ThreadPoolCore(name: "size", configuration: .init()), level: 0)).toOpaque()))
+      Unmanaged.passUnretained(
+        TypedPoolJob<Int, Never>(core: ThreadPoolCore(name: "size", configuration: .init()), level: 0)
+      ).toOpaque()))
 }
 
 /// Lateness of a task that sleeps 1 ms in a loop while `load` runs.

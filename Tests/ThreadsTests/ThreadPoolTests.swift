@@ -86,8 +86,10 @@ struct ThreadPoolTests {
     configuration.threadConfiguration.relativePriority = 0.25  // nice 10: lowering needs no permission
     let pool = ThreadPool(name: "image-decoders", configuration: configuration)
     let (name, kernelName, stack, nice) = try await pool.run { () throws(SystemCallError) in
-      (Thread.current.name, try Thread.currentKernelName(), try Thread.currentStackSize().stackSize,
-        try Thread.currentNiceValue())
+      (
+        Thread.current.name, try Thread.currentKernelName(), try Thread.currentStackSize().stackSize,
+        try Thread.currentNiceValue()
+      )
     }
     #expect(name == "image-decoders-0")
     #expect(kernelName == "image-decoder-0")
@@ -189,7 +191,12 @@ struct ThreadPoolTests {
   @Test func shutdownRunsQueuedWorkThenRejectsNewWorkAndJoinsEveryWorker() async throws {
     let pool = makePool("shutdown-queued", maximumThreads: 1)
     let release = TestLatch()
-    let first = Task { try await pool.run { () -> Int in block(on: release); return 1 } }
+    let first = Task {
+      try await pool.run { () -> Int in
+        block(on: release)
+        return 1
+      }
+    }
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let second = Task { try await pool.run { 2 } }
     let third = Task { try await pool.run { 3 } }
@@ -229,7 +236,12 @@ struct ThreadPoolTests {
   @Test func aClosureBlockingPastShutdownKeepsShutdownWaitingAndStillDeliversItsValue() async throws {
     let pool = makePool("blocks-past", maximumThreads: 2)
     let release = TestLatch()
-    let blocked = Task { try await pool.run { () -> String in block(on: release); return "done" } }
+    let blocked = Task {
+      try await pool.run { () -> String in
+        block(on: release)
+        return "done"
+      }
+    }
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let finished = TestBox(false)
     let shutdown = Task {
@@ -299,7 +311,12 @@ struct ThreadPoolTests {
     let release = TestLatch()
     let started = TestBox(0)
     let jobs = (0..<4).map { _ in
-      Task { try await pool.run { started.update { $0 += 1 }; block(on: release) } }
+      Task {
+        try await pool.run {
+          started.update { $0 += 1 }
+          block(on: release)
+        }
+      }
     }
     #expect(await eventually { started.value == 4 })
     #expect(pool.statistics.threads == 4)
@@ -320,7 +337,12 @@ struct ThreadPoolTests {
     let release = TestLatch()
     let started = TestBox(0)
     let jobs = (0..<5).map { _ in
-      Task { try await pool.run { started.update { $0 += 1 }; block(on: release) } }
+      Task {
+        try await pool.run {
+          started.update { $0 += 1 }
+          block(on: release)
+        }
+      }
     }
     #expect(await eventually { started.value == 3 && pool.statistics.queuedJobs == 2 })
     #expect(pool.statistics.threads == 3)

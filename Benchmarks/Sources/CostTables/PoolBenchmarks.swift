@@ -46,7 +46,7 @@ private final class ElapsedBox: @unchecked Sendable {
 @inline(never)
 private func smallJob(_ seed: Int) -> Int {
   var value = seed
-  for _ in 0..<64 { value = value &* 6364136223846793005 &+ 1442695040888963407 }
+  for _ in 0..<64 { value = value &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407 }
   return value
 }
 
