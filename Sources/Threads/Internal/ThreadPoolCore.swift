@@ -21,6 +21,8 @@ final class PoolWorker: @unchecked Sendable {
   var retireAfterJob = false
   /// Claimed by a joiner (its handle is taken outside the lock by that joiner only).
   var isClaimedForJoin = false
+  /// It has left its loop (`ThreadPoolCore.retire`).
+  var hasRetired = false
 
   init(index: Int) {
     self.index = index
@@ -296,11 +298,19 @@ final class ThreadPoolCore: @unchecked Sendable {
         self.workerMain(worker)
       }
       lock()
-      worker.handle = consume handle
+      var lateHandle: JoinableThread<Void, Never>? = nil
+      if worker.hasRetired && !isShutDown && !worker.isClaimedForJoin {
+        // It ended before its handle was stored: nobody will join it.
+        retired.removeAll { $0 === worker }
+        lateHandle = consume handle
+      } else {
+        worker.handle = consume handle
+      }
       startingWorkers -= 1
       let completion = takeShutdownCompletion()
       unlock()
       completion?.resume()
+      lateHandle.take()?.detach()
     } catch {
       lock()
       liveWorkers -= 1
@@ -371,26 +381,38 @@ final class ThreadPoolCore: @unchecked Sendable {
     retire(worker)
   }
 
-  /// Called by a worker leaving its loop, lock held; releases the lock. Joins workers that
-  /// retired before it (they have left their loops, so the joins only wait for their
-  /// threads' own ends) and leaves itself to be joined by the next one or by a shutdown.
+  /// Called by a worker leaving its loop, lock held; releases the lock.
+  ///
+  /// Before a shutdown the worker detaches itself (nobody will wait for it; its resources
+  /// are reclaimed as it ends). After one, it leaves itself to the shutdown's joiner, which
+  /// runs once every worker has left its loop. A worker whose handle its starter has not
+  /// stored yet is left in `retired` too, for its starter (which detaches it), a later
+  /// retiring worker or the joiner. Workers found in `retired` with a handle are joined here
+  /// (they have left their loops, so the joins only wait for their threads' own ends).
   private func retire(_ worker: PoolWorker) {
     liveWorkers -= 1
     usedIndices[worker.index] = false
     worker.thread = nil
+    worker.hasRetired = true
     var toJoin: [PoolWorker] = []
     for earlier in retired where earlier.handle != nil && !earlier.isClaimedForJoin {
       earlier.isClaimedForJoin = true
       toJoin.append(earlier)
     }
     retired.removeAll { $0.isClaimedForJoin }
-    retired.append(worker)
+    var ownHandle: JoinableThread<Void, Never>? = nil
+    if !isShutDown && worker.handle != nil {
+      ownHandle = worker.handle.take()
+    } else {
+      retired.append(worker)
+    }
     let start = reserveWorkerIfNeeded()
     let completion = takeShutdownCompletion()
     unlock()
     for earlier in toJoin { join(earlier) }
     if let start { startWorker(index: start) }
     completion?.resume()
+    ownHandle.take()?.detach()
   }
 
   /// Joins a worker claimed for joining (its handle is no longer touched by anyone else).
