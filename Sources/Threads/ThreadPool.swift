@@ -65,7 +65,8 @@ import Sync
 ///
 /// **Shutdown.** ``shutdown()`` rejects work submitted from then on with
 /// ``ThreadPoolError/shutDown``, lets the queued and waiting work run to its end, and returns
-/// once every worker thread has been joined. A closure that blocks past the shutdown keeps it
+/// once every worker thread has been joined. (A thread that retired earlier, after its idle
+/// timeout or a cancelled job, detached itself as it left; it had no work left.) A closure that blocks past the shutdown keeps it
 /// waiting (its own task still gets its value); a pool dropped without ``shutdown()`` shuts
 /// down the same way without anyone waiting, and its threads end once the work is done.
 ///
@@ -232,7 +233,7 @@ public final class ThreadPool: Sendable {
 
   /// Shuts the pool down: work submitted from now on throws ``ThreadPoolError/shutDown``;
   /// queued and waiting work still runs; returns once every closure has returned and every
-  /// worker thread has been joined (the calling task is suspended meanwhile, no thread
+  /// worker thread still running at the call has been joined (the calling task is suspended meanwhile, no thread
   /// blocks; the joins themselves only wait for threads that have left their work loop).
   ///
   /// A closure that blocks past the shutdown keeps `shutdown()` waiting until it returns;
