@@ -76,7 +76,7 @@ struct ThreadPoolProcessTests {
   }
 
   /// A queued job costs one allocation, its record: in a process of its own, the bytes
-  /// allocated while 2,000 tasks each submit a non-capturing closure to a blocked pool, less
+  /// allocated while 8,000 tasks each submit a non-capturing closure to a blocked pool, less
   /// the bytes allocated while as many tasks merely resume and park (the runtime's own cost
   /// of waking a task), stay within one record per job. A second allocation per job (a
   /// wrapped closure, a continuation box) would add at least 32 bytes each. The tasks run
@@ -115,9 +115,10 @@ struct ThreadPoolProcessTests {
 
 /// The allocation test's child: exits with 1 when a queued job costs more than one record.
 private func measureAllocationsPerQueuedJob() async {
-  let count = 2_000
+  let count = 8_000
   var configuration = ThreadPool.Configuration()
   configuration.maximumThreads = 1
+  configuration.queueCapacity = count
   let pool = ThreadPool(name: "allocations", configuration: configuration)
   let warmUp = ThreadPool(name: "warm-up")
   let release = TestLatch()

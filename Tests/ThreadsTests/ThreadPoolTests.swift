@@ -353,6 +353,33 @@ struct ThreadPoolTests {
     await pool.shutdown()
   }
 
+  /// Jobs that each wait for all the others to start need every thread the maximum allows:
+  /// a worker still starting must not count as free once it has taken a job.
+  @Test func asManyBlockingJobsAsTheMaximumAllowsAllRunAtOnce() async throws {
+    let count = 16
+    let pool = makePool("all-at-once", maximumThreads: count)
+    let started = TestBox(0)
+    let everyoneStarted = TestLatch()
+    let jobs = (0..<count).map { _ in
+      Task {
+        try await pool.run {
+          var isLast = false
+          started.update {
+            $0 += 1
+            isLast = $0 == count
+          }
+          if isLast { everyoneStarted.open() }
+          everyoneStarted.wait()
+        }
+      }
+    }
+    #expect(await eventually { started.value == count })
+    #expect(pool.statistics.threads == count, "\(pool.statistics) started \(started.value)")
+    everyoneStarted.open()  // lets the jobs end even when the expectation failed
+    for job in jobs { try await job.value }
+    await pool.shutdown()
+  }
+
   @Test func theSharedPoolIsReadyToUse() async throws {
     let name = try await ThreadPool.shared.run { Thread.current.name }
     #expect(name?.hasPrefix("blocking-") == true)

@@ -60,9 +60,9 @@ class PoolJob: @unchecked Sendable {
     self.level = level
   }
 
-  /// Runs the closure and resumes the submitter with its outcome. Called by the worker that
-  /// claimed the job, without the lock.
-  func execute() {
+  /// Runs the closure, calls `finished`, and resumes the submitter with the closure's
+  /// outcome. Called by the worker that claimed the job, without the lock.
+  func execute(_ finished: () -> Void) {
     fatalError("PoolJob.execute is provided by the typed job")
   }
 
@@ -134,8 +134,9 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     return outcome
   }
 
-  override func execute() {
+  override func execute(_ finished: () -> Void) {
     let outcome = runBody()
+    finished()
     guard let continuation = continuation.take() else { fatalError("ThreadPool internal error: no continuation") }
     continuation.resume(returning: outcome)
     markResumed()

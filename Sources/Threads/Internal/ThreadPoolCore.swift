@@ -6,7 +6,7 @@ import Sync
 final class PoolWorker: @unchecked Sendable {
   /// Its number in the pool's name (`<pool>-<index>`): the lowest free one when it started.
   let index: Int
-  /// 0 while it sleeps idle (armed), 1 once woken. The futex word the idle wait sleeps on.
+  /// Its idle wait's state (`WakeState`); the futex word the idle wait sleeps on.
   let wakeWord: UnsafeMutablePointer<UInt32>
   /// Its joinable handle, stored by the starter once `Thread.spawn` returned.
   var handle: JoinableThread<Void, Never>?
@@ -34,21 +34,64 @@ final class PoolWorker: @unchecked Sendable {
     wakeWord.deallocate()
   }
 
-  /// Ends the idle sleep. The word only ends the sleep: the job itself is published under
-  /// the pool's lock, which the worker takes once awake. The releasing store is paired with
-  /// the acquiring load in `sleepIdle`; the kernel's futex wake is a full barrier before it
-  /// looks for sleepers (paired with the one in futex wait before it re-reads the word), so
-  /// a worker not yet asleep sees the 1 and does not sleep, on arm64 as on x86.
-  func wake() {
-    UInt32.atomicStore(1, at: wakeWord, ordering: .releasing)
-    Futex.wake(wakeWord, count: 1)
+  /// `wakeWord` values.
+  ///
+  /// | value | meaning | set by |
+  /// |---|---|---|
+  /// | 0 | idle, awake (spinning before it sleeps) | the worker, under the lock, as it goes idle |
+  /// | 1 | woken: handed a job, or the pool shuts down | the waker (`wake`) |
+  /// | 2 | asleep in the kernel (futex wait) | the worker, by compare-and-swap from 0 |
+  ///
+  /// The waker exchanges in 1 and calls the kernel only when it took a 2, so a hand-off to a
+  /// worker still spinning costs no system call. No wake-up is lost: the worker sleeps only
+  /// after its compare-and-swap 0 -> 2 succeeded, and the kernel re-checks the word (2)
+  /// before it sleeps; a waker's exchange either comes before the CAS (the CAS fails, the
+  /// worker sees 1) or after it (the waker sees 2 and wakes the futex). Both are
+  /// read-modify-writes on one word, totally ordered on x86 and arm64 alike.
+  enum WakeState {
+    static let idle: UInt32 = 0
+    static let woken: UInt32 = 1
+    static let asleep: UInt32 = 2
   }
 
-  /// Sleeps until woken or `deadline`; returns false when the deadline passed unwoken.
+  /// How long an idle worker checks its word (with a spin-wait hint between checks) before
+  /// it sleeps in the kernel: about the time a task takes to be resumed and submit its next
+  /// job, so back-to-back round trips skip the futex wake and the sleep. Bounded, so an
+  /// idle pool costs no CPU beyond that; on the monotonic clock, read every 32 checks (the
+  /// hint's length varies tenfold between processors).
+  static let spinDuration: Duration = .microseconds(20)
+
+  /// Ends the idle wait. The word only ends the wait: the job itself is published under the
+  /// pool's lock, which the worker takes once awake. The exchange is releasing, paired with
+  /// the worker's acquiring reads; the kernel's futex wake is a full barrier before it looks
+  /// for sleepers.
+  func wake() {
+    if UInt32.atomicExchange(WakeState.woken, at: wakeWord, ordering: .releasing) == WakeState.asleep {
+      Futex.wake(wakeWord, count: 1)
+    }
+  }
+
+  /// Waits until woken or `deadline`: spins briefly, then sleeps in the kernel. Returns
+  /// false when the deadline passed unwoken. The caller has stored `WakeState.idle`.
   func sleepIdle(until deadline: MonotonicInstant) -> Bool {
-    while UInt32.atomicLoad(at: wakeWord, ordering: .acquiring) == 0 {
-      if !Futex.wait(wakeWord, expected: 0, deadline: deadline) {
-        return UInt32.atomicLoad(at: wakeWord, ordering: .acquiring) != 0
+    let spinEnd = MonotonicInstant.after(PoolWorker.spinDuration)
+    spinning: while true {
+      for _ in 0..<32 {
+        if UInt32.atomicLoad(at: wakeWord, ordering: .acquiring) == WakeState.woken { return true }
+        tk_cpu_relax()
+      }
+      if MonotonicInstant.now >= spinEnd { break spinning }
+    }
+    // Acquiring on success too: a woken value seen on failure must make the waker's writes
+    // visible (the job is read under the lock anyway).
+    if !UInt32.atomicCompareAndSwap(
+      expected: WakeState.idle, desired: WakeState.asleep, at: wakeWord, ordering: .full)
+    {
+      return true  // woken meanwhile
+    }
+    while UInt32.atomicLoad(at: wakeWord, ordering: .acquiring) == WakeState.asleep {
+      if !Futex.wait(wakeWord, expected: WakeState.asleep, deadline: deadline) {
+        return UInt32.atomicLoad(at: wakeWord, ordering: .acquiring) == WakeState.woken
       }
     }
     return true
@@ -78,8 +121,11 @@ struct PoolCounts {
 /// - A waiting list is non-empty only while the run queues hold `queueCapacity` jobs
 ///   (a slot freed by a dequeue or a cancellation admits the oldest waiting job of the
 ///   highest level).
-/// - `liveWorkers` counts workers reserved or started and not yet retired; `startingWorkers`
-///   those whose `Thread.spawn` has not returned (their handle is not stored yet).
+/// - `liveWorkers` counts workers reserved or started and not yet retired;
+///   `startingWorkers` those reserved that have not entered their loop yet (each will take
+///   a queued job, so a submission starts another worker only for work beyond them);
+///   `unstoredHandles` those whose `Thread.spawn` has not returned (a shutdown's joiner
+///   waits for their handles).
 @usableFromInline
 final class ThreadPoolCore: @unchecked Sendable {
   // @unchecked: the mutable state below is only touched with the lock held.
@@ -102,6 +148,9 @@ final class ThreadPoolCore: @unchecked Sendable {
   @exclusivity(unchecked) private var idle: [PoolWorker] = []
   @exclusivity(unchecked) private var liveWorkers = 0
   @exclusivity(unchecked) private var startingWorkers = 0
+  @exclusivity(unchecked) private var unstoredHandles = 0
+  /// Workers whose closure has returned, resuming its submitter, back in their loop next.
+  @exclusivity(unchecked) private var finishingCount = 0
   @exclusivity(unchecked) private var usedIndices: [Bool] = []
   /// Workers that left their loop and are not joined yet.
   @exclusivity(unchecked) private var retired: [PoolWorker] = []
@@ -246,14 +295,15 @@ final class ThreadPoolCore: @unchecked Sendable {
 
   // MARK: Workers
 
-  /// Reserves a new worker (its count and index) when work is queued that no idle or
-  /// starting worker will take, and the maximum allows; returns its index. Lock held.
+  /// Reserves a new worker (its count and index) when work is queued that no starting or
+  /// finishing worker will take, and the maximum allows; returns its index. Lock held.
   private func reserveWorkerIfNeeded() -> Int? {
     guard !isShutDown, liveWorkers < configuration.maximumThreads,
-      queuedCount + waitingCount > startingWorkers
+      queuedCount + waitingCount > startingWorkers + finishingCount
     else { return nil }
     liveWorkers += 1
     startingWorkers += 1
+    unstoredHandles += 1
     if let free = usedIndices.firstIndex(of: false) {
       usedIndices[free] = true
       return free
@@ -306,7 +356,7 @@ final class ThreadPoolCore: @unchecked Sendable {
       } else {
         worker.handle = consume handle
       }
-      startingWorkers -= 1
+      unstoredHandles -= 1
       let completion = takeShutdownCompletion()
       unlock()
       completion?.resume()
@@ -315,6 +365,7 @@ final class ThreadPoolCore: @unchecked Sendable {
       lock()
       liveWorkers -= 1
       startingWorkers -= 1
+      unstoredHandles -= 1
       usedIndices[index] = false
       var rejected: [PoolJob] = []
       if liveWorkers == 0 {
@@ -345,6 +396,7 @@ final class ThreadPoolCore: @unchecked Sendable {
     }
     lock()
     worker.thread = thread
+    startingWorkers -= 1
     while true {
       var job = worker.assigned
       worker.assigned = nil
@@ -354,17 +406,27 @@ final class ThreadPoolCore: @unchecked Sendable {
         job.worker = worker
         runningCount += 1
         unlock()
-        job.execute()
+        job.execute {
+          // The closure has returned; the submitter is resumed next. Counted as finishing,
+          // this worker takes a job queued meanwhile instead of a new thread being started
+          // for it (a task resumed on another CPU can submit its next job before this
+          // thread is back in its loop).
+          lock()
+          runningCount -= 1
+          finishingCount += 1
+          job.phase = .done
+          job.worker = nil
+          unlock()
+        }
         lock()
-        runningCount -= 1
-        job.phase = .done
-        job.worker = nil
+        finishingCount -= 1
         if worker.retireAfterJob || thread.isExitRequested { break }
         continue
       }
       if isShutDown { break }
       // Idle: sleep until handed a job, woken by a shutdown, or the idle timeout.
-      UInt32.atomicStore(0, at: worker.wakeWord, ordering: .relaxed)  // published by the unlock below
+      // Published by the unlock below, before any waker can pop this worker.
+      UInt32.atomicStore(PoolWorker.WakeState.idle, at: worker.wakeWord, ordering: .relaxed)
       worker.isIdle = true
       idle.append(worker)
       unlock()
@@ -426,7 +488,7 @@ final class ThreadPoolCore: @unchecked Sendable {
   /// After a shutdown, once no worker runs or starts: the first shutdown waiter, which will
   /// join the workers. Lock held.
   private func takeShutdownCompletion() -> UnsafeContinuation<Void, Never>? {
-    guard isShutDown, !isJoiningForShutdown, !isTerminated, liveWorkers == 0, startingWorkers == 0,
+    guard isShutDown, !isJoiningForShutdown, !isTerminated, liveWorkers == 0, unstoredHandles == 0,
       !shutdownWaiters.isEmpty
     else { return nil }
     isJoiningForShutdown = true
