@@ -215,7 +215,6 @@ struct ThreadPoolTests {
     #expect(try await third.value == 3)
     await shutdown.value
     #expect(pool.statistics.threads == 0)
-    #expect(threadNames(withPrefix: "shutdown-q").isEmpty)
   }
 
   @Test func workSubmittedAfterShutdownGetsShutDownAtOnce() async {
@@ -320,12 +319,9 @@ struct ThreadPoolTests {
     }
     #expect(await eventually { started.value == 4 })
     #expect(pool.statistics.threads == 4)
-    // Polled: listing /proc/self/task can miss an entry while other threads come and go.
-    #expect(await eventually { threadNames(withPrefix: "idle-").count == 4 })
     release.open()
     for job in jobs { try await job.value }
     #expect(await eventually { pool.statistics.threads == 1 })
-    #expect(await eventually { threadNames(withPrefix: "idle-").count == 1 })
     #expect(pool.statistics.idleThreads == 1)
     // The remaining thread keeps serving work.
     #expect(try await pool.run { 5 } == 5)
@@ -388,6 +384,8 @@ struct ThreadPoolTests {
 }
 
 /// The names of the process's threads (`/proc/self/task/*/comm`) that start with `prefix`.
+/// Used only in child processes (exit tests): a test process's other tests may exhaust
+/// descriptors on purpose, and listing /proc can miss entries while threads come and go.
 func threadNames(withPrefix prefix: String) -> [String] {
   guard let directory = opendir("/proc/self/task") else { return [] }
   defer { closedir(directory) }
