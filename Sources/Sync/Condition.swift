@@ -34,6 +34,11 @@
 /// condition while it is locked. A condition cannot be signalled after it is destroyed:
 /// every caller holds a strong reference to it.
 ///
+/// **Diagnostics.** A condition is a diagnosed lock: the lock detectors of ``Diagnostics``
+/// (lock order, the deadlock watchdog, a lock held past a run-loop callback) and its
+/// contention statistics watch it while they are on; while they are off, each operation
+/// pays one relaxed load and a branch.
+///
 /// Built on a futex sequence word and a futex lock (no pthread objects); the C functions it
 /// replaces are `pthread_cond_wait`, `pthread_cond_clockwait`, `pthread_cond_signal` and
 /// `pthread_cond_broadcast` over a `pthread_mutex_t`.
@@ -44,23 +49,39 @@ public final class Condition: Locking, @unchecked Sendable {
   let lockCore: FutexLock
   @usableFromInline
   let waitCore: FutexCondition
+  /// Who the condition is to the lock detectors and contention statistics.
+  @usableFromInline
+  let identity: LockIdentity
 
-  /// Creates an unlocked condition.
-  public init() {
+  /// Creates an unlocked condition. `name` is what diagnostics reports call it (lock-order
+  /// cycles, deadlocks, contention statistics; see ``Diagnostics``); without one they use
+  /// the creation site, `fileID:line`, which the defaults capture.
+  public init(name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
     lockCore = FutexLock()
     waitCore = FutexCondition()
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
   }
 
   deinit {
     lockCore.deallocate(typeName: "Condition")
     waitCore.deallocate()
+    LockDiagnostics.lockWillBeDestroyed(identity)
   }
+
+  /// What diagnostics reports call the condition: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
 
   /// Acquires the condition's lock, blocking until it is available. Stops the process if
   /// the calling thread already holds it (self-deadlock).
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
+    if LockDiagnostics.isTracking {
+      _ = lockCore.acquireDiagnosed(
+        identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+      return
+    }
     _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
   }
 
@@ -68,13 +89,18 @@ public final class Condition: Locking, @unchecked Sendable {
   /// it.
   @inlinable
   public func unlock() {
+    if LockDiagnostics.isTracking {
+      lockCore.releaseDiagnosed(identity, checkOwner: true, typeName: "Condition")
+      return
+    }
     lockCore.release(checkOwner: true, typeName: "Condition")
   }
 
   /// Acquires the lock if it is free right now; never blocks. Returns whether it did.
   @inlinable
   public func tryLock() -> Bool {
-    lockCore.tryAcquire()
+    if LockDiagnostics.isTracking { return lockCore.tryAcquireDiagnosed(identity) }
+    return lockCore.tryAcquire()
   }
 
   /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
@@ -82,7 +108,10 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+    if LockDiagnostics.isTracking {
+      return lockCore.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+    }
+    return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
   }
 
   /// Whether the calling thread holds the condition's lock; meant for assertions.
@@ -99,7 +128,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   public func wait() {
     checkHeld()
-    _ = waitCore.wait(releasing: lockCore, before: .distantFuture, typeName: "Condition")
+    _ = waitReleasingLock(before: .distantFuture)
   }
 
   /// Releases the lock, blocks until signalled or `deadline` (monotonic clock) passes, and
@@ -110,7 +139,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   public func wait(before deadline: MonotonicInstant) -> Bool {
     checkHeld()
-    return waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
+    return waitReleasingLock(before: deadline)
   }
 
   /// Deprecated spelling of ``wait(before:)`` (`NSCondition.wait(until:)`'s): in this
@@ -142,7 +171,7 @@ public final class Condition: Locking, @unchecked Sendable {
   public func wait<Failure: Error>(until predicate: () throws(Failure) -> Bool) throws(Failure) {
     checkHeld()
     while try !predicate() {
-      _ = waitCore.wait(releasing: lockCore, before: .distantFuture, typeName: "Condition")
+      _ = waitReleasingLock(before: .distantFuture)
     }
   }
 
@@ -155,7 +184,7 @@ public final class Condition: Locking, @unchecked Sendable {
   ) throws(Failure) -> Bool {
     checkHeld()
     while try !predicate() {
-      if !waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition") {
+      if !waitReleasingLock(before: deadline) {
         return try predicate()
       }
     }
@@ -184,6 +213,18 @@ public final class Condition: Locking, @unchecked Sendable {
   @inlinable
   public func broadcast() {
     waitCore.broadcast()
+  }
+
+  /// One wait of the futex condition (marked as a condition wait for the deadlock watchdog
+  /// while the lock detectors are on).
+  @inline(__always)
+  func waitReleasingLock(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.isTracking {
+      return LockDiagnostics.conditionWait(identity, before: deadline) {
+        waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
+      }
+    }
+    return waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
   }
 
   @inline(__always)

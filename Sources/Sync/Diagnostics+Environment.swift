@@ -6,6 +6,12 @@ extension Diagnostics {
     package var switches: UInt32 = 0
     /// `stall-ms=N`, if given.
     package var stallThreshold: Duration? = nil
+    /// `deadlock-ms=N`, if given.
+    package var deadlockCheckInterval: Duration? = nil
+    /// `contention-sample=N`, if given.
+    package var lockContentionSampling: Int? = nil
+    /// `contention-dump[=text|json]`, if given.
+    package var contentionDump: LockContentionFormat? = nil
 
     /// Nothing on, no option given.
     package init() {}
@@ -17,6 +23,9 @@ extension Diagnostics {
 
     /// Whether the settings switch run-loop metrics on.
     package var collectsRunLoopMetrics: Bool { switches & Diagnostics.metricsBit != 0 }
+
+    /// Whether the settings switch lock contention statistics on.
+    package var collectsLockContention: Bool { switches & Diagnostics.contentionBit != 0 }
 
     mutating func set(_ mode: Mode, for kind: Kind) {
       let shift = kind.index * 2
@@ -50,6 +59,30 @@ extension Diagnostics {
           return .failure(SettingsError(message: "metrics takes no value"))
         }
         settings.switches |= Diagnostics.metricsBit
+      case "contention":
+        guard value == nil else {
+          return .failure(SettingsError(message: "contention takes no value"))
+        }
+        settings.switches |= Diagnostics.contentionBit
+      case "contention-dump":
+        switch value {
+        case nil, "text": settings.contentionDump = .text
+        case "json": settings.contentionDump = .json
+        case let other?:
+          return .failure(SettingsError(message: "contention-dump=\(other): expected text or json"))
+        }
+        settings.switches |= Diagnostics.contentionBit
+      case "contention-sample":
+        guard let value, let interval = Int(value), interval > 0, interval <= 1_000_000_000 else {
+          return .failure(SettingsError(message: "contention-sample expects a whole number from 1 to 1000000000"))
+        }
+        settings.lockContentionSampling = interval
+      case "deadlock-ms":
+        guard let value, let milliseconds = Int64(value), milliseconds > 0, milliseconds <= 86_400_000 else {
+          return .failure(
+            SettingsError(message: "deadlock-ms expects a whole number of milliseconds from 1 to 86400000"))
+        }
+        settings.deadlockCheckInterval = .milliseconds(milliseconds)
       case "stall-ms":
         guard let value, let milliseconds = Int64(value), milliseconds > 0, milliseconds <= 86_400_000 else {
           return .failure(SettingsError(message: "stall-ms expects a whole number of milliseconds from 1 to 86400000"))
@@ -70,7 +103,7 @@ extension Diagnostics {
           settings.set(mode, for: kind)
         } else {
           return .failure(
-            SettingsError(message: "unknown item \(name) (expected \(kindNames), all, metrics or stall-ms=N)"))
+            SettingsError(message: "unknown item \(name) (expected \(kindNames), all, metrics, stall-ms=N, deadlock-ms=N, contention, contention-sample=N or contention-dump)"))
         }
       }
     }

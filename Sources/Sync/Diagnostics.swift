@@ -18,6 +18,25 @@ import CThreadingShims
 ///   naming the loop's thread, the mode and the item; a second report gives its total when
 ///   it returns. A monitor thread, started when the first loop runs a callback with stalls
 ///   on, scans the loops.
+/// - ``Kind/lockOrder``: potential deadlocks from lock order. The first acquisition of a
+///   diagnosed lock that closes a cycle in the process's acquired-before graph is reported
+///   with the locks of the cycle (up to 10, by name or creation site), the threads and where
+///   each order was first seen, before the acquisition blocks.
+/// - ``Kind/deadlocks``: actual deadlocks. A watchdog thread, started when the kind is
+///   switched on, looks every ``deadlockCheckInterval`` for threads parked in diagnosed locks
+///   that wait for each other in a cycle, and reports each cycle once with the threads'
+///   names, what each waits for (timed waits marked) and what each holds.
+/// - ``Kind/heldLockInCallback``: a run-loop callback that returns still holding a diagnosed
+///   lock it took.
+///
+/// Lock contention statistics (``collectsLockContention``, ``lockContention()``) are not
+/// findings either: they are sampled figures per named lock, dumped at exit on request.
+///
+/// The lock detectors watch the toolkit's diagnosed locks (today ``Condition`` and
+/// ``ConditionLock``); while any of them (or contention statistics) is on, every lock
+/// operation of those types takes an out-of-line path that keeps the thread's held locks;
+/// while all are off, the operation pays one relaxed load and a branch. Locks held while
+/// they are switched on are tracked from their next acquisition.
 ///
 /// Run-loop metrics (`RunLoop.metrics` in the RunLoop module) are not findings: each loop
 /// switches them on with `metricsEnabled`; ``collectsRunLoopMetrics`` switches them on for
@@ -36,6 +55,10 @@ import CThreadingShims
 /// | `all`, `all=MODE` | every kind |
 /// | `metrics` | ``collectsRunLoopMetrics``: every run loop collects metrics from its creation |
 /// | `stall-ms=N` | ``stallThreshold`` of `N` milliseconds (a positive integer) |
+/// | `deadlock-ms=N` | ``deadlockCheckInterval`` of `N` milliseconds (a positive integer) |
+/// | `contention` | ``collectsLockContention``: lock contention statistics are collected |
+/// | `contention-sample=N` | ``lockContentionSampling``: one acquisition in `N` is measured |
+/// | `contention-dump`, `contention-dump=text`, `contention-dump=json` | collect contention statistics and write them to standard error when the process exits normally (`exit` or a return from `main`) |
 ///
 /// Later items override earlier ones. Any other value (an unknown name, a bad number, an
 /// empty item) stops the process with a message naming the variable, as
@@ -115,8 +138,23 @@ public enum Diagnostics {
     @inlinable
     public static var stalls: Kind { Kind(name: "stalls", index: 0) }
 
+    /// Potential deadlocks: an acquisition that closes a cycle in the lock-order graph.
+    /// Environment name `lock-order`.
+    @inlinable
+    public static var lockOrder: Kind { Kind(name: "lock-order", index: 1) }
+
+    /// Actual deadlocks among threads parked in diagnosed locks, found by a watchdog
+    /// thread. Environment name `deadlocks`.
+    @inlinable
+    public static var deadlocks: Kind { Kind(name: "deadlocks", index: 2) }
+
+    /// A run-loop callback that returns holding a diagnosed lock it took. Environment name
+    /// `held-lock-in-callback`.
+    @inlinable
+    public static var heldLockInCallback: Kind { Kind(name: "held-lock-in-callback", index: 3) }
+
     /// Every kind, in index order (what `all` in the environment variable switches).
-    public static var all: [Kind] { [.stalls] }
+    public static var all: [Kind] { [.stalls, .lockOrder, .deadlocks, .heldLockInCallback] }
 
     /// The name.
     public var description: String { name }
@@ -132,6 +170,13 @@ public enum Diagnostics {
   /// access is atomic and relaxed: the word publishes nothing but itself.
   static let decidedBit: UInt32 = 1 << 31
   static let metricsBit: UInt32 = 1 << 30
+  /// ``collectsLockContention``.
+  static let contentionBit: UInt32 = 1 << 29
+  /// The lock kinds' bits (kinds 1 to 3): while any is set, threads keep their held locks.
+  static let lockKindsMask: UInt32 = 0xFC
+  /// The lock hooks' mask: `lockKindsMask` and `contentionBit` (spelled as a literal in
+  /// ``LockDiagnostics/isTracking``).
+  static let lockTrackingMask: UInt32 = 0x2000_00FC
 
   /// The switches, the environment applied: one relaxed load once decided (the first call
   /// of the process reads the environment).
@@ -150,6 +195,13 @@ public enum Diagnostics {
   @inline(__always)
   public static func isOn(_ kind: Kind) -> Bool {
     switches() & (3 << (kind.index * 2)) != 0
+  }
+
+  /// Whether `first` or `second` is on: one relaxed load, for a path two detectors watch.
+  @inlinable
+  @inline(__always)
+  package static func isOn(_ first: Kind, or second: Kind) -> Bool {
+    switches() & (3 << (first.index * 2) | 3 << (second.index * 2)) != 0
   }
 
   /// The mode of `kind` now. The first call of the process reads the environment variable.
@@ -192,6 +244,56 @@ public enum Diagnostics {
     }
   }
 
+  /// Whether diagnosed locks collect contention statistics (see ``lockContention()``).
+  /// Off by default; `contention` (or `contention-dump`) in the environment variable
+  /// switches it on. One acquisition in ``lockContentionSampling`` is measured.
+  public static var collectsLockContention: Bool {
+    get { switches() & contentionBit != 0 }
+    set { update { newValue ? $0 | contentionBit : $0 & ~contentionBit } }
+  }
+
+  /// How often contention statistics measure an acquisition: one in `N` per thread (100 by
+  /// default; `contention-sample=N` sets it), each measurement counting `N` times in the
+  /// figures (Go's rule for its mutex profile), so the cost stays bounded and the figures
+  /// stay unbiased estimates. `1` measures every acquisition. Values below 1 are raised to 1.
+  public static var lockContentionSampling: Int {
+    get {
+      _ = switches()
+      let stored = UInt64.atomicLoad(at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
+      return stored == 0 ? defaultLockContentionSampling : Int(stored)
+    }
+    set {
+      _ = switches()
+      UInt64.atomicStore(UInt64(Swift.max(1, newValue)), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
+    }
+  }
+
+  /// ``lockContentionSampling``'s default.
+  public static let defaultLockContentionSampling = 100
+
+  /// How often the ``Kind/deadlocks`` watchdog looks for threads waiting for each other: 1
+  /// second by default; `deadlock-ms=N` in the environment variable sets it. Values below
+  /// one millisecond are raised to one millisecond. A deadlock is reported within about two
+  /// intervals of forming.
+  public static var deadlockCheckInterval: Duration {
+    get {
+      _ = switches()
+      let stored = UInt64.atomicLoad(at: OptionSlot.deadlockInterval.pointer, ordering: .relaxed)
+      return stored == 0 ? defaultDeadlockCheckInterval : .nanoseconds(Int64(stored))
+    }
+    set {
+      _ = switches()
+      let floor = Duration.milliseconds(1)
+      let value = newValue < floor ? floor : newValue
+      UInt64.atomicStore(
+        UInt64(MonotonicInstant.nanoseconds(of: value)), at: OptionSlot.deadlockInterval.pointer, ordering: .relaxed)
+      wakeWatchers()
+    }
+  }
+
+  /// ``deadlockCheckInterval``'s default.
+  public static let defaultDeadlockCheckInterval = Duration.seconds(1)
+
   /// Sleeps until a setting changes (``setMode(_:for:)``, ``collectsRunLoopMetrics``,
   /// ``stallThreshold``) or `deadline` passes, whichever comes first (it may also return
   /// early, spuriously). For detectors' monitor threads, so a new setting applies at once.
@@ -222,6 +324,21 @@ public enum Diagnostics {
   enum OptionSlot: Int32 {
     /// ``stallThreshold`` in nanoseconds.
     case stallThreshold = 0
+    /// ``lockContentionSampling``.
+    case contentionSampling = 1
+    /// ``deadlockCheckInterval`` in nanoseconds.
+    case deadlockInterval = 2
+    /// Bumped each time the lock hooks go from on to off, so the threads' held-lock lists
+    /// recorded before are dropped when they come back on (locks released meanwhile were
+    /// not seen).
+    case lockEpoch = 3
+    /// Non-zero once the lock-order graph has had a node: destroyed locks are then
+    /// forgotten (before, a destroyed lock costs one relaxed load).
+    case graphUsed = 4
+    /// Non-zero once the deadlock watchdog's thread was started (or tried to start).
+    case watchdogStarted = 5
+    /// The contention dump at exit: 1 text, 2 JSON (set once, with the atexit handler).
+    case contentionDump = 6
 
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }
@@ -235,6 +352,10 @@ public enum Diagnostics {
       let seen = UInt32.atomicCompareExchange(
         expected: current, desired: desired, at: tk_diagnostics_switches(), ordering: .relaxed)
       if seen == current {
+        if current & lockKindsMask != 0 && desired & lockKindsMask == 0 {
+          _ = UInt64.atomicFetchAdd(1, at: OptionSlot.lockEpoch.pointer, ordering: .relaxed)
+        }
+        if desired & (3 << (Kind.deadlocks.index * 2)) != 0 { LockDiagnostics.startWatchdog() }
         wakeWatchers()
         return
       }
@@ -248,6 +369,7 @@ public enum Diagnostics {
   @inline(never)
   static func decideFromEnvironment() -> UInt32 {
     var decided = decidedBit
+    var dump: LockContentionFormat? = nil
     if let raw = getenv(environmentVariable) {
       let text = String(cString: raw)
       switch parse(text) {
@@ -258,12 +380,24 @@ public enum Diagnostics {
             UInt64(MonotonicInstant.nanoseconds(of: threshold)), at: OptionSlot.stallThreshold.pointer,
             ordering: .relaxed)
         }
+        if let interval = settings.deadlockCheckInterval {
+          UInt64.atomicStore(
+            UInt64(MonotonicInstant.nanoseconds(of: interval)), at: OptionSlot.deadlockInterval.pointer,
+            ordering: .relaxed)
+        }
+        if let sampling = settings.lockContentionSampling {
+          UInt64.atomicStore(UInt64(sampling), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
+        }
+        dump = settings.contentionDump
       case .failure(let problem):
         reportMisuse("Diagnostics", "\(environmentVariable)=\(text): \(problem.message)")
       }
     }
     let previous = UInt32.atomicCompareExchange(
       expected: 0, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
-    return previous == 0 ? decided : previous
+    if previous != 0 { return previous }
+    if let dump { LockDiagnostics.dumpContentionAtExit(as: dump) }
+    if decided & (3 << (Kind.deadlocks.index * 2)) != 0 { LockDiagnostics.startWatchdog() }
+    return decided
   }
 }

@@ -28,4 +28,21 @@ extern uint64_t tk_diagnostics_option_words[8];
 /// The address of option slot `index` (0...7).
 static inline uint64_t *tk_diagnostics_option(int index) { return &tk_diagnostics_option_words[index]; }
 
+/// The calling thread's lock-diagnostics state (Sync's `LockDiagnostics`: the locks it
+/// holds, what it waits for), or NULL before its first diagnosed lock operation. An
+/// initial-exec thread-local, so reading it is one thread-relative load; it is touched only
+/// while a lock detector is on. Sync's pthread key releases the state at thread exit.
+extern __thread void *tk_lock_diagnostics_state_value __attribute__((tls_model("initial-exec")));
+
+/// A new diagnosed-lock identity: a process-wide counter's next value, never 0 and never
+/// handed out twice, so a lock created at a destroyed lock's address is a new lock to the
+/// detectors. Never fails.
+uint64_t tk_lock_diagnostics_new_id(void);
+
+/// Reads the calling thread's state pointer.
+static inline void *tk_lock_diagnostics_state(void) { return tk_lock_diagnostics_state_value; }
+
+/// Sets the calling thread's state pointer.
+static inline void tk_lock_diagnostics_set_state(void *state) { tk_lock_diagnostics_state_value = state; }
+
 #endif

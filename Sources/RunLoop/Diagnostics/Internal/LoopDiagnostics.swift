@@ -21,9 +21,13 @@ struct CallbackProbe {
   let kind: CallbackKind
   /// When the callback began (nanoseconds, monotonic clock); set with `recordsBit`.
   let start: Int64
+  /// How many diagnosed locks the thread held when the callback began; set with `heldBit`.
+  var heldBefore: Int = 0
 
   static let countsBit: UInt8 = 1
   static let recordsBit: UInt8 = 2
+  /// `Diagnostics.Kind.heldLockInCallback` was on: the end compares the held count.
+  static let heldBit: UInt8 = 4
 }
 
 /// A stall record taken out of the loop while a run nested in a callback runs.
@@ -167,13 +171,15 @@ final class LoopDiagnostics: @unchecked Sendable {
   }
 
   /// A callback of `kind` for `item` (nil for a queued block) is about to run in `mode`.
-  /// With metrics and stalls off: two relaxed loads.
+  /// With metrics, stalls and held-lock checks off: two relaxed loads.
   @inline(__always)
   func callbackWillRun(_ kind: CallbackKind, _ item: AnyObject?, _ mode: ModeItems, activity: UInt = 0)
     -> CallbackProbe
   {
     let counts = metricsAreOn
-    if !counts && !Diagnostics.isOn(.stalls) { return CallbackProbe(flags: 0, kind: kind, start: 0) }
+    if !counts && !Diagnostics.isOn(.stalls, or: .heldLockInCallback) {
+      return CallbackProbe(flags: 0, kind: kind, start: 0)
+    }
     return callbackWillRunSlowly(kind, item, mode, activity: activity, counts: counts)
   }
 
@@ -183,6 +189,11 @@ final class LoopDiagnostics: @unchecked Sendable {
   ) -> CallbackProbe {
     var flags: UInt8 = counts ? CallbackProbe.countsBit : 0
     var start: Int64 = 0
+    var heldBefore = 0
+    if Diagnostics.isOn(.heldLockInCallback) {
+      flags |= CallbackProbe.heldBit
+      heldBefore = LockDiagnostics.heldCount()
+    }
     // A record is set only inside a callback, and a run nested in one suspends it: the word
     // is zero here unless stalls were switched on in between (then this one is not timed).
     if Diagnostics.isOn(.stalls) && load(LoopDiagnostics.record) == 0 {
@@ -197,7 +208,7 @@ final class LoopDiagnostics: @unchecked Sendable {
       UInt64.atomicStore(UInt64(start) << 2, at: words + LoopDiagnostics.record, ordering: .releasing)
       flags |= CallbackProbe.recordsBit
     }
-    return CallbackProbe(flags: flags, kind: kind, start: start)
+    return CallbackProbe(flags: flags, kind: kind, start: start, heldBefore: heldBefore)
   }
 
   private func store(item: AnyObject?, mode: ModeItems, kind: UInt64) {
@@ -224,6 +235,12 @@ final class LoopDiagnostics: @unchecked Sendable {
       case .timer: bump(LoopDiagnostics.timersFired)
       case .observer: bump(LoopDiagnostics.observerCalls)
       case .block: bump(LoopDiagnostics.blocksRun)
+      }
+    }
+    if probe.flags & CallbackProbe.heldBit != 0 {
+      let held = LockDiagnostics.heldCount()
+      if held > probe.heldBefore {
+        Diagnostics.report(heldLockFinding(kind: probe.kind.rawValue, item: item, mode: mode, from: probe.heldBefore))
       }
     }
     guard probe.flags & CallbackProbe.recordsBit != 0 else { return }
@@ -335,6 +352,26 @@ final class LoopDiagnostics: @unchecked Sendable {
         "callback: \(what), still running",
         "run loop: \(thread), mode \(mode.name.rawValue)",
         "running for: \(ItemName.describe(running)) (threshold \(ItemName.describe(threshold)))",
+      ])
+  }
+
+  /// A callback returned holding diagnosed locks it took (those from position `start` of
+  /// the thread's held list).
+  private func heldLockFinding(kind: UInt64, item: AnyObject?, mode: ModeItems, from start: Int)
+    -> Diagnostics.Finding
+  {
+    let what = LoopDiagnostics.describe(kind: kind, item: item)
+    let thread = ItemName.describe(self.thread ?? Thread.current)
+    let locks = LockDiagnostics.heldLabels(from: start).map { "\"\($0)\"" }
+    return Diagnostics.Finding(
+      kind: .heldLockInCallback,
+      summary:
+        "\(what) returned holding \(locks.count == 1 ? "lock" : "locks") \(locks.joined(separator: ", ")) "
+        + "on run loop of \(thread)",
+      details: [
+        "callback: \(what), mode \(mode.name.rawValue)",
+        "still held: \(locks.joined(separator: ", ")) (taken during the callback, not released)",
+        "the loop's next callbacks run with the lock held; other threads taking it block until it is released",
       ])
   }
 

@@ -1,0 +1,423 @@
+import CThreadingShims
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Who a diagnosed lock is: a never-reused number (the detectors' key, so a lock created at
+/// a destroyed lock's address is a new lock) and what reports call it (the name given at
+/// creation, or its creation site `fileID:line`). Creating one costs one relaxed atomic
+/// increment and no allocation: the creation site is formatted only when a report or a
+/// statistic needs it.
+@usableFromInline
+package struct LockIdentity: Sendable {
+  /// The process-wide number, never 0, never reused.
+  @usableFromInline
+  package let id: UInt64
+  /// The name given at creation, if any.
+  package let givenName: String?
+  /// The creation site.
+  package let fileID: StaticString
+  package let line: UInt
+
+  /// A new identity for a lock named `name`, created at `fileID:line`.
+  package init(name: String?, fileID: StaticString, line: UInt) {
+    id = tk_lock_diagnostics_new_id()
+    givenName = name
+    self.fileID = fileID
+    self.line = line
+  }
+
+  /// What reports and statistics call the lock: its name, else its creation site.
+  package var label: String { givenName ?? "\(fileID):\(line)" }
+}
+
+/// The hooks a diagnosed lock type calls, and the per-thread record behind the lock
+/// detectors (``Diagnostics/Kind/lockOrder``, ``Diagnostics/Kind/deadlocks``,
+/// ``Diagnostics/Kind/heldLockInCallback``) and contention statistics
+/// (``Diagnostics/collectsLockContention``).
+///
+/// **How a lock type uses it.** It stores a ``LockIdentity`` and, in each operation, checks
+/// ``isTracking`` (one relaxed load of the switches word, inlined): while false it runs its
+/// plain code; while true it calls the out-of-line hook with its own primitive steps as
+/// closures:
+///
+/// ```swift
+/// public func lock() {
+///   if LockDiagnostics.isTracking { lockDiagnosed(); return }
+///   _ = core.acquire(before: .distantFuture, ...)
+/// }
+/// @inline(never) func lockDiagnosed() {
+///   _ = LockDiagnostics.acquire(identity, before: .distantFuture, holder: { core.ownerTag },
+///     tryAcquire: { core.tryAcquire() }, acquire: { core.acquire(before: .distantFuture, ...) })
+/// }
+/// ```
+///
+/// ``acquire(_:before:holder:tryAcquire:acquire:)`` checks the lock order before it blocks
+/// (so a real deadlock is reported before it hangs), marks the thread as waiting while the
+/// lock is taken (the watchdog's wait-for graph), times sampled waits and holds, and pushes
+/// the lock on the thread's held list; ``release(_:release:)`` pops it;
+/// ``tryAcquire(_:tryAcquire:)`` never reports; ``conditionWait(_:before:wait:)`` marks a
+/// condition wait; ``lockWillBeDestroyed(_:)`` (from `deinit`, unconditionally) forgets the
+/// lock. A re-entry of a lock the thread already holds (a recursive lock) adds no order.
+///
+/// **Thread state.** Each thread that runs a hook gets a ``ThreadState`` (reached through an
+/// initial-exec thread-local, released at thread exit by a pthread key destructor) and is
+/// listed in the registry the watchdog reads. Its held list and wait record are protected
+/// by the state's own word lock, taken by the owning thread on every tracked operation
+/// (uncontended unless the watchdog is reading) and by the watchdog.
+@usableFromInline
+package enum LockDiagnostics {
+  /// Whether the lock hooks run: some lock detector or contention statistics are on. One
+  /// relaxed load of the switches word, inlined into the lock types' public inlinable
+  /// operations (hence internal, not package: see ``trackingIsOn``).
+  @inlinable
+  @inline(__always)
+  static var isTracking: Bool {
+    // `Diagnostics.lockTrackingMask`, spelled as a literal so the check inlines.
+    Diagnostics.switches() & 0x2000_00FC != 0
+  }
+
+  /// ``isTracking``, for diagnosed lock types outside Sync (tests).
+  @inline(__always)
+  package static var trackingIsOn: Bool { isTracking }
+
+  // MARK: Hooks
+
+  /// The diagnosed path of a blocking acquisition of `lock` before `deadline`: `tryAcquire`
+  /// is the lock's non-blocking attempt, `acquire` its blocking one (returning false when the
+  /// deadline passed), `holder` reads the holder's thread identity (`tk_thread_identity`,
+  /// 0 if unknown) when the attempt failed. Returns what `acquire` returned (true when the
+  /// attempt succeeded). Reports a lock-order cycle before blocking; in ``Diagnostics/Mode/stop``
+  /// mode the process stops there.
+  package static func acquire(
+    _ lock: LockIdentity, before deadline: MonotonicInstant, holder: () -> UInt64, tryAcquire: () -> Bool,
+    acquire: () -> Bool
+  ) -> Bool {
+    let settings = Diagnostics.settings()
+    let state = ThreadState.current(settings: settings)
+    let tracksHeld = settings & Diagnostics.lockKindsMask != 0
+    if Diagnostics.isOn(.lockOrder, in: settings) && !state.holds(lock.id) {
+      if let finding = OrderGraph.shared.check(acquiring: lock, on: state) {
+        Diagnostics.report(finding)
+      }
+    }
+    let weight = settings & Diagnostics.contentionBit != 0 ? state.sample() : 0
+    var acquired = true
+    var waited: Int64 = -1
+    var holderName: String? = nil
+    if !tryAcquire() {
+      let holderID = holder()
+      if weight != 0 { holderName = ThreadRegistry.shared.name(of: holderID) }
+      let start = weight != 0 ? MonotonicInstant.now.nanoseconds : 0
+      if tracksHeld { state.setWaiting(WaitRecord(lock: lock, isCondition: false, deadline: deadline)) }
+      acquired = acquire()
+      if tracksHeld { state.setWaiting(nil) }
+      if weight != 0 { waited = MonotonicInstant.now.nanoseconds - start }
+    }
+    if weight != 0 {
+      ContentionTable.shared.recordAcquisition(
+        of: lock, weight: weight, waited: waited, holder: holderName, acquired: acquired)
+    }
+    if acquired {
+      let holdStart = weight != 0 ? Swift.max(1, MonotonicInstant.now.nanoseconds) : 0
+      state.push(lock, holdStart: holdStart, weight: weight, tracksHeld: tracksHeld)
+    }
+    return acquired
+  }
+
+  /// The diagnosed path of a non-blocking attempt: never reports (a `tryLock` cannot
+  /// deadlock); a taken lock joins the held list, so locks taken while holding it are
+  /// ordered after it.
+  package static func tryAcquire(_ lock: LockIdentity, tryAcquire: () -> Bool) -> Bool {
+    guard tryAcquire() else { return false }
+    let settings = Diagnostics.settings()
+    let state = ThreadState.current(settings: settings)
+    state.push(lock, holdStart: 0, weight: 0, tracksHeld: settings & Diagnostics.lockKindsMask != 0)
+    return true
+  }
+
+  /// The diagnosed path of a release: pops `lock` from the held list (the latest entry for
+  /// it; releases need not be in reverse order), records a sampled hold time, then runs
+  /// `release`. A lock the list does not have (taken while the hooks were off) is just
+  /// released.
+  package static func release(_ lock: LockIdentity, release: () -> Void) {
+    if let state = ThreadState.existing() {
+      if let popped = state.pop(lock.id), popped.holdStart != 0 {
+        let held = MonotonicInstant.now.nanoseconds - popped.holdStart
+        ContentionTable.shared.recordHold(of: lock, nanoseconds: held, weight: popped.weight)
+      }
+    }
+    release()
+  }
+
+  /// The diagnosed path of a condition wait on `lock`'s condition: the thread is marked as
+  /// waiting for a notification (listed by the watchdog, never an edge of the wait-for
+  /// graph: any thread may notify) while `wait` runs. The lock stays on the held list: it
+  /// is re-acquired before the wait returns.
+  package static func conditionWait(_ lock: LockIdentity, before deadline: MonotonicInstant, wait: () -> Bool)
+    -> Bool
+  {
+    let settings = Diagnostics.settings()
+    guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
+    let state = ThreadState.current(settings: settings)
+    state.setWaiting(WaitRecord(lock: lock, isCondition: true, deadline: deadline))
+    let result = wait()
+    state.setWaiting(nil)
+    return result
+  }
+
+  /// Forgets `lock`'s entries in the lock-order graph. Lock types call it from `deinit`
+  /// unconditionally: it costs one relaxed load unless the graph was ever used.
+  @inline(__always)
+  package static func lockWillBeDestroyed(_ lock: LockIdentity) {
+    if UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphUsed.pointer, ordering: .relaxed) != 0 {
+      OrderGraph.shared.forget(lock.id)
+    }
+  }
+
+  // MARK: Held locks, for the run loop
+
+  /// How many diagnosed locks the calling thread holds (0 while the lock detectors are off,
+  /// or before its first tracked operation).
+  package static func heldCount() -> Int {
+    ThreadState.existing()?.heldCount() ?? 0
+  }
+
+  /// The labels of the locks the calling thread holds, from position `start` of its held
+  /// list (oldest first).
+  package static func heldLabels(from start: Int) -> [String] {
+    ThreadState.existing()?.heldLabels(from: start) ?? []
+  }
+
+  // MARK: Thread names
+
+  /// `"name" (#identity)` for a thread's cached name, or `thread #identity` when unnamed.
+  static func describeThread(name: String, identity: UInt64) -> String {
+    name.isEmpty ? "thread #\(identity)" : "\"\(name)\" (#\(identity))"
+  }
+}
+
+/// What a parked thread waits for.
+struct WaitRecord {
+  let lock: LockIdentity
+  /// A condition wait (a notification, from any thread) rather than the lock itself.
+  let isCondition: Bool
+  let deadline: MonotonicInstant
+  let since = MonotonicInstant.now
+}
+
+/// One entry of a thread's held list.
+struct HeldLock {
+  let lock: LockIdentity
+  /// When a sampled hold began (nanoseconds, monotonic), 0 when not sampled.
+  let holdStart: Int64
+  /// The sample's weight (contention sampling interval) when sampled.
+  let weight: Int
+}
+
+/// One thread's lock-diagnostics state (see ``LockDiagnostics``).
+final class ThreadState: @unchecked Sendable {
+  // @unchecked: `held` and `waiting` are protected by `word` (the owning thread writes
+  // them, the watchdog reads them); `epoch`, `countdown`, `checkedEdges` and
+  // `sampledHolds` are touched by the owning thread only; the rest is immutable.
+  let word: UnsafeMutablePointer<UInt32>
+  private var held: [HeldLock] = []
+  private var waiting: WaitRecord? = nil
+  /// The lock epoch the held list belongs to (see `Diagnostics.OptionSlot.lockEpoch`).
+  private var epoch: UInt64
+  /// Acquisitions left before the next contention sample.
+  private var countdown: Int
+  /// Sampled holds outside the held list (contention statistics alone keep no list).
+  private var sampledHolds: [HeldLock] = []
+  /// Lock-order edges this thread knows are in the graph (or were reported): a hit is the
+  /// steady state's only cost. Keys never go stale in a harmful way (identities are never
+  /// reused); the set is emptied when it grows past `edgeCacheLimit`.
+  var checkedEdges = Set<EdgeKey>()
+  static let edgeCacheLimit = 65_536
+  /// The thread's identity (`tk_thread_identity`) and its name when the state was made.
+  let identity: UInt64
+  let name: String
+
+  private init() {
+    word = .allocate(capacity: 1)
+    word.initialize(to: 0)
+    epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
+    countdown = 0
+    identity = tk_thread_identity()
+    var buffer = [CChar](repeating: 0, count: 16)
+    // The name as the kernel has it (the toolkit's `Thread.name` sets it); an unnamed thread
+    // or a failing call gives an empty name, and reports use the identity.
+    let result = buffer.withUnsafeMutableBufferPointer { tk_thread_get_name($0.baseAddress!, 16) }
+    name = result == 0 ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
+  }
+
+  deinit {
+    word.deallocate()
+  }
+
+  var description: String { LockDiagnostics.describeThread(name: name, identity: identity) }
+
+  /// The calling thread's state, made and registered on first use; its held list emptied
+  /// if the lock detectors were switched off since it was last used.
+  static func current(settings: UInt32) -> ThreadState {
+    let state: ThreadState
+    if let raw = tk_lock_diagnostics_state() {
+      state = Unmanaged<ThreadState>.fromOpaque(raw).takeUnretainedValue()
+    } else {
+      state = make()
+    }
+    let epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
+    if epoch != state.epoch {
+      state.epoch = epoch
+      WordLock.withLock(state.word) { state.held.removeAll() }
+      state.sampledHolds.removeAll()
+    }
+    return state
+  }
+
+  /// The calling thread's state if it has one.
+  static func existing() -> ThreadState? {
+    tk_lock_diagnostics_state().map { Unmanaged<ThreadState>.fromOpaque($0).takeUnretainedValue() }
+  }
+
+  @inline(never)
+  private static func make() -> ThreadState {
+    let state = ThreadState()
+    let raw = Unmanaged.passRetained(state).toOpaque()
+    tk_lock_diagnostics_set_state(raw)
+    // The key's destructor releases the state at thread exit. Without a key (the process ran
+    // out of them) the state lives as long as the process and stays listed.
+    // ENOMEM from pthread_setspecific: no destructor for this thread either; the state
+    // stays listed (see above).
+    if let key = stateKey, pthread_setspecific(key, raw) != 0 {}
+    ThreadRegistry.shared.add(state)
+    return state
+  }
+
+  /// The pthread key whose destructor unregisters and releases a thread's state.
+  static let stateKey: pthread_key_t? = {
+    var key = pthread_key_t()
+    let result = pthread_key_create(&key) { raw in
+      guard let raw else { return }
+      let state = Unmanaged<ThreadState>.fromOpaque(raw)
+      ThreadRegistry.shared.remove(state.takeUnretainedValue().identity)
+      tk_lock_diagnostics_set_state(nil)
+      state.release()
+    }
+    // EAGAIN: the process's keys are used up; states are then never released (see `make`).
+    return result == 0 ? key : nil
+  }()
+
+  // MARK: The owning thread
+
+  // The owning thread reads `held` without the word lock: it is the only writer, and the
+  // watchdog only reads, so no access races with a write.
+
+  /// Whether the held list has `id` (a re-entry of a recursive lock).
+  func holds(_ id: UInt64) -> Bool {
+    held.contains { $0.lock.id == id }
+  }
+
+  /// The held locks (oldest first, `id` left out) whose order before `id` this thread has
+  /// not checked yet; empty (no allocation) in the steady state.
+  func uncheckedOrders(before id: UInt64) -> [LockIdentity] {
+    var unchecked: [LockIdentity] = []
+    for entry in held where entry.lock.id != id && !checkedEdges.contains(EdgeKey(from: entry.lock.id, to: id)) {
+      if !unchecked.contains(where: { $0.id == entry.lock.id }) { unchecked.append(entry.lock) }
+    }
+    return unchecked
+  }
+
+  /// Remembers that the order `key` is in the graph (or was reported).
+  func markChecked(_ key: EdgeKey) {
+    if checkedEdges.count >= ThreadState.edgeCacheLimit { checkedEdges.removeAll() }
+    checkedEdges.insert(key)
+  }
+
+  /// The next contention sample's weight, or 0 when this acquisition is not sampled.
+  func sample() -> Int {
+    if countdown > 0 {
+      countdown -= 1
+      return 0
+    }
+    let interval = Diagnostics.lockContentionSampling
+    countdown = interval - 1
+    return interval
+  }
+
+  func push(_ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool) {
+    let entry = HeldLock(lock: lock, holdStart: holdStart, weight: weight)
+    if tracksHeld {
+      WordLock.withLock(word) { held.append(entry) }
+    } else if holdStart != 0 {
+      sampledHolds.append(entry)
+    }
+  }
+
+  func pop(_ id: UInt64) -> HeldLock? {
+    if let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
+      return sampledHolds.remove(at: index)
+    }
+    return WordLock.withLock(word) {
+      guard let index = held.lastIndex(where: { $0.lock.id == id }) else { return nil }
+      return held.remove(at: index)
+    }
+  }
+
+  func setWaiting(_ record: WaitRecord?) {
+    WordLock.withLock(word) { waiting = record }
+  }
+
+  func heldCount() -> Int {
+    held.count
+  }
+
+  func heldLabels(from start: Int) -> [String] {
+    start < held.count ? held[start...].map(\.lock.label) : []
+  }
+
+  // MARK: Any thread
+
+  /// What the watchdog reads: the held locks and the wait record, taken together.
+  func snapshot() -> (held: [LockIdentity], waiting: WaitRecord?) {
+    WordLock.withLock(word) { (held.map(\.lock), waiting) }
+  }
+}
+
+/// The states of the threads that ran a lock hook and have not exited, by identity.
+final class ThreadRegistry: @unchecked Sendable {
+  // @unchecked: `states` is protected by `word`.
+  private let word: UnsafeMutablePointer<UInt32>
+  private var states: [UInt64: ThreadState] = [:]
+
+  private init() {
+    word = .allocate(capacity: 1)
+    word.initialize(to: 0)
+  }
+
+  /// Never freed: the process's one registry.
+  static let shared = ThreadRegistry()
+
+  func add(_ state: ThreadState) {
+    WordLock.withLock(word) { states[state.identity] = state }
+  }
+
+  func remove(_ identity: UInt64) {
+    // The removed state is released by the caller, after this lock.
+    let removed = WordLock.withLock(word) { states.removeValue(forKey: identity) }
+    withExtendedLifetime(removed) {}
+  }
+
+  /// The registered states (strong references, taken under the lock).
+  func all() -> [ThreadState] {
+    WordLock.withLock(word) { Array(states.values) }
+  }
+
+  /// How reports name the thread with `identity`.
+  func name(of identity: UInt64) -> String {
+    if identity == 0 { return "unknown thread" }
+    let state = WordLock.withLock(word) { states[identity] }
+    return LockDiagnostics.describeThread(name: state?.name ?? "", identity: identity)
+  }
+}
