@@ -190,6 +190,11 @@ package enum LockDiagnostics {
     ThreadState.existing()?.heldLabels(from: start) ?? []
   }
 
+  /// How many locks the lock-order graph has now (destroyed locks leave it).
+  package static func orderGraphSize() -> Int {
+    OrderGraph.shared.nodeCount()
+  }
+
   // MARK: Thread names
 
   /// `"name" (#identity)` for a thread's cached name, or `thread #identity` when unnamed.

@@ -1,0 +1,304 @@
+import Glibc
+import Sync
+import Testing
+
+/// A recursive lock built for these tests on a spinning owner word, calling the same hooks
+/// as the toolkit's diagnosed locks (``LockDiagnostics``), so re-entry is seen by the
+/// detectors exactly as a recursive toolkit lock would show it.
+final class HookedRecursiveLock: @unchecked Sendable {
+  // @unchecked: `owner` is atomic; `depth` is touched by the owner only.
+  private let owner = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+  private var depth = 0
+  private let identity: LockIdentity
+
+  init(name: String) {
+    owner.initialize(to: 0)
+    identity = LockIdentity(name: name, fileID: #fileID, line: #line)
+  }
+
+  deinit {
+    LockDiagnostics.lockWillBeDestroyed(identity)
+    owner.deallocate()
+  }
+
+  private var me: UInt64 { UInt64(pthread_self()) }
+
+  private func attempt() -> Bool {
+    if UInt64.atomicLoad(at: owner, ordering: .relaxed) == me {
+      depth += 1
+      return true
+    }
+    if UInt64.atomicCompareAndSwap(expected: 0, desired: me, at: owner, ordering: .acquiring) {
+      depth = 1
+      return true
+    }
+    return false
+  }
+
+  func lock() {
+    _ = LockDiagnostics.acquire(
+      identity, before: .distantFuture, holder: { 0 }, tryAcquire: { attempt() },
+      acquire: {
+        while !attempt() { sched_yield() }
+        return true
+      })
+  }
+
+  func unlock() {
+    LockDiagnostics.release(identity) {
+      depth -= 1
+      if depth == 0 { UInt64.atomicStore(0, at: owner, ordering: .releasing) }
+    }
+  }
+}
+
+/// Standard error of an exit test, as text.
+private func standardError(_ result: ExitTest.Result?) -> String {
+  result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+}
+
+/// How often `needle` occurs in `text`.
+private func occurrences(of needle: String, in text: String) -> Int {
+  text.ranges(of: needle).count
+}
+
+/// Lock-order detection and contention statistics through `Condition`, a diagnosed lock.
+/// Every test switches diagnostics on, so each runs as an exit test in a fresh process (the
+/// test process is shared with suites that use conditions); the child writes findings to
+/// standard error (the default handler) and the parent reads them.
+@Suite("Lock diagnostics", .timeLimit(.minutes(1)))
+struct LockDiagnosticsTests {
+  @Test("the environment grammar takes the lock detectors, the watchdog interval and the contention items")
+  func grammar() throws {
+    let settings = try Diagnostics.parse(
+      "lock-order,deadlocks=stop,held-lock-in-callback,deadlock-ms=20,contention-sample=10,contention-dump=json"
+    ).get()
+    #expect(settings.mode(of: .lockOrder) == .report)
+    #expect(settings.mode(of: .deadlocks) == .stop)
+    #expect(settings.mode(of: .heldLockInCallback) == .report)
+    #expect(settings.deadlockCheckInterval == .milliseconds(20))
+    #expect(settings.lockContentionSampling == 10)
+    #expect(settings.contentionDump == .json)
+    #expect(settings.collectsLockContention)
+    #expect(try Diagnostics.parse("contention").get().collectsLockContention)
+    #expect(try Diagnostics.parse("contention").get().contentionDump == nil)
+    #expect(try Diagnostics.parse("all").get().mode(of: .lockOrder) == .report)
+    if case .failure(let error) = Diagnostics.parse("contention-sample=0") {
+      #expect(error.message.contains("contention-sample"))
+    } else {
+      Issue.record("contention-sample=0 was accepted")
+    }
+    if case .failure(let error) = Diagnostics.parse("contention-dump=xml") {
+      #expect(error.message.contains("contention-dump=xml"))
+    } else {
+      Issue.record("contention-dump=xml was accepted")
+    }
+  }
+
+  @Test("two locks taken in both orders on two threads, one after the other, are reported once, naming both")
+  func twoLocksBothOrders() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      let first = Condition(name: "accounts")
+      let second = Condition(name: "ledger")
+      blocking {
+        runConcurrently(1) { _ in
+          first.withLock { second.withLock {} }
+        }
+        runConcurrently(1) { _ in
+          second.withLock { first.withLock {} }
+          // The same inverted order again: the cycle was reported already.
+          second.withLock { first.withLock {} }
+        }
+      }
+    }
+    let text = standardError(result)
+    #expect(occurrences(of: "threading-toolkit [lock-order]", in: text) == 1)
+    #expect(text.contains("takes \"accounts\" while holding \"ledger\""))
+    #expect(text.contains("cycle of 2 locks: \"ledger\" -> \"accounts\" -> \"ledger\""))
+    // Where each order was first seen: the first thread, then the second (now).
+    #expect(text.contains("\"accounts\" before \"ledger\": first seen on "))
+    #expect(text.contains("\"ledger\" before \"accounts\": now, on "))
+  }
+
+  @Test("a cycle through 100 locks is reported, naming the first 10 and how many more")
+  func hundredLockCycle() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      let locks = (0..<100).map { Condition(name: "L\($0)") }
+      blocking {
+        for index in 0..<99 {
+          locks[index].withLock { locks[index + 1].withLock {} }
+        }
+        guard Diagnostics.mode(of: .lockOrder) == .report else { exit(2) }
+        locks[99].withLock { locks[0].withLock {} }
+      }
+    }
+    let text = standardError(result)
+    #expect(occurrences(of: "threading-toolkit [lock-order]", in: text) == 1)
+    #expect(text.contains("cycle of 100 locks: \"L99\" -> \"L0\" -> \"L1\" -> "))
+    #expect(text.contains("\"L8\" -> ... (90 more)"))
+    #expect(text.contains("... 90 more orders"))
+  }
+
+  @Test("131,072 locks taken in sliding windows of 5 report nothing, and destroyed locks leave the graph")
+  func slidingWindows() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      // 131,072 locks, each created, taken in 5 windows (after the 4 before it, before the
+      // 4 after it) and destroyed: 655,360 diagnosed acquisitions, 524,288 distinct orders.
+      // A sixteenth under ThreadSanitizer, which slows every atomic about tenfold.
+      let underSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
+      let count = underSanitizer ? 8_192 : 131_072
+      let start = MonotonicInstant.now
+      var window: [Condition] = []
+      blocking {
+        for index in 0..<count {
+          window.append(Condition(name: "window \(index)"))
+          if window.count > 5 { window.removeFirst() }
+          for lock in window { lock.lock() }
+          for lock in window.reversed() { lock.unlock() }
+        }
+      }
+      let elapsed = start.duration(to: .now)
+      // Stated limit: 20 s for the whole run in a debug build (it takes a small part of it).
+      guard elapsed < .seconds(20) else { exit(2) }
+      window.removeAll()
+      guard LockDiagnostics.orderGraphSize() == 0 else { exit(3) }
+    }
+    #expect(!standardError(result).contains("[lock-order]"))
+  }
+
+  @Test("tryLock never reports an order, even against the opposite blocking order")
+  func tryLockDoesNotReport() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      let first = Condition(name: "first")
+      let second = Condition(name: "second")
+      blocking {
+        runConcurrently(1) { _ in first.withLock { second.withLock {} } }
+        runConcurrently(1) { _ in
+          second.withLock {
+            guard first.tryLock() else { exit(2) }
+            first.unlock()
+          }
+        }
+      }
+    }
+    #expect(!standardError(result).contains("[lock-order]"))
+  }
+
+  @Test("a new lock that takes a destroyed lock's place is a new lock: the old orders do not report")
+  func destroyedIdentityIsForgotten() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      blocking {
+        for _ in 0..<100 {
+          // Same names, same sites, likely the same addresses as the previous round's pair;
+          // each round takes them in the opposite order to the last.
+          do {
+            let first = Condition(name: "reused A")
+            let second = Condition(name: "reused B")
+            first.withLock { second.withLock {} }
+          }
+          do {
+            let first = Condition(name: "reused A")
+            let second = Condition(name: "reused B")
+            second.withLock { first.withLock {} }
+          }
+        }
+      }
+      guard LockDiagnostics.orderGraphSize() == 0 else { exit(2) }
+    }
+    #expect(!standardError(result).contains("[lock-order]"))
+  }
+
+  @Test("re-entering a recursive lock while holding another adds no order and reports nothing")
+  func recursiveReentry() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      let outer = HookedRecursiveLock(name: "recursive")
+      let inner = Condition(name: "inner")
+      blocking {
+        outer.lock()
+        inner.withLock {
+          outer.lock()  // re-entry: not an order "inner before recursive"
+          outer.unlock()
+        }
+        outer.unlock()
+      }
+    }
+    #expect(!standardError(result).contains("[lock-order]"))
+  }
+
+  @Test("in stop mode a lock-order cycle ends the process with a message naming the locks")
+  func stopMode() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.stop, for: .lockOrder)
+      let first = Condition(name: "alpha")
+      let second = Condition(name: "beta")
+      blocking {
+        first.withLock { second.withLock {} }
+        second.withLock { first.withLock {} }
+      }
+      exit(0)
+    }
+    let text = standardError(result)
+    #expect(text.contains("lock-order=stop"))
+    #expect(text.contains("\"alpha\" while holding \"beta\""))
+  }
+
+  @Test("a lock contended by 4 threads shows contended acquisitions and plausible waits; an uncontended one none")
+  func contention() async {
+    await #expect(processExitsWith: .success) {
+      Diagnostics.lockContentionSampling = 1
+      Diagnostics.collectsLockContention = true
+      let hot = Condition(name: "hot")
+      let cold = Condition(name: "cold")
+      let perThread = 2_000
+      let start = MonotonicInstant.now
+      blocking {
+        runConcurrently(4) { _ in
+          for _ in 0..<perThread {
+            hot.withLock {
+              // A hold long enough for the others to find the lock taken.
+              _ = sched_yield()
+            }
+          }
+        }
+        for _ in 0..<perThread { cold.withLock {} }
+      }
+      let elapsed = start.duration(to: .now)
+      let figures = Diagnostics.lockContention()
+      guard let hotFigures = figures.first(where: { $0.name == "hot" }),
+        let coldFigures = figures.first(where: { $0.name == "cold" })
+      else { exit(2) }
+      guard hotFigures.acquisitions == 4 * perThread, hotFigures.holds == 4 * perThread else { exit(3) }
+      guard hotFigures.contendedAcquisitions > 0, hotFigures.totalWait > .zero else { exit(4) }
+      guard hotFigures.maxWait <= hotFigures.totalWait, hotFigures.totalWait < elapsed * 4 else { exit(5) }
+      guard !hotFigures.blockingHolders.isEmpty else { exit(6) }
+      guard coldFigures.acquisitions == perThread, coldFigures.contendedAcquisitions == 0,
+        coldFigures.totalWait == .zero, coldFigures.blockingHolders.isEmpty
+      else { exit(7) }
+      // Sampling 1 in 10 scales each measurement by 10.
+      Diagnostics.resetLockContention()
+      Diagnostics.lockContentionSampling = 10
+      blocking { runConcurrently(1) { _ in for _ in 0..<100 { cold.withLock {} } } }
+      guard Diagnostics.lockContention().first?.acquisitions == 100 else { exit(8) }
+    }
+  }
+
+  @Test("contention-dump=json writes the figures as JSON to standard error at exit")
+  func dumpAtExit() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      setenv(Diagnostics.environmentVariable, "contention-dump=json,contention-sample=1", 1)
+      let lock = Condition(name: "dumped")
+      blocking { for _ in 0..<10 { lock.withLock {} } }
+      exit(0)
+    }
+    let text = standardError(result)
+    #expect(text.contains("{\"sampling\": 1, \"locks\": [{\"name\": \"dumped\", \"acquisitions\": 10, "))
+    #expect(text.contains("\"contendedAcquisitions\": 0"))
+  }
+}
+
