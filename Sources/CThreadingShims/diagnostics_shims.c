@@ -13,3 +13,5 @@ uint64_t tk_lock_diagnostics_new_id(void) {
   static _Atomic uint64_t last = 0;
   return atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
 }
+__thread int64_t tk_lock_diagnostics_countdown_value __attribute__((tls_model("initial-exec"))) = 0;
+__thread int64_t tk_lock_diagnostics_sampled_holds_value __attribute__((tls_model("initial-exec"))) = 0;

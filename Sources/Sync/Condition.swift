@@ -77,7 +77,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
-    if LockDiagnostics.isTracking {
+    if LockDiagnostics.diagnosesAcquisition {
       _ = lockCore.acquireDiagnosed(
         identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
       return
@@ -89,7 +89,7 @@ public final class Condition: Locking, @unchecked Sendable {
   /// it.
   @inlinable
   public func unlock() {
-    if LockDiagnostics.isTracking {
+    if LockDiagnostics.diagnosesRelease {
       lockCore.releaseDiagnosed(identity, checkOwner: true, typeName: "Condition")
       return
     }
@@ -99,7 +99,7 @@ public final class Condition: Locking, @unchecked Sendable {
   /// Acquires the lock if it is free right now; never blocks. Returns whether it did.
   @inlinable
   public func tryLock() -> Bool {
-    if LockDiagnostics.isTracking { return lockCore.tryAcquireDiagnosed(identity) }
+    if LockDiagnostics.tracksHeldLocks { return lockCore.tryAcquireDiagnosed(identity) }
     return lockCore.tryAcquire()
   }
 
@@ -108,7 +108,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.isTracking {
+    if LockDiagnostics.diagnosesAcquisition {
       return lockCore.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
     }
     return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
@@ -219,7 +219,7 @@ public final class Condition: Locking, @unchecked Sendable {
   /// while the lock detectors are on).
   @inline(__always)
   func waitReleasingLock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.isTracking {
+    if LockDiagnostics.tracksHeldLocks {
       return LockDiagnostics.conditionWait(identity, before: deadline) {
         waitCore.wait(releasing: lockCore, before: deadline, typeName: "Condition")
       }

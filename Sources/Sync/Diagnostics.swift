@@ -174,8 +174,8 @@ public enum Diagnostics {
   static let contentionBit: UInt32 = 1 << 29
   /// The lock kinds' bits (kinds 1 to 3): while any is set, threads keep their held locks.
   static let lockKindsMask: UInt32 = 0xFC
-  /// The lock hooks' mask: `lockKindsMask` and `contentionBit` (spelled as a literal in
-  /// ``LockDiagnostics/isTracking``).
+  /// The lock hooks' mask: `lockKindsMask` and `contentionBit` (spelled as literals in the
+  /// inlined checks of `LockDiagnostics`).
   static let lockTrackingMask: UInt32 = 0x2000_00FC
 
   /// The switches, the environment applied: one relaxed load once decided (the first call

@@ -1,6 +1,6 @@
 extension FutexLock {
   // The diagnosed paths of the lock operations, for the lock types that carry a
-  // `LockIdentity`: each runs only while `LockDiagnostics.isTracking`, out of line, so the
+  // `LockIdentity`: each runs only when `LockDiagnostics`' inlined check says so, out of line, so the
   // plain path keeps its inlined fast path behind one relaxed load and a branch.
 
   /// ``acquire(before:spins:typeName:)`` through ``LockDiagnostics/acquire(_:before:holder:tryAcquire:acquire:)``.

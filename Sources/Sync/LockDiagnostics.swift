@@ -38,13 +38,15 @@ package struct LockIdentity: Sendable {
 /// (``Diagnostics/collectsLockContention``).
 ///
 /// **How a lock type uses it.** It stores a ``LockIdentity`` and, in each operation, checks
-/// ``isTracking`` (one relaxed load of the switches word, inlined): while false it runs its
-/// plain code; while true it calls the out-of-line hook with its own primitive steps as
-/// closures:
+/// ``diagnosesAcquisition``, ``diagnosesRelease`` or ``tracksHeldLocks`` (inlined: one
+/// relaxed load of the switches word and a branch while everything is off; with contention
+/// statistics alone on, a thread-local countdown picks the sampled acquisitions): while
+/// false it runs its plain code; while true it calls the out-of-line hook with its own
+/// primitive steps as closures:
 ///
 /// ```swift
 /// public func lock() {
-///   if LockDiagnostics.isTracking { lockDiagnosed(); return }
+///   if LockDiagnostics.diagnosesAcquisition { lockDiagnosed(); return }
 ///   _ = core.acquire(before: .distantFuture, ...)
 /// }
 /// @inline(never) func lockDiagnosed() {
@@ -78,6 +80,38 @@ package enum LockDiagnostics {
     Diagnostics.switches() & 0x2000_00FC != 0
   }
 
+  /// Whether an acquisition takes the diagnosed path: a lock detector is on, or contention
+  /// statistics alone are on and this acquisition is the thread's sample (a thread-local
+  /// countdown, decremented inline). Off: one relaxed load and a branch.
+  @inlinable
+  @inline(__always)
+  static var diagnosesAcquisition: Bool {
+    let word = Diagnostics.switches()
+    if word & 0x2000_00FC == 0 { return false }
+    // `Diagnostics.lockKindsMask`: without a lock detector only samples need the hooks.
+    if word & 0xFC == 0 { return tk_lock_diagnostics_count_down() != 0 }
+    return true
+  }
+
+  /// Whether a release takes the diagnosed path: a lock detector is on, or contention
+  /// statistics are on and the thread has an unreleased sampled hold.
+  @inlinable
+  @inline(__always)
+  static var diagnosesRelease: Bool {
+    let word = Diagnostics.switches()
+    if word & 0x2000_00FC == 0 { return false }
+    if word & 0xFC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
+    return true
+  }
+
+  /// Whether a `tryLock` takes the diagnosed path: a lock detector is on (contention
+  /// statistics do not count `tryLock`).
+  @inlinable
+  @inline(__always)
+  static var tracksHeldLocks: Bool {
+    Diagnostics.switches() & 0xFC != 0
+  }
+
   /// ``isTracking``, for diagnosed lock types outside Sync (tests).
   @inline(__always)
   package static var trackingIsOn: Bool { isTracking }
@@ -102,7 +136,7 @@ package enum LockDiagnostics {
         Diagnostics.report(finding)
       }
     }
-    let weight = settings & Diagnostics.contentionBit != 0 ? state.sample() : 0
+    let weight = settings & Diagnostics.contentionBit != 0 ? state.sample(countedDown: !tracksHeld) : 0
     var acquired = true
     var waited: Int64 = -1
     var holderName: String? = nil
@@ -224,15 +258,13 @@ struct HeldLock {
 /// One thread's lock-diagnostics state (see ``LockDiagnostics``).
 final class ThreadState: @unchecked Sendable {
   // @unchecked: `held` and `waiting` are protected by `word` (the owning thread writes
-  // them, the watchdog reads them); `epoch`, `countdown`, `checkedEdges` and
+  // them, the watchdog reads them); `epoch`, `checkedEdges` and
   // `sampledHolds` are touched by the owning thread only; the rest is immutable.
   let word: UnsafeMutablePointer<UInt32>
   private var held: [HeldLock] = []
   private var waiting: WaitRecord? = nil
   /// The lock epoch the held list belongs to (see `Diagnostics.OptionSlot.lockEpoch`).
   private var epoch: UInt64
-  /// Acquisitions left before the next contention sample.
-  private var countdown: Int
   /// Sampled holds outside the held list (contention statistics alone keep no list).
   private var sampledHolds: [HeldLock] = []
   /// Lock-order edges this thread knows are in the graph (or were reported): a hit is the
@@ -248,7 +280,6 @@ final class ThreadState: @unchecked Sendable {
     word = .allocate(capacity: 1)
     word.initialize(to: 0)
     epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
-    countdown = 0
     identity = tk_thread_identity()
     var buffer = [CChar](repeating: 0, count: 16)
     // The name as the kernel has it (the toolkit's `Thread.name` sets it); an unnamed thread
@@ -276,6 +307,7 @@ final class ThreadState: @unchecked Sendable {
     if epoch != state.epoch {
       state.epoch = epoch
       WordLock.withLock(state.word) { state.held.removeAll() }
+      tk_lock_diagnostics_add_sampled_holds(-Int64(state.sampledHolds.count))
       state.sampledHolds.removeAll()
     }
     return state
@@ -340,14 +372,13 @@ final class ThreadState: @unchecked Sendable {
     checkedEdges.insert(key)
   }
 
-  /// The next contention sample's weight, or 0 when this acquisition is not sampled.
-  func sample() -> Int {
-    if countdown > 0 {
-      countdown -= 1
-      return 0
-    }
+  /// The contention sample's weight for this acquisition, or 0 when it is not sampled.
+  /// `countedDown`: the inlined check already counted it down to a sample (contention
+  /// statistics alone are on).
+  func sample(countedDown: Bool) -> Int {
+    if !countedDown && tk_lock_diagnostics_count_down() == 0 { return 0 }
     let interval = Diagnostics.lockContentionSampling
-    countdown = interval - 1
+    tk_lock_diagnostics_set_countdown(Int64(interval))
     return interval
   }
 
@@ -357,13 +388,17 @@ final class ThreadState: @unchecked Sendable {
       WordLock.withLock(word) { held.append(entry) }
     } else if holdStart != 0 {
       sampledHolds.append(entry)
+      tk_lock_diagnostics_add_sampled_holds(1)
     }
   }
 
   func pop(_ id: UInt64) -> HeldLock? {
-    if let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
+    if !sampledHolds.isEmpty, let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
+      tk_lock_diagnostics_add_sampled_holds(-1)
       return sampledHolds.remove(at: index)
     }
+    // Nothing to pop: no lock taken (an owner-only read, see above).
+    if held.isEmpty { return nil }
     return WordLock.withLock(word) {
       guard let index = held.lastIndex(where: { $0.lock.id == id }) else { return nil }
       return held.remove(at: index)

@@ -19,6 +19,7 @@ let registrations: [(Harness) -> Void] = [
   registerPriorityInheritanceBenchmarks,
   registerContentionBenchmarks,
   registerPoolBenchmarks,
+  registerLockDiagnosticsBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

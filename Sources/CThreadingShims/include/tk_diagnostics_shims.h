@@ -34,6 +34,26 @@ static inline uint64_t *tk_diagnostics_option(int index) { return &tk_diagnostic
 /// while a lock detector is on. Sync's pthread key releases the state at thread exit.
 extern __thread void *tk_lock_diagnostics_state_value __attribute__((tls_model("initial-exec")));
 
+/// Acquisitions left before the calling thread's next contention sample (Sync's
+/// `LockDiagnostics`), and how many sampled holds it has not released: initial-exec
+/// thread-locals, so the lock types' inlined check with contention statistics alone on is a
+/// decrement and a compare, with no call.
+extern __thread int64_t tk_lock_diagnostics_countdown_value __attribute__((tls_model("initial-exec")));
+extern __thread int64_t tk_lock_diagnostics_sampled_holds_value __attribute__((tls_model("initial-exec")));
+
+/// Counts one acquisition down; returns 1 when it is to be sampled (the countdown reached
+/// zero; the sampler sets the next countdown), 0 otherwise.
+static inline int tk_lock_diagnostics_count_down(void) { return --tk_lock_diagnostics_countdown_value <= 0; }
+
+/// Sets the calling thread's countdown.
+static inline void tk_lock_diagnostics_set_countdown(int64_t value) { tk_lock_diagnostics_countdown_value = value; }
+
+/// The calling thread's unreleased sampled holds.
+static inline int64_t tk_lock_diagnostics_sampled_holds(void) { return tk_lock_diagnostics_sampled_holds_value; }
+
+/// Adds `delta` to the calling thread's unreleased sampled holds.
+static inline void tk_lock_diagnostics_add_sampled_holds(int64_t delta) { tk_lock_diagnostics_sampled_holds_value += delta; }
+
 /// A new diagnosed-lock identity: a process-wide counter's next value, never 0 and never
 /// handed out twice, so a lock created at a destroyed lock's address is a new lock to the
 /// detectors. Never fails.
