@@ -109,7 +109,8 @@ public final class Condition: Locking, @unchecked Sendable {
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.diagnosesAcquisition {
-      return lockCore.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+      return lockCore.acquireDiagnosed(
+        identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
     }
     return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
   }

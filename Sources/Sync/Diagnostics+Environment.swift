@@ -103,7 +103,10 @@ extension Diagnostics {
           settings.set(mode, for: kind)
         } else {
           return .failure(
-            SettingsError(message: "unknown item \(name) (expected \(kindNames), all, metrics, stall-ms=N, deadlock-ms=N, contention, contention-sample=N or contention-dump)"))
+            SettingsError(
+              message:
+                "unknown item \(name) (expected \(kindNames), all, metrics, stall-ms=N, deadlock-ms=N, contention, contention-sample=N or contention-dump)"
+            ))
         }
       }
     }

@@ -12,10 +12,12 @@ extension LockDiagnostics {
     let started = Diagnostics.OptionSlot.watchdogStarted.pointer
     guard UInt64.atomicCompareAndSwap(expected: 0, desired: 1, at: started, ordering: .relaxed) else { return }
     var thread = pthread_t()
-    let result = pthread_create(&thread, nil, { _ in
-      LockDiagnostics.watchdogMain()
-      return nil
-    }, nil)
+    let result = pthread_create(
+      &thread, nil,
+      { _ in
+        LockDiagnostics.watchdogMain()
+        return nil
+      }, nil)
     if result != 0 {
       Diagnostics.report(
         Diagnostics.Finding(
@@ -129,7 +131,8 @@ struct Watchdog {
       }
       line += " for \(ContentionTable.describe(.nanoseconds(now.nanoseconds - waiting.since.nanoseconds)))"
       if waiting.deadline != .distantFuture {
-        line += ", timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
+        line +=
+          ", timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
       }
       details.append(line)
       let held = entry.held.map { "\"\($0.label)\"" }.joined(separator: ", ")

@@ -142,7 +142,8 @@ package enum LockDiagnostics {
     var holderName: String? = nil
     if !tryAcquire() {
       let holderID = holder()
-      if weight != 0 { holderName = ThreadRegistry.shared.name(of: holderID) }
+      // 0: the holder released the lock in between (no thread to blame).
+      if weight != 0 && holderID != 0 { holderName = ThreadRegistry.shared.name(of: holderID) }
       let start = weight != 0 ? MonotonicInstant.now.nanoseconds : 0
       if tracksHeld { state.setWaiting(WaitRecord(lock: lock, isCondition: false, deadline: deadline)) }
       acquired = acquire()

@@ -78,7 +78,9 @@ struct LockDiagnosticsRunLoopTests {
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [held-lock-in-callback]").count == 1)
-    #expect(text.contains("timer \"leaky timer\" returned holding lock \"session table\" on run loop of thread \"held-lock-loop\""))
+    #expect(
+      text.contains(
+        "timer \"leaky timer\" returned holding lock \"session table\" on run loop of thread \"held-lock-loop\""))
     #expect(!text.contains("tidy"))
   }
 }

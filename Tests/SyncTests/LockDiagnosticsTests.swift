@@ -301,4 +301,3 @@ struct LockDiagnosticsTests {
     #expect(text.contains("\"contendedAcquisitions\": 0"))
   }
 }
-
