@@ -30,6 +30,9 @@
 /// not hold, taking it again on the thread that holds it (self-deadlock), and deinitializing
 /// it while locked.
 ///
+/// **Diagnostics.** A condition lock is a diagnosed lock, like ``Condition``: the lock
+/// detectors and contention statistics of ``Diagnostics`` watch it while they are on.
+///
 /// Built on a futex lock and a futex sequence word; the guide's Cocoa class is implemented
 /// with `pthread_mutex_t` and `pthread_cond_t`.
 public final class ConditionLock: Locking, @unchecked Sendable {
@@ -41,19 +44,67 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   let waitCore: FutexCondition
   @usableFromInline
   let value: UnsafeMutablePointer<UInt64>
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``.
+  let identity: LockIdentity
 
-  /// Creates an unlocked condition lock whose condition is `condition`.
-  public init(condition: Int = 0) {
+  /// Creates an unlocked condition lock whose condition is `condition`. `name` is what
+  /// diagnostics reports call it (see ``Diagnostics``); without one they use the creation
+  /// site, `fileID:line`, which the defaults capture.
+  public init(condition: Int = 0, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
     lockCore = FutexLock()
     waitCore = FutexCondition()
     value = .allocate(capacity: 1)
     value.initialize(to: UInt64(bitPattern: Int64(condition)))
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
   }
 
   deinit {
     lockCore.deallocate(typeName: "ConditionLock")
     waitCore.deallocate()
     value.deallocate()
+    LockDiagnostics.lockWillBeDestroyed(identity)
+  }
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
+
+  /// Acquires the lock core, through the diagnostics hooks when they are on.
+  @inline(__always)
+  private func acquire(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.diagnosesAcquisition {
+      return lockCore.acquireDiagnosed(
+        identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+    }
+    return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+  }
+
+  /// One non-blocking attempt, through the diagnostics hooks when they are on.
+  @inline(__always)
+  private func attempt() -> Bool {
+    LockDiagnostics.tracksHeldLocks ? lockCore.tryAcquireDiagnosed(identity) : lockCore.tryAcquire()
+  }
+
+  /// Releases the lock core, through the diagnostics hooks when they are on.
+  @inline(__always)
+  private func release(checkOwner: Bool) {
+    if LockDiagnostics.diagnosesRelease {
+      lockCore.releaseDiagnosed(identity, checkOwner: checkOwner, typeName: "ConditionLock")
+    } else {
+      lockCore.release(checkOwner: checkOwner, typeName: "ConditionLock")
+    }
+  }
+
+  /// One wait of the futex condition (marked as a condition wait for the deadlock watchdog
+  /// while the lock detectors are on).
+  @inline(__always)
+  private func waitReleasingLock(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.tracksHeldLocks {
+      return LockDiagnostics.conditionWait(identity, before: deadline) {
+        waitCore.wait(releasing: lockCore, before: deadline, typeName: "ConditionLock")
+      }
+    }
+    return waitCore.wait(releasing: lockCore, before: deadline, typeName: "ConditionLock")
   }
 
   /// The current condition. Exact while the calling thread holds the lock; otherwise a
@@ -65,19 +116,19 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// Acquires the lock whatever the condition, blocking while another thread holds it.
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   public func lock() {
-    _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+    _ = acquire(before: .distantFuture)
   }
 
   /// Acquires the lock whatever the condition, giving up when `deadline` (monotonic clock)
   /// passes; returns whether it was acquired. The guide's `lock(before:)`.
   @available(*, noasync, message: "blocks the thread")
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+    acquire(before: deadline)
   }
 
   /// Acquires the lock if it is free right now, whatever the condition; never blocks.
   public func tryLock() -> Bool {
-    lockCore.tryAcquire()
+    attempt()
   }
 
   /// Acquires the lock once the condition equals `condition`, blocking until then.
@@ -91,14 +142,12 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// to `condition`); on `false` the lock is not held. A passed deadline makes one attempt.
   @available(*, noasync, message: "blocks the thread")
   public func lock(whenCondition condition: Int, before deadline: MonotonicInstant) -> Bool {
-    guard lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock") else {
+    guard acquire(before: deadline) else {
       return false
     }
     while self.condition != condition {
-      if !waitCore.wait(releasing: lockCore, before: deadline, typeName: "ConditionLock"),
-        self.condition != condition
-      {
-        lockCore.release(checkOwner: false, typeName: "ConditionLock")
+      if !waitReleasingLock(before: deadline), self.condition != condition {
+        release(checkOwner: false)
         return false
       }
     }
@@ -115,16 +164,16 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// Acquires the lock if it is free right now and the condition equals `condition`; never
   /// blocks. Returns whether it did.
   public func tryLock(whenCondition condition: Int) -> Bool {
-    guard lockCore.tryAcquire() else { return false }
+    guard attempt() else { return false }
     if self.condition == condition { return true }
-    lockCore.release(checkOwner: false, typeName: "ConditionLock")
+    release(checkOwner: false)
     return false
   }
 
   /// Releases the lock, leaving the condition unchanged. Stops the process if the calling
   /// thread does not hold it.
   public func unlock() {
-    lockCore.release(checkOwner: true, typeName: "ConditionLock")
+    release(checkOwner: true)
   }
 
   /// Sets the condition to `condition`, releases the lock, and wakes the threads waiting
@@ -139,7 +188,7 @@ public final class ConditionLock: Locking, @unchecked Sendable {
     // signal might not be the one whose value was set. Waking under the lock keeps a waiter
     // from missing the change between its test and its sleep.
     waitCore.broadcast()
-    lockCore.release(checkOwner: false, typeName: "ConditionLock")
+    release(checkOwner: false)
   }
 
   /// Whether the calling thread holds the lock; meant for assertions.

@@ -231,6 +231,27 @@ struct LockDiagnosticsTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
+  @Test("a ConditionLock is diagnosed too: lock(whenCondition:) against a Condition in the other order reports")
+  func conditionLockIsDiagnosed() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.setMode(.report, for: .lockOrder)
+      let queue = ConditionLock(condition: 1, name: "job queue")
+      let registry = Condition(name: "registry")
+      blocking {
+        queue.lock(whenCondition: 1)
+        registry.withLock {}
+        queue.unlock(withCondition: 1)
+        registry.withLock {
+          queue.lock()
+          queue.unlock()
+        }
+      }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [lock-order]").count == 1)
+    #expect(text.contains("takes \"job queue\" while holding \"registry\""))
+  }
+
   @Test("in stop mode a lock-order cycle ends the process with a message naming the locks")
   func stopMode() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
