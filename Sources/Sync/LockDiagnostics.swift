@@ -258,19 +258,27 @@ struct HeldLock {
 
 /// One thread's lock-diagnostics state (see ``LockDiagnostics``).
 final class ThreadState: @unchecked Sendable {
+  // Dynamic exclusivity checks are off for the mutable properties: the access rules below
+  // (one owning thread, the word lock for what the watchdog reads) already exclude
+  // overlapping accesses, and the checks would cost every diagnosed lock operation.
   // @unchecked: `held` and `waiting` are protected by `word` (the owning thread writes
   // them, the watchdog reads them); `epoch`, `checkedEdges` and
   // `sampledHolds` are touched by the owning thread only; the rest is immutable.
   let word: UnsafeMutablePointer<UInt32>
+  @exclusivity(unchecked)
   private var held: [HeldLock] = []
+  @exclusivity(unchecked)
   private var waiting: WaitRecord? = nil
   /// The lock epoch the held list belongs to (see `Diagnostics.OptionSlot.lockEpoch`).
+  @exclusivity(unchecked)
   private var epoch: UInt64
   /// Sampled holds outside the held list (contention statistics alone keep no list).
+  @exclusivity(unchecked)
   private var sampledHolds: [HeldLock] = []
   /// Lock-order edges this thread knows are in the graph (or were reported): a hit is the
   /// steady state's only cost. Keys never go stale in a harmful way (identities are never
   /// reused); the set is emptied when it grows past `edgeCacheLimit`.
+  @exclusivity(unchecked)
   var checkedEdges = Set<EdgeKey>()
   static let edgeCacheLimit = 65_536
   /// The thread's identity (`tk_thread_identity`) and its name when the state was made.

@@ -8,6 +8,14 @@ import Threads
   import Glibc
 #endif
 
+/// Switches every detector off, then `kind` to report: an exit test's child inherits
+/// THREADING_TOOLKIT_DIAGNOSTICS (CI runs the suite once with `all=stop`), and each test
+/// watches one detector (the philosophers' forks are also a lock-order cycle).
+private func onlyDetector(_ kind: Diagnostics.Kind) {
+  for other in Diagnostics.Kind.all { Diagnostics.setMode(.off, for: other) }
+  Diagnostics.setMode(.report, for: kind)
+}
+
 /// Standard error of an exit test, as text.
 private func standardError(_ result: ExitTest.Result?) -> String {
   result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
@@ -22,7 +30,7 @@ struct LockDiagnosticsRunLoopTests {
   func watchdogFindsThreeThreadCycle() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.deadlockCheckInterval = .milliseconds(20)
-      Diagnostics.setMode(.report, for: .deadlocks)
+      onlyDetector(.deadlocks)
       let forks = (1...3).map { Condition(name: "fork \($0)") }
       let holding = Latch(count: 3)
       // Each philosopher takes its fork, then waits up to a second for its neighbour's: a
@@ -57,7 +65,7 @@ struct LockDiagnosticsRunLoopTests {
   @Test("a timer callback that returns holding a lock it took is reported naming the timer and the lock")
   func callbackReturningWithLockHeld() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .heldLockInCallback)
+      onlyDetector(.heldLockInCallback)
       let sessions = Condition(name: "session table")
       let other = Condition(name: "tidy lock")
       runOnThread(named: "held-lock-loop") {

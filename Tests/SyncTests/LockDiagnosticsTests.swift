@@ -52,6 +52,14 @@ final class HookedRecursiveLock: @unchecked Sendable {
   }
 }
 
+/// Switches every detector off, then `kind` (if any) to `mode`: an exit test's child
+/// inherits THREADING_TOOLKIT_DIAGNOSTICS (CI runs the suite once with `all=stop`), and each
+/// test watches one detector.
+func onlyDetector(_ kind: Diagnostics.Kind?, _ mode: Diagnostics.Mode = .report) {
+  for other in Diagnostics.Kind.all { Diagnostics.setMode(.off, for: other) }
+  if let kind { Diagnostics.setMode(mode, for: kind) }
+}
+
 /// Standard error of an exit test, as text.
 private func standardError(_ result: ExitTest.Result?) -> String {
   result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
@@ -98,7 +106,7 @@ struct LockDiagnosticsTests {
   @Test("two locks taken in both orders on two threads, one after the other, are reported once, naming both")
   func twoLocksBothOrders() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       let first = Condition(name: "accounts")
       let second = Condition(name: "ledger")
       blocking {
@@ -124,7 +132,7 @@ struct LockDiagnosticsTests {
   @Test("a cycle through 100 locks is reported, naming the first 10 and how many more")
   func hundredLockCycle() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       let locks = (0..<100).map { Condition(name: "L\($0)") }
       blocking {
         for index in 0..<99 {
@@ -144,7 +152,7 @@ struct LockDiagnosticsTests {
   @Test("131,072 locks taken in sliding windows of 5 report nothing, and destroyed locks leave the graph")
   func slidingWindows() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       // 131,072 locks, each created, taken in 5 windows (after the 4 before it, before the
       // 4 after it) and destroyed: 655,360 diagnosed acquisitions, 524,288 distinct orders.
       // A sixteenth under ThreadSanitizer, which slows every atomic about tenfold.
@@ -172,7 +180,7 @@ struct LockDiagnosticsTests {
   @Test("tryLock never reports an order, even against the opposite blocking order")
   func tryLockDoesNotReport() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       let first = Condition(name: "first")
       let second = Condition(name: "second")
       blocking {
@@ -191,7 +199,7 @@ struct LockDiagnosticsTests {
   @Test("a new lock that takes a destroyed lock's place is a new lock: the old orders do not report")
   func destroyedIdentityIsForgotten() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       blocking {
         for _ in 0..<100 {
           // Same names, same sites, likely the same addresses as the previous round's pair;
@@ -216,7 +224,7 @@ struct LockDiagnosticsTests {
   @Test("re-entering a recursive lock while holding another adds no order and reports nothing")
   func recursiveReentry() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       let outer = HookedRecursiveLock(name: "recursive")
       let inner = Condition(name: "inner")
       blocking {
@@ -234,7 +242,7 @@ struct LockDiagnosticsTests {
   @Test("a ConditionLock is diagnosed too: lock(whenCondition:) against a Condition in the other order reports")
   func conditionLockIsDiagnosed() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.report, for: .lockOrder)
+      onlyDetector(.lockOrder)
       let queue = ConditionLock(condition: 1, name: "job queue")
       let registry = Condition(name: "registry")
       blocking {
@@ -255,7 +263,7 @@ struct LockDiagnosticsTests {
   @Test("in stop mode a lock-order cycle ends the process with a message naming the locks")
   func stopMode() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      Diagnostics.setMode(.stop, for: .lockOrder)
+      onlyDetector(.lockOrder, .stop)
       let first = Condition(name: "alpha")
       let second = Condition(name: "beta")
       blocking {
@@ -272,6 +280,7 @@ struct LockDiagnosticsTests {
   @Test("a lock contended by 4 threads shows contended acquisitions and plausible waits; an uncontended one none")
   func contention() async {
     await #expect(processExitsWith: .success) {
+      onlyDetector(nil)
       Diagnostics.lockContentionSampling = 1
       Diagnostics.collectsLockContention = true
       let hot = Condition(name: "hot")
