@@ -169,8 +169,10 @@ struct LockDiagnosticsTests {
         }
       }
       let elapsed = start.duration(to: .now)
-      // Stated limit: 20 s for the whole run in a debug build (it takes a small part of it).
-      guard elapsed < .seconds(20) else { exit(2) }
+      // Stated limit: 45 s for the whole run in a debug build (unspecialized generic
+      // collections), sharing two cores with the rest of the suite; under the suite's limit
+      // of a minute.
+      guard elapsed < .seconds(45) else { exit(2) }
       window.removeAll()
       guard LockDiagnostics.orderGraphSize() == 0 else { exit(3) }
     }
