@@ -14,11 +14,12 @@ extension FutexLock {
       acquire: { acquire(before: deadline, spins: spins, typeName: typeName) })
   }
 
-  /// ``tryAcquire()`` through ``LockDiagnostics/tryAcquire(_:tryAcquire:)``.
+  /// ``tryAcquireFree()`` (the `tryLock()` attempt) through
+  /// ``LockDiagnostics/tryAcquire(_:tryAcquire:)``.
   @usableFromInline
   @inline(never)
   func tryAcquireDiagnosed(_ identity: LockIdentity) -> Bool {
-    LockDiagnostics.tryAcquire(identity) { tryAcquire() }
+    LockDiagnostics.tryAcquire(identity) { tryAcquireFree() }
   }
 
   /// ``release(checkOwner:typeName:)`` through ``LockDiagnostics/release(_:release:)``.
