@@ -339,6 +339,10 @@ public enum Diagnostics {
     case watchdogStarted = 5
     /// The contention dump at exit: 1 text, 2 JSON (set once, with the atexit handler).
     case contentionDump = 6
+    /// Bumped each time a lock with entries in the lock-order graph is forgotten: the
+    /// threads' caches of checked orders are emptied when they see a new value, so they never
+    /// keep entries of destroyed locks.
+    case graphGeneration = 7
 
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }

@@ -46,6 +46,8 @@ final class OrderGraph: @unchecked Sendable {
   /// thread blocks on `lock`; reports nothing itself (the caller reports, with no toolkit
   /// lock held).
   func check(acquiring lock: LockIdentity, on state: ThreadState) -> Diagnostics.Finding? {
+    let generation = UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphGeneration.pointer, ordering: .relaxed)
+    state.dropCheckedOrders(unlessGeneration: generation)
     let unchecked = state.uncheckedOrders(before: lock.id)
     if unchecked.isEmpty { return nil }
     var finding: Diagnostics.Finding? = nil
@@ -72,9 +74,11 @@ final class OrderGraph: @unchecked Sendable {
   /// Forgets a destroyed lock: its node and every order to or from it.
   func forget(_ id: UInt64) {
     WordLock.withLock(word) {
+      if !reported.isEmpty { reported = reported.filter { $0.from != id && $0.to != id } }
       guard let node = nodes.removeValue(forKey: id) else { return }
       for later in node.out.keys { nodes[later]?.into.remove(id) }
       for earlier in node.into { nodes[earlier]?.out.removeValue(forKey: id) }
+      _ = UInt64.atomicFetchAdd(1, at: Diagnostics.OptionSlot.graphGeneration.pointer, ordering: .relaxed)
     }
   }
 

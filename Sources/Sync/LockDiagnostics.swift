@@ -276,10 +276,14 @@ final class ThreadState: @unchecked Sendable {
   @exclusivity(unchecked)
   private var sampledHolds: [HeldLock] = []
   /// Lock-order edges this thread knows are in the graph (or were reported): a hit is the
-  /// steady state's only cost. Keys never go stale in a harmful way (identities are never
-  /// reused); the set is emptied when it grows past `edgeCacheLimit`.
+  /// steady state's only cost (while no lock with orders is destroyed). Emptied when such a
+  /// lock is destroyed (``dropCheckedOrders(unlessGeneration:)``), so it never keeps a
+  /// destroyed lock's entries, and when it grows past `edgeCacheLimit`.
   @exclusivity(unchecked)
   var checkedEdges = Set<EdgeKey>()
+  /// The graph generation `checkedEdges` was filled in (see `dropCheckedOrders`).
+  @exclusivity(unchecked)
+  private var cacheGeneration: UInt64 = 0
   static let edgeCacheLimit = 65_536
   /// The thread's identity (`tk_thread_identity`) and its name when the state was made.
   let identity: UInt64
@@ -373,6 +377,14 @@ final class ThreadState: @unchecked Sendable {
       if !unchecked.contains(where: { $0.id == entry.lock.id }) { unchecked.append(entry.lock) }
     }
     return unchecked
+  }
+
+  /// Empties the cache of checked orders if a lock was forgotten since it was filled (its
+  /// entries would otherwise stay until the cache is full).
+  func dropCheckedOrders(unlessGeneration generation: UInt64) {
+    if generation == cacheGeneration { return }
+    cacheGeneration = generation
+    if !checkedEdges.isEmpty { checkedEdges.removeAll() }
   }
 
   /// Remembers that the order `key` is in the graph (or was reported).
