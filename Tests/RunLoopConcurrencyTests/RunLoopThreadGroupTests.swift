@@ -1,0 +1,163 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+@Suite(.timeLimit(.minutes(1))) struct RunLoopThreadGroupTests {
+  @Test func aTaskPreferringTheGroupRunsOnOneOfItsThreads() async {
+    let group = makeGroup(threadCount: 2)
+    let thread = await Task(executorPreference: group) { Thread.current }.value
+    #expect(group.threads.contains(thread))
+    let scoped = await withTaskExecutorPreference(group) { await currentThreadOffActor() }
+    #expect(group.threads.contains(scoped))
+    await shutDownOffPool(group)
+  }
+
+  @Test func consecutiveJobsGoRoundRobinToEveryThread() async {
+    let group = makeGroup(threadCount: 3)
+    // Each task blocks its thread until all three run at once: possible only if the three
+    // first jobs went to three different threads.
+    let allRunning = Latch(count: 3)
+    let tasks = (0..<3).map { _ in
+      Task(executorPreference: group) { () -> (Thread, Bool) in
+        allRunning.countDown()
+        return (Thread.current, blockingWait(allRunning, timeout: .seconds(20)))
+      }
+    }
+    var threads: Set<Thread> = []
+    for task in tasks {
+      let (thread, metTheOthers) = await task.value
+      #expect(metTheOthers)
+      threads.insert(thread)
+    }
+    #expect(threads == Set(group.threads))
+    await shutDownOffPool(group)
+  }
+
+  @Test func jobsOnAThreadRunHigherPriorityFirstAndInOrderWithinAPriority() async {
+    let group = makeGroup(threadCount: 1)
+    let hold = Latch(count: 1)
+    let holding = Latch(count: 1)
+    let holder = Task(executorPreference: group) {
+      holding.countDown()
+      blockingWait(hold)
+    }
+    await Task.detached { blockingWait(holding) }.value
+    let priorities: [TaskPriority] = [.low, .high, .medium, .low, .high, .background, .medium, .high]
+    let order = Recorder<Int>()
+    let done = Latch(count: priorities.count)
+    for (index, priority) in priorities.enumerated() {
+      Task(executorPreference: group, priority: priority) {
+        order.append(index)
+        done.countDown()
+      }
+    }
+    hold.countDown()
+    // Waited for off the tasks: awaiting them would escalate their priorities.
+    await Task.detached { blockingWait(done) }.value
+    let expected = priorities.enumerated().sorted { lhs, rhs in
+      lhs.element.rawValue != rhs.element.rawValue
+        ? lhs.element.rawValue > rhs.element.rawValue : lhs.offset < rhs.offset
+    }.map(\.offset)
+    #expect(order.snapshot == expected)
+    await holder.value
+    await shutDownOffPool(group)
+  }
+
+  @Test func shutDownRunsTheQueuedJobsOnTheGroupsThreadsThenJoinsThem() async {
+    let group = makeGroup(threadCount: 1)
+    let groupThread = group.threads[0]
+    let hold = Latch(count: 1)
+    let holding = Latch(count: 1)
+    _ = Task(executorPreference: group) {
+      holding.countDown()
+      blockingWait(hold)
+    }
+    await Task.detached { blockingWait(holding) }.value
+    let ranOn = Recorder<Thread>()
+    let queued = (0..<5).map { _ in Task(executorPreference: group) { ranOn.append(Thread.current) } }
+    // The shutdown starts while the five jobs are queued behind the held one.
+    let stopper = TestThread.spawn { group.shutDown() }
+    hold.countDown()
+    stopper.join()
+    #expect(group.isShutDown)
+    #expect(ranOn.snapshot.count == 5)
+    #expect(ranOn.snapshot.allSatisfy { $0 === groupThread })
+    #expect(groupThread.isFinished)
+    for task in queued { await task.value }
+  }
+
+  @Test func aJobEnqueuedAfterShutDownRunsOnTheGlobalExecutor() async {
+    let group = makeGroup(threadCount: 2)
+    let groupThreads = group.threads
+    await shutDownOffPool(group)
+    let thread = await Task(executorPreference: group) { Thread.current }.value
+    #expect(!groupThreads.contains(thread))
+    #expect(groupThreads.allSatisfy { $0.isFinished })
+  }
+
+  @Test func releasingTheGroupEndsItsThreads() async {
+    var group: RunLoopThreadGroup? = makeGroup(threadCount: 2)
+    let threads = group!.threads
+    #expect(await Task(executorPreference: group!) { 7 }.value == 7)
+    group = nil
+    #expect(threads.allSatisfy { $0.isFinished })
+  }
+
+  @Test func aSecondShutDownReturnsOnceTheFirstHasFinished() async {
+    let group = makeGroup(threadCount: 2)
+    await shutDownOffPool(group)
+    await shutDownOffPool(group)
+    #expect(group.isShutDown)
+  }
+
+  @Test func shutDownOnOneOfTheGroupsThreadsStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let group = makeGroup(threadCount: 1)
+      await Task(executorPreference: group) { shutDownInPlace(group) }.value
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "shutDown() called on one of the group's threads") == true)
+  }
+
+  @Test func aGroupWithoutThreadsStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = makeGroup(threadCount: 0)
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("created with 0 threads")
+        == true)
+  }
+}
+
+/// `RunLoopThreadGroup.init` blocks (`noasync`): async tests call it through this function.
+func makeGroup(threadCount: Int) -> RunLoopThreadGroup {
+  do {
+    return try RunLoopThreadGroup(threadCount: threadCount, name: "group-test")
+  } catch {
+    fatalError("RunLoopThreadGroup: \(error)")
+  }
+}
+
+/// Shuts `group` down from a thread outside the cooperative pool (the call blocks).
+func shutDownOffPool(_ group: RunLoopThreadGroup) async {
+  await Task.detached { shutDownInPlace(group) }.value
+}
+
+/// Calls the blocking `shutDown()` on the calling thread.
+func shutDownInPlace(_ group: RunLoopThreadGroup) {
+  group.shutDown()
+}
+
+/// Waits for `latch` at most `timeout` on the calling thread; false when it did not open.
+func blockingWait(_ latch: Latch, timeout: Duration) -> Bool {
+  latch.wait(timeout: timeout)
+}
+
+/// The thread that runs a nonisolated async function (the task's executor preference).
+nonisolated func currentThreadOffActor() async -> Thread {
+  Thread.current
+}
