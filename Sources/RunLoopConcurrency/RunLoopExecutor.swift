@@ -39,6 +39,16 @@ import Threads
 /// shrinks); waking the loop follows the run loop's rule: a system call only when the loop
 /// sleeps. Each job costs its thread one lock round trip to dequeue.
 ///
+/// **Shutting down** drains: ``shutDown()`` waits until the loop's thread has run every
+/// queued job (and those they queue meanwhile), then closes the executor; an enqueue after
+/// that stops the process with a message naming the misuse. Stop a ``/RunLoop/RunLoopThread``
+/// after shutting down the executors of its loop:
+///
+/// ```swift
+/// executor.shutDown()   // every queued job has run
+/// worker.stop()         // the thread ends and is joined
+/// ```
+///
 /// **The loop's thread ends.** Jobs need the loop's thread: an executor cannot move them to
 /// another thread without breaking the isolation it promises, and dropping them would leave
 /// their tasks suspended forever. So the process stops with a message naming the misuse:
@@ -55,8 +65,8 @@ import Threads
 /// for lack of sources (as with any source). It is invalidated when the executor is
 /// released.
 public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
-  // @unchecked: `queue` and `hasEnded` are protected by `lock`; `owner` is atomic; the rest
-  // is immutable.
+  // @unchecked: `queue`, `hasEnded`, `isShutDown` and the delayed-job state are protected
+  // by `lock`; `owner` is atomic; the rest is immutable.
 
   /// The run loop whose thread runs the jobs.
   public let runLoop: RunLoop
@@ -70,6 +80,13 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   private var queue = JobQueue()
   /// Set when the loop dropped the executor's source (its thread ended). Protected by `lock`.
   private var hasEnded = false
+  /// Set by `shutDown` once the queue was empty. Protected by `lock`.
+  private var isShutDown = false
+  /// Delayed jobs whose timers have not fired yet. Protected by `lock`.
+  private var delayedJobCount = 0
+  /// Set by a `shutDown` waiting for the delayed jobs; opened when the last one is enqueued.
+  /// Protected by `lock`.
+  private var delayedJobsDone: Latch?
   /// The loop thread's `tk_thread_identity()` (never reused by a later thread), or 0 until
   /// the loop's thread first ran a job or the start-up probe.
   private let owner = AtomicInteger<UInt64>(0)
@@ -125,9 +142,14 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     let priority = job.priority.rawValue
     let unownedJob = UnownedJob(job)
     lock.lock()
-    if hasEnded {
+    if hasEnded || isShutDown {
+      let ended = hasEnded
       lock.unlock()
-      concurrencyMisuse("RunLoopExecutor", "job enqueued after the run loop's thread ended (\(runLoop))")
+      if ended {
+        concurrencyMisuse("RunLoopExecutor", "job enqueued after the run loop's thread ended (\(runLoop))")
+      }
+      concurrencyMisuse(
+        "RunLoopExecutor", "job enqueued after the executor was shut down (\(runLoop)); its task could never resume")
     }
     let wasEmpty = queue.isEmpty
     queue.push(unownedJob, priority: priority)
@@ -178,6 +200,77 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
         "the run loop's thread ended with \(queued) job(s) still queued on its executor (let the actors' work finish before stopping the thread)"
       )
     }
+  }
+
+  /// Shuts the executor down once its queue is empty: blocks until the loop's thread has run
+  /// every queued job and every delayed job (see the scheduling extension), including jobs
+  /// those jobs enqueue meanwhile (a steady stream of
+  /// enqueues delays the return), then closes the executor. Any later enqueue stops the
+  /// process (misuse: its task could never resume). Returns at once when already shut down.
+  ///
+  /// The loop must make passes in one of ``modes`` for the call to return (it waits for the
+  /// loop as ``/RunLoop/RunLoop/performAndWait(inModes:_:)`` does). When the loop's thread
+  /// ends meanwhile, the call returns (the thread's end with jobs queued stops the process,
+  /// see "The loop's thread ends"). Calling it on the loop's thread stops the process
+  /// (misuse: the thread would wait for itself).
+  @available(*, noasync, message: "blocks until the loop's thread has run every queued job")
+  public func shutDown() {
+    if isIsolatingCurrentContext() == true {
+      concurrencyMisuse("RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
+    }
+    while true {
+      let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
+      do throws(PerformError) {
+        // Runs at the loop's block step; when jobs are still queued, the source step of the
+        // same or the next pass drains them and the next request checks again.
+        try runLoop.performAndWait(inModes: modes) { [self] in
+          let check: ShutDownCheck = lock.withLock {
+            if isShutDown { return .closed }
+            if !queue.isEmpty { return .jobsQueued }
+            if delayedJobCount > 0 {
+              let latch = delayedJobsDone ?? Latch(count: 1)
+              delayedJobsDone = latch
+              return .delayedJobsPending(latch)
+            }
+            isShutDown = true
+            return .closed
+          }
+          outcome.withLock { $0 = check }
+        }
+      } catch {
+        lock.withLock { isShutDown = true }
+        return
+      }
+      switch outcome.withLock({ $0 }) {
+      case .closed: return
+      case .jobsQueued: continue
+      case .delayedJobsPending(let latch): latch.wait()
+      }
+    }
+  }
+
+  /// What a shutdown's check on the loop's thread found.
+  private enum ShutDownCheck: Sendable {
+    case closed
+    case jobsQueued
+    /// Opens when the last delayed job has been enqueued.
+    case delayedJobsPending(Latch)
+  }
+
+  /// Counts a delayed job whose timer has not fired yet (see the scheduling extension).
+  func beginDelayedJob() {
+    lock.withLock { delayedJobCount += 1 }
+  }
+
+  /// The delayed job's timer fired and its job was enqueued.
+  func endDelayedJob() {
+    let latch: Latch? = lock.withLock {
+      delayedJobCount -= 1
+      guard delayedJobCount == 0, let latch = delayedJobsDone else { return nil }
+      delayedJobsDone = nil
+      return latch
+    }
+    latch?.countDown()
   }
 
   /// Whether the calling thread is the loop's thread: nil while that is not known yet (the

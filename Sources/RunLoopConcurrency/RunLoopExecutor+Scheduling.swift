@@ -1,0 +1,118 @@
+// The one file of this module that uses the toolchain's scheduling SPI
+// (`@_spi(ExperimentalScheduling)`: `SchedulingExecutor`), checked on Swift 6.3.1 (Linux).
+// SPI can change between toolchains; nothing else in the module depends on this file.
+//
+// On 6.3.1 `Task.sleep` does not consult an actor's serial executor for scheduling (it asks
+// the program's default executor), so this conformance serves code that calls the
+// `enqueue(_:after:...)`/`enqueue(_:at:...)` methods itself, and toolchains that consult it.
+
+@_spi(ExperimentalScheduling) import _Concurrency
+import RunLoop
+import Sync
+
+/// Delayed jobs on the loop's timers (toolchain SPI, `@_spi(ExperimentalScheduling)`).
+///
+/// A delayed job is a one-shot ``/RunLoop/RunLoopTimer`` in the executor's modes whose
+/// callback enqueues the job (it then runs at the source step of the same pass, in priority
+/// order with the other jobs). So a delayed job is **never early** and at most `tolerance`
+/// (plus whatever the loop was busy with) late, as the loop's timers are.
+///
+/// **Clocks.** The loop's timers run on the monotonic clock (`CLOCK_MONOTONIC`). A delay
+/// (`after:`) in `Swift.Duration` is counted on it from the call. An instant (`at:`) of
+/// `ContinuousClock` or `SuspendingClock` becomes the time remaining until it, read from that
+/// clock during the call, counted from a monotonic reading taken after it: the deadline can
+/// only move later, never earlier. `SuspendingClock` is the monotonic clock on Linux;
+/// `ContinuousClock` also counts time the system spent suspended, which the monotonic clock
+/// does not, so after a suspension the job runs late, never early. Another clock whose
+/// `Duration` is `Swift.Duration` is treated the same way (right for clocks that advance at
+/// the real rate). A clock with another duration type cannot be mapped and stops the process
+/// (misuse): running the job at once would be early.
+///
+/// Each delayed job allocates one timer. ``shutDown()`` also waits for the delayed jobs.
+/// When the loop's thread ends before a delayed job's timer fired, the process stops with a
+/// message (as for queued jobs: the job's task could never resume).
+@_spi(ExperimentalScheduling)
+extension RunLoopExecutor: SchedulingExecutor {
+  /// Runs `job` on the loop's thread once `delay` has passed on `clock` (see the extension's
+  /// "Clocks"), at most `tolerance` later (nil: no tolerance). Callable from any thread;
+  /// never blocks.
+  public func enqueue<C: Clock>(
+    _ job: consuming ExecutorJob, after delay: C.Duration, tolerance: C.Duration?, clock: C
+  ) {
+    guard let delay = delay as? Duration else { unmappableClock(clock) }
+    schedule(job, deadline: MonotonicInstant.now.advanced(by: roundedUp(delay)), tolerance: tolerance, clock: clock)
+  }
+
+  /// Runs `job` on the loop's thread once `clock` reached `instant` (see the extension's
+  /// "Clocks"), at most `tolerance` later (nil: no tolerance). Callable from any thread;
+  /// never blocks.
+  public func enqueue<C: Clock>(
+    _ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C
+  ) {
+    // The clock is read before the monotonic clock, so the time between the readings only
+    // makes the deadline later.
+    guard let remaining = clock.now.duration(to: instant) as? Duration else { unmappableClock(clock) }
+    schedule(job, deadline: MonotonicInstant.now.advanced(by: roundedUp(remaining)), tolerance: tolerance, clock: clock)
+  }
+
+  private func schedule<C: Clock>(
+    _ job: consuming ExecutorJob, deadline: MonotonicInstant, tolerance: C.Duration?, clock: C
+  ) {
+    let slack: Duration
+    if let tolerance {
+      guard let converted = tolerance as? Duration else { unmappableClock(clock) }
+      slack = converted
+    } else {
+      slack = .zero
+    }
+    let delayed = DelayedJob(UnownedJob(job), executor: self)
+    beginDelayedJob()
+    let timer = RunLoopTimer(fireAt: deadline, tolerance: slack) { _ in delayed.fire() }
+    for mode in modes { runLoop.add(timer, forMode: mode) }
+  }
+
+  private func unmappableClock<C: Clock>(_ clock: C) -> Never {
+    concurrencyMisuse(
+      "RunLoopExecutor",
+      "a job scheduled on \(C.self), whose durations are not Swift.Duration: the run loop's timers cannot honour it")
+  }
+}
+
+/// A duration rounded up to whole nanoseconds (the timers' resolution), so the deadline
+/// is never early by a fraction.
+private func roundedUp(_ duration: Duration) -> Duration {
+  let (_, attoseconds) = duration.components
+  if attoseconds % 1_000_000_000 > 0 { return duration + .nanoseconds(1) }
+  return duration
+}
+
+/// A delayed job held by its timer's callback; enqueues it once. Released unrun (the loop's
+/// thread ended, so the timer was dropped), it stops the process: its task could never
+/// resume.
+private final class DelayedJob: @unchecked Sendable {
+  // @unchecked: `fired` is an atomic; the rest is immutable.
+  private let job: UnownedJob
+  private let executor: RunLoopExecutor
+  private let fired = AtomicBool(false)
+
+  init(_ job: UnownedJob, executor: RunLoopExecutor) {
+    self.job = job
+    self.executor = executor
+  }
+
+  /// The timer's callback, on the loop's thread.
+  func fire() {
+    if fired.exchange(true, ordering: .relaxed) { return }
+    executor.enqueue(ExecutorJob(job))
+    executor.endDelayedJob()
+  }
+
+  deinit {
+    if !fired.load(ordering: .relaxed) {
+      concurrencyMisuse(
+        "RunLoopExecutor",
+        "the run loop's thread ended with a delayed job still waiting for its timer (let the actors' work finish before stopping the thread)"
+      )
+    }
+  }
+}

@@ -1,0 +1,171 @@
+@_spi(ExperimentalScheduling) import _Concurrency
+@_spi(ExperimentalScheduling) import RunLoopConcurrency
+import RunLoop
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorShutDownTests {
+  @Test func shutDownReturnsOnceEveryQueuedJobHasRun() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let actor = Pinned(executor: executor)
+    let hold = Latch(count: 1)
+    let holding = Latch(count: 1)
+    loop.runLoop.performAndWakeUp {
+      holding.countDown()
+      hold.wait()
+    }
+    await Task.detached { blockingWait(holding) }.value
+    let calls = (0..<5).map { _ in Task { await actor.answer() } }
+    while executor.queuedJobCount < 5 { await Task.yield() }
+    let finished = AtomicBool(false)
+    let stopper = TestThread.spawn {
+      executor.shutDown()
+      finished.store(true, ordering: .releasing)
+    }
+    #expect(!finished.load(ordering: .acquiring))  // the jobs cannot have run: the loop is held
+    hold.countDown()
+    stopper.join()
+    #expect(executor.queuedJobCount == 0)
+    for call in calls { #expect(await call.value == 42) }
+    loop.stop()
+  }
+
+  @Test func shutDownWaitsForADelayedJob() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let (job, stamped) = await capturedStampJob()
+    executor.enqueue(ExecutorJob(job), after: .milliseconds(20), tolerance: nil, clock: .continuous)
+    await Task.detached { shutDownInPlace(executor) }.value
+    // The delayed job ran before the shutdown closed the executor.
+    _ = await stamped.value
+    loop.stop()
+  }
+
+  @Test func aJobEnqueuedAfterShutDownStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let actor = Pinned(executor: executor)
+      _ = await actor.answer()
+      await Task.detached { shutDownInPlace(executor) }.value
+      _ = await actor.answer()
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "job enqueued after the executor was shut down") == true)
+  }
+
+  @Test func shutDownOnTheLoopsThreadStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let actor = Pinned(executor: executor)
+      await actor.shutDownOwnExecutor()
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "shutDown() called on the run loop's own thread") == true)
+  }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorSchedulingTests {
+  @Test func aJobDelayedOnTheContinuousClockNeverRunsEarly() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let (job, stamped) = await capturedStampJob()
+    let start = ContinuousClock.now
+    executor.enqueue(ExecutorJob(job), after: .milliseconds(30), tolerance: .milliseconds(5), clock: .continuous)
+    let stamp = await stamped.value
+    #expect(stamp.continuous - start >= .milliseconds(30))
+    #expect(stamp.thread === loop.thread)
+    loop.stop()
+  }
+
+  @Test func aJobAtASuspendingClockInstantNeverRunsEarly() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let (job, stamped) = await capturedStampJob()
+    let deadline = SuspendingClock.now.advanced(by: .milliseconds(30))
+    executor.enqueue(ExecutorJob(job), at: deadline, tolerance: nil, clock: .suspending)
+    let stamp = await stamped.value
+    #expect(stamp.suspending >= deadline)
+    #expect(stamp.thread === loop.thread)
+    loop.stop()
+  }
+
+  @Test func aJobAtAContinuousClockInstantNeverRunsEarly() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let (job, stamped) = await capturedStampJob()
+    let deadline = ContinuousClock.now.advanced(by: .milliseconds(30))
+    executor.enqueue(ExecutorJob(job), at: deadline, tolerance: .milliseconds(1), clock: .continuous)
+    let stamp = await stamped.value
+    #expect(stamp.continuous >= deadline)
+    loop.stop()
+  }
+
+  @Test func aJobAtAnInstantAlreadyPastRunsAtTheNextPass() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let (job, stamped) = await capturedStampJob()
+    executor.enqueue(
+      ExecutorJob(job), at: ContinuousClock.now.advanced(by: .seconds(-1)), tolerance: nil, clock: .continuous)
+    #expect(await stamped.value.thread === loop.thread)
+    loop.stop()
+  }
+
+  @Test func aLoopThreadEndingWithADelayedJobPendingStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let (job, _) = await capturedStampJob()
+      executor.enqueue(ExecutorJob(job), after: .seconds(30), tolerance: nil, clock: .continuous)
+      loop.stop()
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "delayed job still waiting for its timer") == true)
+  }
+}
+
+/// When and where a captured job ran.
+struct Stamp: Sendable {
+  let continuous: ContinuousClock.Instant
+  let suspending: SuspendingClock.Instant
+  let thread: Thread
+}
+
+/// An actor whose only job is captured by a `CapturingExecutor`, so a test can hand that job
+/// to another executor's methods; the job records when and where it ran.
+actor StampTarget {
+  let executor: CapturingExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: CapturingExecutor) { self.executor = executor }
+  func stamp() -> Stamp { Stamp(continuous: .now, suspending: .now, thread: Thread.current) }
+}
+
+/// A job taken from the runtime (a task's call to `StampTarget.stamp`), and the task that
+/// returns the stamp once some executor ran the job.
+func capturedStampJob() async -> (UnownedJob, Task<Stamp, Never>) {
+  let capture = CapturingExecutor()
+  let target = StampTarget(executor: capture)
+  capture.reset(expecting: 1)
+  let task = Task { await target.stamp() }
+  await Task.detached { capture.waitForAll() }.value
+  return (capture.jobs[0], task)
+}
+
+extension Pinned {
+  /// Calls `shutDown()` from one of the executor's own jobs (misuse).
+  func shutDownOwnExecutor() {
+    executor.shutDown()
+  }
+}
+
+/// Calls the blocking `shutDown()` on the calling thread (from a detached task).
+func shutDownInPlace(_ executor: RunLoopExecutor) {
+  executor.shutDown()
+}
