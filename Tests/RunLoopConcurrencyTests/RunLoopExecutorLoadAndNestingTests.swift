@@ -1,0 +1,112 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorLoadAndNestingTests {
+  /// 1,000,000 jobs, each a task created on one of 8 threads and isolated to a global actor
+  /// pinned to a run loop, so each task's only job is enqueued by the creating thread.
+  /// 100,000 under ThreadSanitizer (it slows every enqueue and job about tenfold; the
+  /// property tested is the same, and the time limit stays meaningful).
+  @Test func aMillionJobsFromEightThreadsEachRunExactlyOnce() async {
+    let perThread = loadTestsRunUnderThreadSanitizer ? 12_500 : 125_000
+    let total = 8 * perThread
+    let marks = Marks(count: total)
+    let remaining = AtomicInteger<Int>(total)
+    let wrongThread = AtomicInteger<Int>(0)
+    let allRan = Latch(count: 1)
+    let executor = LoopGlobalActor.shared.executor
+    runThreads(8) { thread in
+      for index in 0..<perThread {
+        Task { @LoopGlobalActor in
+          if executor.isIsolatingCurrentContext() != true { _ = wrongThread.increment(ordering: .relaxed) }
+          marks.mark(thread * perThread + index)
+          if remaining.decrement(ordering: .full) == 0 { allRan.countDown() }
+        }
+      }
+    }
+    await Task.detached { blockingWait(allRan) }.value
+    #expect(marks.notMarkedOnce() == 0)
+    #expect(wrongThread.load(ordering: .relaxed) == 0)
+  }
+
+  @Test func checkIsolatedPassesInANestedRunOfTheLoop() async {
+    let loop = LoopThread()
+    let actor = PinnedCounter(on: loop)
+    _ = await actor.increment()
+    let outcome = await actor.checkIsolationInANestedRun()
+    #expect(outcome == [true, true, true])
+    loop.stop()
+  }
+
+  @Test func checkIsolatedInANestedRunOfAnotherLoopStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let other = LoopThread(name: "other")
+      let actor = PinnedCounter(on: loop)
+      _ = await actor.increment()
+      blocking {
+        other.onLoop {
+          let nested: RunLoopMode = "nested-check"
+          RunLoop.current.perform(inModes: [nested]) { actor.executor.checkIsolated() }
+          _ = RunLoop.current.run(mode: nested, timeout: .seconds(10), returnAfterSourceHandled: false)
+        }
+      }
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains("ran on another thread")
+        == true)
+  }
+}
+
+extension PinnedCounter {
+  /// From one of the actor's jobs, runs the loop nested in a mode the executor is not in and
+  /// checks isolation from a block of that nested run: `checkIsolated`, the executor's own
+  /// answer, and `assumeIsolated`.
+  func checkIsolationInANestedRun() -> [Bool] {
+    let nested: RunLoopMode = "nested-check"
+    let results = Recorder<Bool>()
+    let executor = executor
+    RunLoop.current.perform(inModes: [nested]) {
+      executor.checkIsolated()  // stops the process when it fails
+      results.append(true)
+      results.append(executor.isIsolatingCurrentContext() == true)
+      results.append(self.assumeIsolated { $0.value } == 1)
+      RunLoop.current.stop()
+    }
+    _ = RunLoop.current.run(mode: nested, timeout: .seconds(20))
+    return results.snapshot
+  }
+}
+
+/// A global actor on a run-loop thread that lives as long as the test process (a global
+/// actor's executor cannot be replaced).
+@globalActor actor LoopGlobalActor {
+  static let shared = LoopGlobalActor()
+  let executor = RunLoopExecutor(runLoop: LoopGlobalActor.loop.runLoop)
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  private static let loop = LoopThread(name: "global-actor-loop")
+}
+
+/// One counter byte per job, written only by the loop's thread (the jobs are serialized by
+/// the executor) and read after the last job.
+final class Marks: @unchecked Sendable {
+  // @unchecked: see above; the latch the last job opens orders the reads after the writes.
+  private let bytes: UnsafeMutableBufferPointer<UInt8>
+  init(count: Int) {
+    bytes = .allocate(capacity: count)
+    bytes.initialize(repeating: 0)
+  }
+  deinit { bytes.deallocate() }
+  func mark(_ index: Int) { bytes[index] &+= 1 }
+  func notMarkedOnce() -> Int { bytes.count(where: { $0 != 1 }) }
+}
+
+/// Whether the test process runs with ThreadSanitizer's runtime.
+let loadTestsRunUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
