@@ -1,0 +1,114 @@
+import RunLoop
+import Sync
+
+extension RunLoop {
+  /// The readiness of `descriptor` as an async sequence, watched by this loop's thread while
+  /// it runs in one of `modes`: each element is the set of events found ready (which may
+  /// include `.error` and `.hangUp`).
+  ///
+  /// ```swift
+  /// for await events in worker.runLoop.readiness(of: socket, events: .readable) {
+  ///   if events.contains(.readable) { drain(socket) }
+  ///   if events.contains(.hangUp) { break }
+  /// }
+  /// ```
+  ///
+  /// Watching a descriptor the kernel cannot poll, or one another source of this loop already
+  /// watches, stops the process when the sequence is created (as for
+  /// ``/RunLoop/FileDescriptorSource``).
+  public func readiness(
+    of descriptor: Int32, events: FileDescriptorSource.Events = .readable, inModes modes: [RunLoopMode] = [.common]
+  ) -> FileDescriptorReadiness {
+    FileDescriptorReadiness(descriptor: descriptor, events: events, runLoop: self, modes: modes)
+  }
+}
+
+/// A descriptor's readiness as an async sequence (``/RunLoop/RunLoop/readiness(of:events:inModes:)``).
+///
+/// **One report per call.** The sequence's ``/RunLoop/FileDescriptorSource`` is enabled only
+/// while a task waits in `next()`; the loop reports the ready events to the oldest waiter and
+/// the source is disabled again when nobody waits. Readiness is a level, not a message: what
+/// you do not read is reported again at the next `next()` call, so a slow consumer makes the
+/// loop neither spin nor lose anything.
+///
+/// **Cancellation.** A waiting task that is cancelled stops waiting: `next()` returns nil and
+/// its waiter is removed. A report handed over as the task was cancelled is returned by the
+/// next `next()` call (from any task).
+///
+/// The sequence never ends by itself (a hang-up is reported as `.hangUp`); leave the loop
+/// when done. Released, it invalidates its source (the descriptor is not closed: it is not
+/// the sequence's).
+public final class FileDescriptorReadiness: AsyncSequence, Sendable {
+  /// The events found ready.
+  public typealias Element = FileDescriptorSource.Events
+  /// Iterating never throws.
+  public typealias Failure = Never
+
+  /// The watched descriptor (not owned).
+  public let descriptor: Int32
+  /// The events of interest.
+  public let events: FileDescriptorSource.Events
+
+  private let mailbox = AsyncMailbox<FileDescriptorSource.Events>()
+  private let source: FileDescriptorSource
+  /// Serializes the interest switches, so the last one reflects the latest demand.
+  private let demandLock = Lock()
+
+  init(descriptor: Int32, events: FileDescriptorSource.Events, runLoop: RunLoop, modes: [RunLoopMode]) {
+    self.descriptor = descriptor
+    self.events = events
+    let box = WeakReadiness()
+    source = FileDescriptorSource(descriptor: descriptor, events: []) { [mailbox] _, ready in
+      // Nobody waits (the last waiter left before the source was disabled): the level is
+      // reported again once someone does.
+      guard mailbox.hasWaiters else {
+        box.value?.updateInterest()
+        return
+      }
+      mailbox.deliver(ready)
+    }
+    mailbox.demandChanged = { box.value?.updateInterest() }
+    box.value = self
+    for mode in modes { runLoop.add(source, forMode: mode) }
+  }
+
+  deinit {
+    source.invalidate()
+    mailbox.finish()
+  }
+
+  /// Enables the source's events while a task waits, disables them otherwise.
+  private func updateInterest() {
+    demandLock.withLock {
+      if mailbox.hasWaiters {
+        source.enable(events)
+      } else {
+        source.disable(events)
+      }
+    }
+  }
+
+  /// Returns the next readiness report; see the type's "Cancellation".
+  public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
+    public typealias Element = FileDescriptorSource.Events
+    public typealias Failure = Never
+    let readiness: FileDescriptorReadiness
+
+    /// Waits (suspending the task, blocking no thread) until the descriptor is ready, and
+    /// returns the ready events. Nil when the calling task is cancelled while waiting.
+    public mutating func next() async -> FileDescriptorSource.Events? {
+      await readiness.mailbox.next()
+    }
+  }
+
+  /// An iterator over the readiness reports; several may exist, each report goes to one.
+  public func makeAsyncIterator() -> AsyncIterator {
+    AsyncIterator(readiness: self)
+  }
+}
+
+/// The sequence as its callbacks see it: weak, no cycle.
+private final class WeakReadiness: @unchecked Sendable {
+  // @unchecked: written once before the source is added to a loop, read after.
+  weak var value: FileDescriptorReadiness?
+}

@@ -1,0 +1,106 @@
+import Sync
+
+/// Hands elements produced on a run loop's thread to tasks awaiting them, first come first
+/// served, losing none: an element that finds no waiter (none yet, or the waiter was just
+/// cancelled) stays buffered for the next call of ``next()``. The producer learns whether a
+/// waiter exists through `demandChanged`, so it can stop producing while nobody waits (the
+/// sequences built on it use that for backpressure).
+///
+/// A cancelled waiter returns nil (when no element is buffered for it) and leaves the
+/// mailbox usable: the next call, from the same task or another, gets the next element.
+final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
+  // @unchecked: every mutable field is protected by `lock`; continuations are resumed and
+  // `demandChanged` is called after the lock is released.
+  private struct Waiter {
+    let id: UInt64
+    let continuation: UnsafeContinuation<Element?, Never>
+  }
+
+  private let lock = Lock()
+  private var buffer: [Element] = []
+  private var bufferHead = 0
+  private var waiters: [Waiter] = []
+  private var nextWaiterID: UInt64 = 0
+  private var finished = false
+  /// Called (outside the lock) after the first waiter arrived with nothing buffered, and
+  /// after the last waiter was served or left. Calls from different threads may run in any
+  /// order, so the producer reads ``hasWaiters`` under a lock of its own instead of trusting
+  /// the order of calls. Set once before use.
+  var demandChanged: (@Sendable () -> Void)?
+
+  /// Whether a task waits for an element.
+  var hasWaiters: Bool { lock.withLock { !waiters.isEmpty } }
+
+  /// Delivers `element` to the oldest waiter, or buffers it. Any thread.
+  func deliver(_ element: Element) {
+    lock.lock()
+    if waiters.isEmpty {
+      buffer.append(element)
+      lock.unlock()
+      return
+    }
+    let waiter = waiters.removeFirst()
+    let demandEnded = waiters.isEmpty
+    lock.unlock()
+    waiter.continuation.resume(returning: element)
+    if demandEnded { demandChanged?() }
+  }
+
+  /// Ends the mailbox: buffered elements are still returned, then every call returns nil.
+  func finish() {
+    lock.lock()
+    finished = true
+    let waiting = waiters
+    waiters = []
+    lock.unlock()
+    for waiter in waiting { waiter.continuation.resume(returning: nil) }
+  }
+
+  /// The next element: a buffered one at once, otherwise the next delivered. Nil once the
+  /// mailbox is finished and empty, or when the calling task is cancelled before an element
+  /// reached it (the element then stays for the next call).
+  func next() async -> Element? {
+    let id: UInt64 = lock.withLock {
+      nextWaiterID &+= 1
+      return nextWaiterID
+    }
+    return await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Element?, Never>) in
+        lock.lock()
+        if bufferHead < buffer.count {
+          let element = buffer[bufferHead]
+          bufferHead += 1
+          if bufferHead == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            bufferHead = 0
+          }
+          lock.unlock()
+          continuation.resume(returning: element)
+          return
+        }
+        // Checked under the lock: a cancellation flagged after this check finds the waiter
+        // below when its handler takes the lock.
+        if finished || Task.isCancelled {
+          lock.unlock()
+          continuation.resume(returning: nil)
+          return
+        }
+        let demandStarted = waiters.isEmpty
+        waiters.append(Waiter(id: id, continuation: continuation))
+        lock.unlock()
+        if demandStarted { demandChanged?() }
+      }
+    } onCancel: {
+      lock.lock()
+      guard let index = waiters.firstIndex(where: { $0.id == id }) else {
+        lock.unlock()
+        return
+      }
+      let waiter = waiters.remove(at: index)
+      let demandEnded = waiters.isEmpty
+      lock.unlock()
+      waiter.continuation.resume(returning: nil)
+      if demandEnded { demandChanged?() }
+    }
+  }
+}

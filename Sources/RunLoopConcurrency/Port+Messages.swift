@@ -1,0 +1,111 @@
+import RunLoop
+import Sync
+
+extension Port {
+  /// The port's messages as an async sequence, delivered by `runLoop`'s thread while it runs
+  /// in one of `modes`:
+  ///
+  /// ```swift
+  /// for await message in port.messages(on: worker.runLoop) {
+  ///   handle(message)
+  /// }
+  /// ```
+  ///
+  /// The sequence owns the port's handler and invalidation handler (see
+  /// ``PortMessages``); keep one sequence per port.
+  public func messages(on runLoop: RunLoop, inModes modes: [RunLoopMode] = [.common]) -> PortMessages {
+    PortMessages(port: self, runLoop: runLoop, modes: modes)
+  }
+}
+
+/// A port's messages as an async sequence (``/RunLoop/Port/messages(on:inModes:)``).
+///
+/// **How messages arrive.** The port is added to `runLoop` in `modes`, and its handler is
+/// set only while a task waits in `next()`: a message is taken from the port by the loop's
+/// thread and handed to the oldest waiting task. While nobody waits, messages stay in the
+/// port, so its capacity still bounds them and senders wait (backpressure). Messages are
+/// returned in the order they were sent.
+///
+/// **Cancellation.** A waiting task that is cancelled stops waiting: `next()` returns nil
+/// (ending that `for await` loop) and its waiter is removed. No message is lost: a message
+/// the loop had already handed over as the task was cancelled stays in the sequence and is
+/// returned by the next `next()` call (a new `for await` over the same sequence, from any
+/// task).
+///
+/// **End.** The sequence ends (`next()` returns nil) once the port is invalidated and the
+/// messages already taken from it are returned; messages still queued in the port at its
+/// invalidation are dropped, as ``/RunLoop/Port/invalidate()`` says.
+///
+/// The sequence keeps the port alive and owns its handler and invalidation handler while it
+/// exists (setting either elsewhere breaks the sequence). Released, it removes the port from
+/// the run loop's modes and clears both handlers; messages it had taken from the port but not
+/// yet returned are then dropped.
+public final class PortMessages: AsyncSequence, Sendable {
+  /// Each element is a message of the port.
+  public typealias Element = PortMessage
+  /// Iterating never throws.
+  public typealias Failure = Never
+
+  /// The port read from.
+  public let port: Port
+  /// The run loop whose thread takes messages from the port.
+  public let runLoop: RunLoop
+  /// The modes in which it does.
+  public let modes: [RunLoopMode]
+
+  private let mailbox = AsyncMailbox<PortMessage>()
+  /// Serializes the handler switches, so the last one reflects the latest demand.
+  private let demandLock = Lock()
+  private let handler: @Sendable (PortMessage) -> Void
+
+  init(port: Port, runLoop: RunLoop, modes: [RunLoopMode]) {
+    self.port = port
+    self.runLoop = runLoop
+    self.modes = modes
+    handler = { [mailbox] message in mailbox.deliver(message) }
+    let box = WeakPortMessages()
+    mailbox.demandChanged = { box.value?.updateHandler() }
+    box.value = self
+    port.setInvalidationHandler { [mailbox] _ in mailbox.finish() }
+    for mode in modes { runLoop.add(port, forMode: mode) }
+    if !port.isValid { mailbox.finish() }
+  }
+
+  deinit {
+    port.setHandler(nil)
+    port.setInvalidationHandler(nil)
+    for mode in modes { runLoop.remove(port, forMode: mode) }
+    mailbox.finish()
+  }
+
+  /// Sets the port's handler while a task waits, clears it otherwise.
+  private func updateHandler() {
+    demandLock.withLock {
+      port.setHandler(mailbox.hasWaiters ? handler : nil)
+    }
+  }
+
+  /// Returns the port's next message; see the type's "Cancellation" and "End".
+  public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
+    public typealias Element = PortMessage
+    public typealias Failure = Never
+    let messages: PortMessages
+
+    /// The next message: waits (suspending the task, blocking no thread) until one arrives.
+    /// Nil when the calling task is cancelled while waiting, or the port was invalidated.
+    public mutating func next() async -> PortMessage? {
+      await messages.mailbox.next()
+    }
+  }
+
+  /// An iterator over the sequence's messages; several may exist, each message goes to one.
+  public func makeAsyncIterator() -> AsyncIterator {
+    AsyncIterator(messages: self)
+  }
+}
+
+/// The sequence as its mailbox's demand callback sees it: weak, no cycle.
+private final class WeakPortMessages: @unchecked Sendable {
+  // @unchecked: written once before the mailbox can call back, read after.
+  weak var value: PortMessages?
+}

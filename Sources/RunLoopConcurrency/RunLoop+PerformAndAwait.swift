@@ -1,0 +1,147 @@
+import RunLoop
+import Sync
+
+/// Why ``/RunLoop/RunLoop/performAndAwait(inModes:_:)`` returned no value.
+public enum AwaitedPerformError<Failure: Error>: Error, CustomStringConvertible {
+  /// The block ran and threw this error (its type preserved).
+  case failed(Failure)
+  /// The awaiting task was cancelled before the block started: it never runs (the role of
+  /// `CancellationError`).
+  case cancelled
+  /// The run loop's thread ended before running the block: it never runs.
+  case targetExited
+
+  /// A sentence for logs.
+  public var description: String {
+    switch self {
+    case .failed(let error): return "the block threw \(error)"
+    case .cancelled: return "the awaiting task was cancelled before the block started"
+    case .targetExited: return "the run loop's thread ended before running the block"
+    }
+  }
+}
+
+extension RunLoop {
+  /// Runs `block` on the loop's thread during a pass in one of `modes` and returns its value
+  /// to the awaiting task, which suspends meanwhile (no thread blocks). The block is queued
+  /// as ``perform(inModes:_:)`` queues it, and the loop is woken.
+  ///
+  /// ```swift
+  /// let count = try await worker.runLoop.performAndAwait { () throws(DatabaseError) -> Int in
+  ///   try database.count()   // on the worker's thread
+  /// }
+  /// ```
+  ///
+  /// **Cancellation.** Cancelling the awaiting task before the block has started withdraws
+  /// the request: the call throws ``AwaitedPerformError/cancelled`` at once and the block never
+  /// runs. Once the block has started, cancellation does not interrupt it: the call returns
+  /// its value (check `Task.isCancelled` afterwards if it matters).
+  ///
+  /// - Throws: ``AwaitedPerformError``: `.failed` with the block's own error,
+  ///   `.cancelled` as above, `.targetExited` when the loop's thread ended before running the
+  ///   block. A loop that is never run again in one of `modes` leaves the call waiting until
+  ///   the task is cancelled.
+  public func performAndAwait<Value: Sendable, Failure: Error>(
+    inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () throws(Failure) -> Value
+  ) async throws(AwaitedPerformError<Failure>) -> Value {
+    let request = AwaitedPerform<Value, Failure>()
+    let result: Result<Value, AwaitedPerformError<Failure>> = await withTaskCancellationHandler {
+      await withUnsafeContinuation { continuation in
+        guard request.install(continuation) else { return }
+        let token = AwaitedPerform<Value, Failure>.Token(request)
+        performAndWakeUp(inModes: modes) {
+          token.request.run(block)
+        }
+      }
+    } onCancel: {
+      request.cancel()
+    }
+    return try result.get()
+  }
+}
+
+/// One awaited perform request: resumed exactly once, by the block, the cancellation, or the
+/// loop dropping the block unrun.
+private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked Sendable {
+  // @unchecked: `phase` and `continuation` are protected by `lock`; continuations are
+  // resumed after it is released.
+  enum Phase {
+    case waiting
+    case running
+    case done
+  }
+
+  private let lock = Lock()
+  private var phase = Phase.waiting
+  private var cancelledEarly = false
+  private var continuation: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>?
+
+  /// Stores the continuation; resumes it at once (returning false) when the task was
+  /// cancelled before, so the block is not queued.
+  func install(_ continuation: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>) -> Bool {
+    lock.lock()
+    if cancelledEarly {
+      phase = .done
+      lock.unlock()
+      continuation.resume(returning: .failure(.cancelled))
+      return false
+    }
+    self.continuation = continuation
+    lock.unlock()
+    return true
+  }
+
+  /// On the loop's thread: runs `block` unless the request was cancelled, and resumes.
+  func run(_ block: @Sendable () throws(Failure) -> Value) {
+    let proceed: Bool = lock.withLock {
+      guard phase == .waiting else { return false }
+      phase = .running
+      return true
+    }
+    guard proceed else { return }
+    let result: Result<Value, AwaitedPerformError<Failure>>
+    do throws(Failure) {
+      result = .success(try block())
+    } catch {
+      result = .failure(.failed(error))
+    }
+    finish(result)
+  }
+
+  /// The task was cancelled: resumes with `.cancelled` unless the block has started.
+  func cancel() {
+    lock.lock()
+    if continuation == nil && phase == .waiting {
+      cancelledEarly = true
+      lock.unlock()
+      return
+    }
+    lock.unlock()
+    finish(.failure(.cancelled), unlessStarted: true)
+  }
+
+  /// The loop released the block: if it never ran, its thread ended.
+  func dropped() {
+    finish(.failure(.targetExited), unlessStarted: true)
+  }
+
+  /// Resumes the task once with `result`; with `unlessStarted`, only if the block has not
+  /// started (checked in the same critical section that ends the request).
+  private func finish(_ result: Result<Value, AwaitedPerformError<Failure>>, unlessStarted: Bool = false) {
+    let taken: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>? = lock.withLock {
+      guard phase != .done, !(unlessStarted && phase == .running), let continuation else { return nil }
+      phase = .done
+      self.continuation = nil
+      return continuation
+    }
+    taken?.resume(returning: result)
+  }
+
+  /// Owned by the queued block alone: its release (after the block ran, or unrun when the
+  /// loop's thread ended) tells the request.
+  final class Token: Sendable {
+    let request: AwaitedPerform
+    init(_ request: AwaitedPerform) { self.request = request }
+    deinit { request.dropped() }
+  }
+}

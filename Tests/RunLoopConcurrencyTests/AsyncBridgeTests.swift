@@ -1,0 +1,250 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+@Suite(.timeLimit(.minutes(1))) struct PerformAndAwaitTests {
+  struct Failed: Error, Equatable { let code: Int }
+
+  @Test func theBlockRunsOnTheLoopsThreadAndItsValueIsReturned() async throws {
+    let loop = LoopThread()
+    let thread = try await loop.runLoop.performAndAwait { Thread.current }
+    #expect(thread === loop.thread)
+    loop.stop()
+  }
+
+  @Test func theBlocksTypedErrorIsPreserved() async {
+    let loop = LoopThread()
+    do {
+      _ = try await loop.runLoop.performAndAwait { () throws(Failed) -> Int in throw Failed(code: 3) }
+      Issue.record("no error")
+    } catch {
+      guard case .failed(let failure) = error else {
+        Issue.record("unexpected \(error)")
+        return
+      }
+      #expect(failure == Failed(code: 3))  // typed: `failure` is a `Failed`
+    }
+    loop.stop()
+  }
+
+  @Test func cancellingBeforeTheBlockStartedThrowsCancelledAndTheBlockNeverRuns() async {
+    let loop = LoopThread()
+    let hold = Latch(count: 1)
+    let holding = Latch(count: 1)
+    loop.runLoop.performAndWakeUp {
+      holding.countDown()
+      hold.wait()
+    }
+    await Task.detached { blockingWait(holding) }.value
+    let ran = AtomicBool(false)
+    let call = Task { () -> AwaitedPerformError<Never>? in
+      do throws(AwaitedPerformError<Never>) {
+        try await loop.runLoop.performAndAwait { ran.store(true, ordering: .relaxed) }
+        return nil
+      } catch {
+        return error
+      }
+    }
+    call.cancel()
+    let outcome = await call.value
+    hold.countDown()
+    loop.onLoop {}  // queued after the withdrawn block: that block's turn has passed
+    #expect(outcome.map { if case .cancelled = $0 { true } else { false } } == true)
+    #expect(!ran.load(ordering: .relaxed))
+    loop.stop()
+  }
+
+  @Test func cancellingWhileTheBlockRunsStillReturnsItsValue() async {
+    let loop = LoopThread()
+    let started = Latch(count: 1)
+    let release = Latch(count: 1)
+    let call = Task {
+      try? await loop.runLoop.performAndAwait { () -> Int in
+        started.countDown()
+        release.wait()
+        return 9
+      }
+    }
+    await Task.detached { blockingWait(started) }.value
+    call.cancel()
+    release.countDown()
+    #expect(await call.value == 9)
+    loop.stop()
+  }
+
+  @Test func aLoopWhoseThreadEndedThrowsTargetExited() async {
+    let slot = LockedValue<RunLoop?>(nil)
+    let thread = try! Thread.spawn { () throws(Never) in slot.withLock { $0 = RunLoop.current } }
+    await thread.value()
+    let runLoop = slot.withLock { $0 }!
+    do {
+      try await runLoop.performAndAwait {}
+      Issue.record("no error")
+    } catch {
+      #expect({ if case .targetExited = error { true } else { false } }())
+    }
+  }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct PortMessagesTests {
+  @Test func messagesArriveInTheOrderSent() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    TestThread.run { for id in 1...3 { sendMessage(id, to: port) } }
+    var received: [Int32] = []
+    for await message in messages {
+      received.append(message.msgid)
+      if received.count == 3 { break }
+    }
+    #expect(received == [1, 2, 3])
+    loop.stop()
+  }
+
+  @Test func whileNobodyWaitsMessagesStayInThePort() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    TestThread.run { for id in 1...2 { sendMessage(id, to: port) } }
+    loop.onLoop {}  // the loop made a pass since the sends
+    #expect(port.pendingMessageCount == 2)
+    var iterator = messages.makeAsyncIterator()
+    #expect(await iterator.next()?.msgid == 1)
+    #expect(await iterator.next()?.msgid == 2)
+    loop.stop()
+  }
+
+  @Test func aCancelledWaiterReturnsNilAndTheNextMessageGoesToTheNextIteration() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    let waiter = Task { () -> PortMessage? in
+      var iterator = messages.makeAsyncIterator()
+      return await iterator.next()
+    }
+    waiter.cancel()
+    #expect(await waiter.value == nil)
+    TestThread.run { sendMessage(7, to: port) }
+    var iterator = messages.makeAsyncIterator()
+    #expect(await iterator.next()?.msgid == 7)
+    loop.stop()
+  }
+
+  /// Waiters cancelled while messages arrive: each message goes to the cancelled waiter or
+  /// to a later call, never nowhere.
+  @Test func noMessageIsLostWhenWaitersAreCancelledAsMessagesArrive() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    let rounds = 200
+    var received: [Int32] = []
+    for round in 0..<rounds {
+      let waiter = Task { () -> PortMessage? in
+        var iterator = messages.makeAsyncIterator()
+        return await iterator.next()
+      }
+      let sender = TestThread.spawn { sendMessage(round, to: port) }
+      waiter.cancel()
+      if let message = await waiter.value { received.append(message.msgid) }
+      sender.join()
+    }
+    // Whatever the cancelled waiters did not take is still there, in order.
+    var iterator = messages.makeAsyncIterator()
+    while received.count < rounds, let message = await iterator.next() { received.append(message.msgid) }
+    #expect(received == (0..<Int32(rounds)).map { $0 })
+    loop.stop()
+  }
+
+  @Test func theSequenceEndsWhenThePortIsInvalidated() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    let consumer = Task { () -> Int in
+      var count = 0
+      for await _ in messages { count += 1 }
+      return count
+    }
+    TestThread.run { sendMessage(1, to: port) }
+    // Invalidated once the message was taken (the port is then empty).
+    while port.pendingMessageCount > 0 { await Task.yield() }
+    loop.onLoop {}
+    port.invalidate()
+    #expect(await consumer.value <= 1)
+    loop.stop()
+  }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct FileDescriptorReadinessTests {
+  @Test func aWrittenPipeIsReportedReadableAndAgainUntilRead() async {
+    let loop = LoopThread()
+    let (readEnd, writeEnd) = makePipe()
+    let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
+    var iterator = readiness.makeAsyncIterator()
+    writeByte(writeEnd)
+    #expect(await iterator.next()?.contains(.readable) == true)
+    // Not read: the level is reported again at the next call.
+    #expect(await iterator.next()?.contains(.readable) == true)
+    withExtendedLifetime(readiness) {}
+    loop.stop()
+    close(readEnd)
+    close(writeEnd)
+  }
+
+  @Test func aCancelledWaiterReturnsNilAndTheNextCallSeesTheReadiness() async {
+    let loop = LoopThread()
+    let (readEnd, writeEnd) = makePipe()
+    let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
+    let waiter = Task { () -> FileDescriptorSource.Events? in
+      var iterator = readiness.makeAsyncIterator()
+      return await iterator.next()
+    }
+    waiter.cancel()
+    #expect(await waiter.value == nil)
+    writeByte(writeEnd)
+    var iterator = readiness.makeAsyncIterator()
+    #expect(await iterator.next()?.contains(.readable) == true)
+    loop.stop()
+    close(readEnd)
+    close(writeEnd)
+  }
+
+  @Test func aHangUpIsReported() async {
+    let loop = LoopThread()
+    let (readEnd, writeEnd) = makePipe()
+    let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
+    close(writeEnd)
+    var iterator = readiness.makeAsyncIterator()
+    #expect(await iterator.next()?.contains(.hangUp) == true)
+    loop.stop()
+    close(readEnd)
+  }
+}
+
+/// Sends a message with `id` to `port` (the send blocks while the port is full).
+func sendMessage(_ id: Int, to port: Port) {
+  do {
+    try port.send(PortMessage(msgid: Int32(id)), timeout: .seconds(10))
+  } catch {
+    fatalError("send: \(error)")
+  }
+}
+
+/// A pipe's two descriptors.
+func makePipe() -> (Int32, Int32) {
+  var fds: [Int32] = [0, 0]
+  precondition(pipe(&fds) == 0, "pipe failed: \(errno)")
+  return (fds[0], fds[1])
+}
+
+/// Writes one byte to `descriptor`.
+func writeByte(_ descriptor: Int32) {
+  var byte: UInt8 = 1
+  precondition(write(descriptor, &byte, 1) == 1, "write failed: \(errno)")
+}
