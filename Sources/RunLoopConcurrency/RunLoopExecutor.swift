@@ -39,6 +39,10 @@ import Threads
 /// shrinks); waking the loop follows the run loop's rule: a system call only when the loop
 /// sleeps. Each job costs its thread one lock round trip to dequeue.
 ///
+/// **Delayed jobs** (`enqueue(_:after:tolerance:clock:)` and `enqueue(_:at:tolerance:clock:)`,
+/// the toolchain's `SchedulingExecutor`, visible with `@_spi(ExperimentalScheduling)`) run on
+/// the loop's timers: never early, at most their tolerance late; see that extension.
+///
 /// **Shutting down** drains: ``shutDown()`` waits until the loop's thread has run every
 /// queued job (and those they queue meanwhile), then closes the executor; an enqueue after
 /// that stops the process with a message naming the misuse. Stop a ``/RunLoop/RunLoopThread``
