@@ -31,6 +31,8 @@ let package = Package(
     ),
     // The C calls Swift cannot make directly (GNU-only pthread calls, flag macros).
     .target(name: "CBenchmarkShims", path: "Sources/CBenchmarkShims"),
+    // glibc's allocation statistics, for the rows that count bytes allocated per operation.
+    .target(name: "CBenchmarkAllocationStats", path: "Sources/CBenchmarkAllocationStats"),
 
     // The guide's cost tables beside the peers, measured in one run.
     .executableTarget(
@@ -39,8 +41,10 @@ let package = Package(
         .product(name: "Sync", package: "swift-threading-toolkit"),
         .product(name: "Threads", package: "swift-threading-toolkit"),
         .product(name: "RunLoop", package: "swift-threading-toolkit"),
+        .product(name: "RunLoopConcurrency", package: "swift-threading-toolkit"),
         "CBenchmarkAtomicOps",
         "CBenchmarkShims",
+        "CBenchmarkAllocationStats",
       ],
       path: "Sources/CostTables",
       swiftSettings: strict

@@ -20,6 +20,7 @@ let registrations: [(Harness) -> Void] = [
   registerContentionBenchmarks,
   registerPoolBenchmarks,
   registerLockDiagnosticsBenchmarks,
+  registerExecutorBenchmarks,
 ]
 
 /// The ping-pong rows in each placement the options ask for: unpinned first (the headline,

@@ -1,0 +1,1 @@
+// Header-only: see include/benchmark_allocation_stats.h.

@@ -1,0 +1,388 @@
+// Executor rows: Swift concurrency on run-loop threads, beside the usual Linux recipe (an
+// executor that wraps a DispatchQueue: `queue.async { job.runSynchronously(on:) }`) and the
+// runtime's default actor. Dispatch is a peer here, never a dependency of the library.
+//
+//   executor.actor.roundtrip      an actor awaits a method of an actor on another thread
+//                                 (run-loop thread / Dispatch queue / default actor, which
+//                                 the runtime may run on the caller's thread)
+//   executor.hop.roundtrip        the same call to an actor on a sleeping run-loop thread,
+//                                 beside the raw eventfd ping-pong (two wake-ups)
+//   executor.enqueue.throughput   jobs enqueued from two threads to one executor, until all ran
+//   executor.enqueue.bytes-per-job  bytes allocated per enqueue (glibc's mallinfo2)
+//
+// The pool threads are the runtime's and cannot be pinned: these rows are unpinned.
+
+import CBenchmarkAllocationStats
+import CBenchmarkShims
+import Dispatch
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+func registerExecutorBenchmarks(_ harness: Harness) {
+  executorActorRows(harness)
+  executorEnqueueRows(harness)
+}
+
+private func executorCheck(_ condition: Bool, _ what: String) {
+  if !condition { fatalError("cost-tables (executor): \(what) failed: errno \(errno)") }
+}
+
+// MARK: - Executors and actors
+
+/// The usual Linux recipe for an actor on a serial queue (`DispatchSerialQueue` does not
+/// exist there): each job is a block on the queue.
+private final class DispatchQueueExecutor: SerialExecutor, @unchecked Sendable {
+  // @unchecked: the queue is thread-safe; the counter is atomic.
+  let queue = DispatchQueue(label: "cost-tables.executor")
+  /// Jobs enqueued: proves that every call hopped (one relaxed increment, a few ns beside
+  /// the microseconds of a hop).
+  let enqueued = AtomicInteger<Int>(0)
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    _ = enqueued.increment(ordering: .relaxed)
+    let unownedJob = UnownedJob(job)
+    let executor = asUnownedSerialExecutor()
+    queue.async { unownedJob.runSynchronously(on: executor) }
+  }
+}
+
+/// An actor on a run-loop thread; each call checks that it runs there (so every call hops).
+private actor LoopActor {
+  let executor: RunLoopExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: RunLoopExecutor) { self.executor = executor }
+  var calls = 0
+  func ping(_ value: Int) -> Int {
+    executorCheck(executor.isIsolatingCurrentContext() == true, "the run-loop actor ran off its thread")
+    calls &+= 1
+    return value &+ 1
+  }
+}
+
+/// An actor on a Dispatch queue.
+private actor QueueActor {
+  let executor: DispatchQueueExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: DispatchQueueExecutor) { self.executor = executor }
+  var calls = 0
+  func ping(_ value: Int) -> Int {
+    calls &+= 1
+    return value &+ 1
+  }
+}
+
+/// A default actor (the runtime's own executor; it may run a call on the caller's pool
+/// thread without a thread switch).
+private actor DefaultActor {
+  var calls = 0
+  func ping(_ value: Int) -> Int {
+    calls &+= 1
+    return value &+ 1
+  }
+}
+
+/// The calling side: a default actor that uses each answer in its own state, so each answer
+/// must come back to the caller's isolation; each target also mutates its own state, so
+/// each call must reach the target's. (Without that, the optimizer removes the hops that no
+/// code needs: a nonisolated caller, or one that does not touch its state, keeps running on
+/// the target's executor after the first call, and the row measures a plain call.)
+private actor Caller {
+  var seen = 0
+  func roundTrips(_ count: Int, to target: LoopActor) async {
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+  }
+
+  func roundTrips(_ count: Int, to target: QueueActor) async {
+    let before = target.executor.enqueued.load(ordering: .relaxed)
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+    let hops = target.executor.enqueued.load(ordering: .relaxed) - before
+    executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
+  }
+
+  func roundTrips(_ count: Int, to target: DefaultActor) async {
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+  }
+}
+
+/// Runs `body` in a task on the cooperative pool and blocks the calling (benchmark) thread
+/// until it is done; returns the nanoseconds `body` took, timed inside the task.
+private func timeInPoolTask(_ body: @escaping @Sendable () async -> Void) -> UInt64 {
+  let done = Semaphore(value: 0)
+  let elapsed = AtomicInteger<UInt64>(0)
+  Task.detached {
+    let start = Harness.now()
+    await body()
+    elapsed.store(Harness.now() - start, ordering: .releasing)
+    done.signal()
+  }
+  done.wait()
+  return elapsed.load(ordering: .acquiring)
+}
+
+private func startLoopThread(_ name: String) -> RunLoopThread {
+  do {
+    return try RunLoopThread.start(name: name)
+  } catch {
+    fatalError("cost-tables (executor): RunLoopThread.start failed: \(error)")
+  }
+}
+
+// MARK: - Actor round trips
+
+private func executorActorRows(_ harness: Harness) {
+  guard harness.wants("executor.actor.roundtrip") || harness.wants("executor.hop.roundtrip") else { return }
+  let worker = startLoopThread("cost-tables-actor")
+  let loopExecutor = RunLoopExecutor(runLoop: worker.runLoop)
+  let loopActor = LoopActor(executor: loopExecutor)
+  let queueActor = QueueActor(executor: DispatchQueueExecutor())
+  let defaultActor = DefaultActor()
+  let caller = Caller()
+
+  harness.sampleInterleaved(
+    id: "executor.actor.roundtrip", group: "Executors: actor round trip from another actor",
+    operations: 20_000,
+    [
+      (
+        .toolkit("RunLoopExecutor actor"),
+        { iterations in
+          timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
+        }
+      ),
+      (
+        .peer("DispatchQueue executor actor"),
+        { iterations in
+          timeInPoolTask { await caller.roundTrips(iterations, to: queueActor) }
+        }
+      ),
+      (
+        .peer("default actor"),
+        { iterations in
+          timeInPoolTask { await caller.roundTrips(iterations, to: defaultActor) }
+        }
+      ),
+    ])
+
+  // Hop latency: the loop thread sleeps between calls (it has nothing else to do once the
+  // answer is sent), so each call wakes it; the answer wakes a pool thread. The raw peer is
+  // the same two wake-ups with blocking eventfds between two threads.
+  if harness.wants("executor.hop.roundtrip") {
+    let toPeer = bench_eventfd()
+    let fromPeer = bench_eventfd()
+    executorCheck(toPeer >= 0 && fromPeer >= 0, "eventfd")
+    for descriptor in [toPeer, fromPeer] { executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
+    let stopValue = UInt64.max - 1
+    let peer: JoinableThread<Void, Never>
+    do {
+      peer = try Thread.spawn(name: "cost-tables-eventfd") { () throws(Never) in
+        var value: UInt64 = 0
+        while true {
+          executorCheck(read(toPeer, &value, 8) == 8, "read(eventfd)")
+          if value == stopValue { return }
+          executorCheck(write(fromPeer, &value, 8) == 8, "write(eventfd)")
+        }
+      }
+    } catch {
+      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+    }
+    harness.sampleInterleaved(
+      id: "executor.hop.roundtrip", group: "Executors: hop to a sleeping run-loop thread and back",
+      operations: 20_000,
+      [
+        (
+          .toolkit("RunLoopExecutor actor (pool -> loop -> pool)"),
+          { iterations in
+            timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
+          }
+        ),
+        (
+          .peer("raw eventfd round trip"),
+          { iterations in
+            let start = Harness.now()
+            var value: UInt64 = 1
+            for _ in 0..<iterations {
+              value = 1
+              executorCheck(write(toPeer, &value, 8) == 8, "write(eventfd)")
+              executorCheck(read(fromPeer, &value, 8) == 8, "read(eventfd)")
+            }
+            return Harness.now() - start
+          }
+        ),
+      ])
+    var stop = stopValue
+    executorCheck(write(toPeer, &stop, 8) == 8, "write(eventfd)")
+    peer.join()
+    close(toPeer)
+    close(fromPeer)
+  }
+  worker.stop()
+}
+
+// MARK: - Enqueue throughput and allocations
+
+/// Stores the jobs the runtime gives it, so they can be enqueued elsewhere, timed.
+private final class JobCapture: SerialExecutor, @unchecked Sendable {
+  // @unchecked: `jobs` and `expected` are protected by `lock`.
+  private let lock = Sync.Lock()
+  private var jobs: [UnownedJob] = []
+  private var expected = 0
+  private let complete = Semaphore(value: 0)
+
+  /// Creates `count` tasks whose first job is captured here, and returns those jobs. Each
+  /// job, when run by any executor, counts down `ran`.
+  func capture(_ count: Int, counting ran: Countdown) -> [UnownedJob] {
+    lock.withLock {
+      jobs = []
+      jobs.reserveCapacity(count)
+      expected = count
+    }
+    let target = CapturedTarget(capture: self)
+    for _ in 0..<count { Task.detached { await target.run(ran) } }
+    complete.wait()
+    return lock.withLock { jobs }
+  }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let unownedJob = UnownedJob(job)
+    let done = lock.withLock {
+      jobs.append(unownedJob)
+      return jobs.count == expected
+    }
+    if done { complete.signal() }
+  }
+}
+
+private actor CapturedTarget {
+  let capture: JobCapture
+  nonisolated var unownedExecutor: UnownedSerialExecutor { capture.asUnownedSerialExecutor() }
+  init(capture: JobCapture) { self.capture = capture }
+  func run(_ ran: Countdown) { ran.countDown() }
+}
+
+/// Opens a semaphore when its count reaches zero.
+private final class Countdown: Sendable {
+  private let remaining: AtomicInteger<Int>
+  let done = Semaphore(value: 0)
+  init(_ count: Int) { remaining = AtomicInteger(count) }
+  func countDown() {
+    // Full: the last decrement sees every other job's effects before it signals.
+    if remaining.decrement(ordering: .full) == 0 { done.signal() }
+  }
+}
+
+private func executorEnqueueRows(_ harness: Harness) {
+  let wantsThroughput = harness.wants("executor.enqueue.throughput")
+  let wantsBytes = harness.wants("executor.enqueue.bytes-per-job")
+  guard wantsThroughput || wantsBytes else { return }
+  let worker = startLoopThread("cost-tables-enqueue")
+  let loopExecutor = RunLoopExecutor(runLoop: worker.runLoop)
+  let queueExecutor = DispatchQueueExecutor()
+  let capture = JobCapture()
+  let producers = 2
+
+  /// Enqueues `jobs` to `enqueue` from `producers` threads and returns the nanoseconds until
+  /// the last job ran (job capture is set-up, outside the time).
+  func timeEnqueues(_ iterations: Int, _ enqueue: @escaping @Sendable (UnownedJob) -> Void) -> UInt64 {
+    let ran = Countdown(iterations)
+    let jobs = capture.capture(iterations, counting: ran)
+    let start = Harness.now()
+    func produce(_ producer: Int) -> JoinableThread<Void, Never> {
+      do {
+        return try Thread.spawn(name: "cost-tables-producer") { () throws(Never) in
+          var index = producer
+          while index < jobs.count {
+            enqueue(jobs[index])
+            index += producers
+          }
+        }
+      } catch {
+        fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+      }
+    }
+    let first = produce(0)
+    let second = produce(1)
+    first.join()
+    second.join()
+    ran.done.wait()
+    return Harness.now() - start
+  }
+
+  if wantsThroughput {
+    harness.sampleInterleaved(
+      id: "executor.enqueue.throughput", group: "Executors: jobs enqueued from two threads, until all ran",
+      operations: 20_000,
+      [
+        (.toolkit("RunLoopExecutor"), { iterations in timeEnqueues(iterations) { loopExecutor.enqueue(ExecutorJob($0)) } }),
+        (
+          .peer("DispatchQueue executor"),
+          { iterations in timeEnqueues(iterations) { queueExecutor.enqueue(ExecutorJob($0)) } }
+        ),
+      ])
+  }
+
+  if wantsBytes {
+    // Bytes allocated (all arenas) while one thread enqueues jobs to an executor that cannot
+    // run them yet (its thread or queue is held), after a first round reached the peak
+    // queue length. One allocation per enqueue would show as 16 bytes or more.
+    func bytesPerJob(_ count: Int, hold: (@escaping @Sendable () -> Void) -> Void, _ enqueue: (UnownedJob) -> Void)
+      -> Double
+    {
+      var perJob = 0.0
+      for _ in 0..<2 {
+        let ran = Countdown(count)
+        let jobs = capture.capture(count, counting: ran)
+        let release = Semaphore(value: 0)
+        let holding = Semaphore(value: 0)
+        hold {
+          holding.signal()
+          release.wait()
+        }
+        holding.wait()
+        let before = bench_allocated_bytes()
+        for job in jobs { enqueue(job) }
+        let after = bench_allocated_bytes()
+        release.signal()
+        ran.done.wait()
+        perJob = (Double(after) - Double(before)) / Double(count)
+      }
+      return perJob
+    }
+    let count = harness.quick ? 1_000 : 10_000
+    var loopSamples: [Double] = []
+    var queueSamples: [Double] = []
+    for _ in 0..<(harness.quick ? 1 : 5) {
+      loopSamples.append(
+        bytesPerJob(count, hold: { worker.runLoop.performAndWakeUp($0) }) { loopExecutor.enqueue(ExecutorJob($0)) })
+      queueSamples.append(
+        bytesPerJob(count, hold: { queueExecutor.queue.async(execute: $0) }) { queueExecutor.enqueue(ExecutorJob($0)) })
+    }
+    let group = "Executors: bytes allocated per enqueued job"
+    harness.record(
+      id: "executor.enqueue.bytes-per-job", subject: .toolkit("RunLoopExecutor"), group: group, values: loopSamples,
+      unit: "bytes")
+    harness.record(
+      id: "executor.enqueue.bytes-per-job", subject: .peer("DispatchQueue executor"), group: group,
+      values: queueSamples, unit: "bytes")
+  }
+  worker.stop()
+}
