@@ -34,6 +34,13 @@ import Threads
 /// does not promise a thread, and moving the job keeps its task going rather than leaving
 /// it suspended forever. No job is dropped.
 ///
+/// **Lifetime.** A task made with `Task(executorPreference:)` keeps the group alive until the
+/// task is destroyed (the runtime retains a task's preferred executor); a
+/// `withTaskExecutorPreference` scope does not, so keep the group for as long as it runs.
+/// Releasing the group without ``shutDown()`` shuts it down without draining (its queued jobs
+/// move to the global concurrent executor) and joins its threads, or detaches the thread it
+/// is released on when that is one of its own (the last reference may be a task's).
+///
 /// **Cost.** An enqueue is one relaxed increment, one short lock of the chosen thread's
 /// queue, and a wake-up system call only when that thread sleeps; it allocates nothing once
 /// each priority in use has reached its peak queue length on that thread.

@@ -98,11 +98,26 @@ import Threads
     #expect(groupThreads.allSatisfy { $0.isFinished })
   }
 
-  @Test func releasingTheGroupEndsItsThreads() async {
+  @Test func releasingTheGroupEndsAndJoinsItsThreads() async {
+    // No task here: a task made with `Task(executorPreference:)` retains the group until it
+    // is destroyed, which could make it, not this test, release the group last.
     var group: RunLoopThreadGroup? = makeGroup(threadCount: 2)
     let threads = group!.threads
-    #expect(await Task(executorPreference: group!) { 7 }.value == 7)
+    #expect(threads.allSatisfy { !$0.isFinished })
     group = nil
+    #expect(threads.allSatisfy { $0.isFinished })
+  }
+
+  @Test func aGroupReleasedLastByATaskOnOneOfItsThreadsStillEndsEveryThread() async {
+    var group: RunLoopThreadGroup? = makeGroup(threadCount: 2)
+    let threads = group!.threads
+    let release = Latch(count: 1)
+    // The task retains the group; with the handle discarded and the test's reference gone,
+    // the task's end (on a group thread) releases the group there.
+    Task(executorPreference: group!) { blockingWait(release) }
+    group = nil
+    release.countDown()
+    await Task.detached { waitUntil { threads.allSatisfy { $0.isFinished } } }.value
     #expect(threads.allSatisfy { $0.isFinished })
   }
 
