@@ -23,7 +23,10 @@ import Threads
 /// queued when its source step began (and any that arrive meanwhile up to that number);
 /// if jobs remain, the source is signalled again for the next pass, so a stream of jobs
 /// never starves the loop's timers, ports and other sources. A loop that runs in a mode the
-/// executor is not in runs none of its jobs until it runs in one of them again.
+/// executor is not in runs none of its jobs until it runs in one of them again. A run nested
+/// inside one of the executor's jobs runs none of its jobs either (the actor's synchronous
+/// code is never interleaved); a run nested in other code of the loop's thread (a timer, a
+/// perform block) runs them as usual.
 ///
 /// **Order.** Higher `ExecutorJob.priority` first; first in, first out within a priority.
 ///
@@ -70,7 +73,8 @@ import Threads
 /// released.
 public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
   // @unchecked: `queue`, `hasEnded`, `isShutDown` and the delayed-job state are protected
-  // by `lock`; `owner` is atomic; the rest is immutable.
+  // by `lock`; `owner` is atomic; `isDraining` is the loop thread's alone; the rest is
+  // immutable.
 
   /// The run loop whose thread runs the jobs.
   public let runLoop: RunLoop
@@ -84,6 +88,9 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   private var queue = JobQueue()
   /// Set when the loop dropped the executor's source (its thread ended). Protected by `lock`.
   private var hasEnded = false
+  /// True while `drain` runs jobs. Touched only on the loop's thread (the source's perform
+  /// callback), so it needs no lock.
+  private var isDraining = false
   /// Set by `shutDown` once the queue was empty. Protected by `lock`.
   private var isShutDown = false
   /// Delayed jobs whose timers have not fired yet. Protected by `lock`.
@@ -171,7 +178,17 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
 
   /// Runs queued jobs on the loop's thread (the source's perform callback): as many as were
   /// queued when it started, highest priority first, each outside the lock.
+  ///
+  /// Not re-entered: a job that runs the loop nested (in one of the executor's modes) must
+  /// not see another job of its actor start inside it, which would break the actor's
+  /// promise that its synchronous code is never interleaved. The nested fire returns at once
+  /// (having consumed the signal); the outer drain signals again when it leaves jobs queued.
+  /// Core Foundation likewise does not service the main dispatch queue from a run nested in
+  /// one of that queue's blocks.
   private func drain() {
+    if isDraining { return }
+    isDraining = true
+    defer { isDraining = false }
     if owner.load(ordering: .relaxed) == 0 {
       owner.store(tk_thread_identity(), ordering: .releasing)
     }

@@ -45,6 +45,16 @@ import Threads
     loop.stop()
   }
 
+  @Test func aNestedRunInsideAJobDoesNotStartAnotherJobOfTheSameExecutor() async {
+    let loop = LoopThread()
+    let actor = NestingActor(executor: RunLoopExecutor(runLoop: loop.runLoop))
+    let second = await actor.runNestedWhileAnotherCallIsQueued()
+    await second.value
+    // The queued call ran after the first one ended, not inside its nested run.
+    #expect(await actor.events == ["first: nested run returned", "first: end", "second"])
+    loop.stop()
+  }
+
   @Test func checkIsolatedInANestedRunOfAnotherLoopStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
@@ -82,6 +92,27 @@ extension PinnedCounter {
     }
     _ = RunLoop.current.run(mode: nested, timeout: .seconds(20))
     return results.snapshot
+  }
+}
+
+/// An actor whose method runs the loop nested while another call to it is queued.
+actor NestingActor {
+  let executor: RunLoopExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  private(set) var events: [String] = []
+  init(executor: RunLoopExecutor) { self.executor = executor }
+
+  func second() { events.append("second") }
+
+  /// Queues a call to `second` (a task isolated to this actor: its job goes to this
+  /// executor at once), then runs the loop nested in the executor's mode until a source was
+  /// handled (the executor's, signalled by that job).
+  func runNestedWhileAnotherCallIsQueued() -> Task<Void, Never> {
+    let task = Task { self.second() }
+    _ = RunLoop.current.run(mode: .default, timeout: .seconds(20), returnAfterSourceHandled: true)
+    events.append("first: nested run returned")
+    events.append("first: end")
+    return task
   }
 }
 
