@@ -169,3 +169,43 @@ extension Pinned {
 func shutDownInPlace(_ executor: RunLoopExecutor) {
   executor.shutDown()
 }
+
+extension RunLoopExecutorSchedulingTests {
+  @Test func aClockWhoseDurationsAreNotSwiftDurationsStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let (job, _) = await capturedStampJob()
+      executor.enqueue(ExecutorJob(job), after: TickClock.Ticks(5), tolerance: nil, clock: TickClock())
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "whose durations are not Swift.Duration") == true)
+  }
+}
+
+/// A clock counted in ticks of its own duration type, which the run loop's timers cannot map.
+struct TickClock: Clock {
+  struct Ticks: DurationProtocol, Hashable {
+    var count: Int
+    init(_ count: Int) { self.count = count }
+    static var zero: Ticks { Ticks(0) }
+    static func + (lhs: Ticks, rhs: Ticks) -> Ticks { Ticks(lhs.count + rhs.count) }
+    static func - (lhs: Ticks, rhs: Ticks) -> Ticks { Ticks(lhs.count - rhs.count) }
+    static func < (lhs: Ticks, rhs: Ticks) -> Bool { lhs.count < rhs.count }
+    static func / (lhs: Ticks, rhs: Int) -> Ticks { Ticks(lhs.count / rhs) }
+    static func * (lhs: Ticks, rhs: Int) -> Ticks { Ticks(lhs.count * rhs) }
+    static func / (lhs: Ticks, rhs: Ticks) -> Double { Double(lhs.count) / Double(rhs.count) }
+  }
+
+  struct Instant: InstantProtocol {
+    var tick: Int
+    func advanced(by duration: Ticks) -> Instant { Instant(tick: tick + duration.count) }
+    func duration(to other: Instant) -> Ticks { Ticks(other.tick - tick) }
+    static func < (lhs: Instant, rhs: Instant) -> Bool { lhs.tick < rhs.tick }
+  }
+
+  var now: Instant { Instant(tick: 0) }
+  var minimumResolution: Ticks { Ticks(1) }
+  func sleep(until deadline: Instant, tolerance: Ticks?) async throws {}
+}
