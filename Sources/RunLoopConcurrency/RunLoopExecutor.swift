@@ -52,7 +52,7 @@ import Threads
 /// after shutting down the executors of its loop:
 ///
 /// ```swift
-/// executor.shutDown()   // every queued job has run
+/// executor.shutDown()   // every queued job has run (`await executor.shutDown()` in async code)
 /// worker.stop()         // the thread ends and is joined
 /// ```
 ///
@@ -239,6 +239,11 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     if isIsolatingCurrentContext() == true {
       concurrencyMisuse("RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
     }
+    shutDownBlocking()
+  }
+
+  /// The shutdown's waiting (see ``shutDown()``), on a thread other than the loop's.
+  private func shutDownBlocking() {
     while true {
       let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
       do throws(PerformError) {
@@ -268,6 +273,22 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       case .delayedJobsPending(let latch): latch.wait()
       }
     }
+  }
+
+  /// Shuts the executor down as ``shutDown()`` does, suspending the calling task instead of
+  /// blocking its thread (the waiting happens on a short-lived helper thread). Calling it
+  /// from code isolated to this executor stops the process (misuse: the caller's own
+  /// resumption would be a job enqueued after the shutdown).
+  ///
+  /// - Parameter isolation: The caller's isolation (filled in by the compiler), so the check
+  ///   runs where the caller runs.
+  public func shutDown(isolation: isolated (any Actor)? = #isolation) async {
+    if isIsolatingCurrentContext() == true {
+      concurrencyMisuse(
+        "RunLoopExecutor",
+        "shutDown() called from code isolated to the executor (its resumption would be enqueued after the shutdown)")
+    }
+    await runOffPool(name: "executor-shutdown") { self.shutDownBlocking() }
   }
 
   /// What a shutdown's check on the loop's thread found.

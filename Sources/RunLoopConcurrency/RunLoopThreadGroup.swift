@@ -9,7 +9,7 @@ import Threads
 /// ```swift
 /// let group = try RunLoopThreadGroup(threadCount: 4, name: "io")
 /// let summary = await Task(executorPreference: group) { await summarize(files) }.value
-/// group.shutDown()   // runs what is still queued, then joins the threads
+/// await group.shutDown()   // runs what is still queued, then joins the threads
 /// ```
 ///
 /// Each thread is a ``/RunLoop/RunLoopThread``: it runs its loop in the default mode, so
@@ -144,6 +144,14 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
       )
     }
     shutDownWorkers(drain: true)
+  }
+
+  /// Shuts the group down as ``shutDown()`` does, suspending the calling task instead of
+  /// blocking its thread (the waiting happens on a short-lived helper thread). May be called
+  /// from a task running on the group: that task's thread is free while it waits, and the
+  /// task resumes on the global concurrent executor (its preferred group is closed).
+  public func shutDown() async {
+    await runOffPool(name: "group-shutdown") { self.shutDownWorkers(drain: true) }
   }
 
   /// Whether ``shutDown()`` has finished (every thread has ended).

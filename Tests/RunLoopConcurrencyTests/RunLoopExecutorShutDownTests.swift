@@ -44,6 +44,38 @@ import Threads
     loop.stop()
   }
 
+  @Test func awaitingShutDownRunsTheQueuedJobsWithoutBlockingTheTask() async {
+    let loop = LoopThread()
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let actor = Pinned(executor: executor)
+    let hold = Latch(count: 1)
+    let holding = Latch(count: 1)
+    loop.runLoop.performAndWakeUp {
+      holding.countDown()
+      hold.wait()
+    }
+    await Task.detached { blockingWait(holding) }.value
+    let calls = (0..<5).map { _ in Task { await actor.answer() } }
+    while executor.queuedJobCount < 5 { await Task.yield() }
+    let shutDown = Task { await executor.shutDown() }
+    hold.countDown()
+    await shutDown.value
+    #expect(executor.queuedJobCount == 0)
+    for call in calls { #expect(await call.value == 42) }
+    loop.stop()
+  }
+
+  @Test func awaitingShutDownFromCodeIsolatedToTheExecutorStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let actor = Pinned(executor: RunLoopExecutor(runLoop: loop.runLoop))
+      await actor.awaitShutDownOfOwnExecutor()
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "shutDown() called from code isolated to the executor") == true)
+  }
+
   @Test func aJobEnqueuedAfterShutDownStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
@@ -162,6 +194,11 @@ extension Pinned {
   /// Calls `shutDown()` from one of the executor's own jobs (misuse).
   func shutDownOwnExecutor() {
     executor.shutDown()
+  }
+
+  /// Awaits `shutDown()` from code isolated to the executor (misuse).
+  func awaitShutDownOfOwnExecutor() async {
+    await executor.shutDown()
   }
 }
 

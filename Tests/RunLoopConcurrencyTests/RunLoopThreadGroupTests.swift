@@ -121,6 +121,18 @@ import Threads
     #expect(threads.allSatisfy { $0.isFinished })
   }
 
+  @Test func awaitingShutDownFromATaskOnTheGroupEndsTheGroupAndResumesTheTaskElsewhere() async {
+    let group = makeGroup(threadCount: 2)
+    let groupThreads = group.threads
+    let resumedOn = await Task(executorPreference: group) { () -> Thread in
+      await group.shutDown()
+      return Thread.current
+    }.value
+    #expect(group.isShutDown)
+    #expect(groupThreads.allSatisfy { $0.isFinished })
+    #expect(!groupThreads.contains(resumedOn))
+  }
+
   @Test func aSecondShutDownReturnsOnceTheFirstHasFinished() async {
     let group = makeGroup(threadCount: 2)
     await shutDownOffPool(group)
