@@ -7,7 +7,7 @@ import Threads
 /// `withTaskExecutorPreference(_:operation:)` and `Task(executorPreference:)`.
 ///
 /// ```swift
-/// let group = try RunLoopThreadGroup(threadCount: 4, name: "io")
+/// let group = try await RunLoopThreadGroup.start(threadCount: 4, name: "io")
 /// let summary = await Task(executorPreference: group) { await summarize(files) }.value
 /// await group.shutDown()   // runs what is still queued, then joins the threads
 /// ```
@@ -93,6 +93,29 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     // Before `self` is published, so every job finds it: the lock of the first enqueue
     // orders this store before the worker thread reads it.
     for worker in workers { worker.taskExecutor = asUnownedTaskExecutor() }
+  }
+
+  /// Starts a group as ``init(threadCount:name:configuration:)`` does, from async code: the
+  /// threads are started on a short-lived helper thread while the calling task is suspended.
+  ///
+  /// - Throws: ``/Threads/ThreadStartError``, as the initializer throws it.
+  public static func start(
+    threadCount: Int, name: String = "run-loop-group", configuration: ThreadConfiguration = ThreadConfiguration()
+  ) async throws(ThreadStartError) -> RunLoopThreadGroup {
+    let outcome = LockedValue<Result<RunLoopThreadGroup, ThreadStartError>?>(nil)
+    await runOffPool(name: "group-start") {
+      let result: Result<RunLoopThreadGroup, ThreadStartError>
+      do throws(ThreadStartError) {
+        result = .success(try RunLoopThreadGroup(threadCount: threadCount, name: name, configuration: configuration))
+      } catch {
+        result = .failure(error)
+      }
+      outcome.withLock { $0 = result }
+    }
+    guard let result = outcome.withLock({ $0 }) else {
+      preconditionFailure("RunLoopThreadGroup.start: the helper returned without an outcome")
+    }
+    return try result.get()
   }
 
   deinit {

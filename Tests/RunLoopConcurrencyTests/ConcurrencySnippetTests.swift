@@ -1,0 +1,48 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+/// The module's overview snippets, compiled and run: a thread group as a task executor, a
+/// block awaited on a loop's thread, a port's messages as a sequence.
+@Suite(.timeLimit(.minutes(1))) struct ConcurrencySnippetTests {
+  struct StoreError: Error {}
+
+  @Test func aThreadGroupRunsAChildTaskTreeAndShutsDown() async throws {
+    let files = ["a", "bb", "ccc"]
+    let group = try await RunLoopThreadGroup.start(threadCount: 2, name: "io")
+    let total = await withTaskExecutorPreference(group) {
+      await withTaskGroup(of: Int.self) { tasks in  // child tasks prefer the group too
+        for file in files { tasks.addTask { file.count } }
+        return await tasks.reduce(0, +)
+      }
+    }
+    await group.shutDown()  // runs what is queued, joins the threads
+    #expect(total == 6)
+    #expect(group.isShutDown)
+  }
+
+  @Test func aBlockAwaitedOnALoopAndAPortsMessagesAsASequence() async throws {
+    let worker = LoopThread(name: "worker")
+    let store = ["x", "y"]
+    let count = try await worker.runLoop.performAndAwait { () throws(StoreError) -> Int in
+      store.count  // on the worker's thread, typed error kept
+    }
+    #expect(count == 2)
+
+    let port = Port()
+    TestThread.run {
+      sendMessage(1, to: port)
+      sendMessage(0, to: port)
+    }
+    var seen: [Int32] = []
+    for await message in port.messages(on: worker.runLoop) {  // cancellation loses no message
+      seen.append(message.msgid)
+      if message.msgid == 0 { break }
+    }
+    #expect(seen == [1, 0])
+    worker.stop()
+  }
+}
