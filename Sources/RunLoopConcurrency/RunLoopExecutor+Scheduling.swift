@@ -6,9 +6,9 @@
 // the program's default executor), so this conformance serves code that calls the
 // `enqueue(_:after:...)`/`enqueue(_:at:...)` methods itself, and toolchains that consult it.
 
-@_spi(ExperimentalScheduling) import _Concurrency
 import RunLoop
 import Sync
+@_spi(ExperimentalScheduling) import _Concurrency
 
 /// Delayed jobs on the loop's timers (toolchain SPI, `@_spi(ExperimentalScheduling)`).
 ///

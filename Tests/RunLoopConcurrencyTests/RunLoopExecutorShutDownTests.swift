@@ -1,10 +1,10 @@
-@_spi(ExperimentalScheduling) import _Concurrency
-@_spi(ExperimentalScheduling) import RunLoopConcurrency
 import RunLoop
+@_spi(ExperimentalScheduling) import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
 import Threads
+@_spi(ExperimentalScheduling) import _Concurrency
 
 @Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorShutDownTests {
   @Test func shutDownReturnsOnceEveryQueuedJobHasRun() async {

@@ -332,7 +332,10 @@ private func executorEnqueueRows(_ harness: Harness) {
       id: "executor.enqueue.throughput", group: "Executors: jobs enqueued from two threads, until all ran",
       operations: 20_000,
       [
-        (.toolkit("RunLoopExecutor"), { iterations in timeEnqueues(iterations) { loopExecutor.enqueue(ExecutorJob($0)) } }),
+        (
+          .toolkit("RunLoopExecutor"),
+          { iterations in timeEnqueues(iterations) { loopExecutor.enqueue(ExecutorJob($0)) } }
+        ),
         (
           .peer("DispatchQueue executor"),
           { iterations in timeEnqueues(iterations) { queueExecutor.enqueue(ExecutorJob($0)) } }
