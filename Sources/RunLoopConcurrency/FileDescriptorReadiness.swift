@@ -90,7 +90,9 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
 
   /// Returns the next readiness report; see the type's "Cancellation".
   public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
+    /// The sequence's element.
     public typealias Element = FileDescriptorSource.Events
+    /// Iterating never throws.
     public typealias Failure = Never
     let readiness: FileDescriptorReadiness
 

@@ -87,7 +87,9 @@ public final class PortMessages: AsyncSequence, Sendable {
 
   /// Returns the port's next message; see the type's "Cancellation" and "End".
   public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
+    /// The sequence's element.
     public typealias Element = PortMessage
+    /// Iterating never throws.
     public typealias Failure = Never
     let messages: PortMessages
 
