@@ -23,7 +23,7 @@ extension RunLoop {
   }
 }
 
-/// A descriptor's readiness as an async sequence (``/RunLoop/RunLoop/readiness(of:events:inModes:)``).
+/// A descriptor's readiness as an async sequence (`RunLoop.readiness(of:events:inModes:)`).
 ///
 /// **One report per call.** The sequence's ``/RunLoop/FileDescriptorSource`` is enabled only
 /// while a task waits in `next()`; the loop reports the ready events to the oldest waiter and

@@ -18,7 +18,7 @@ extension Port {
   }
 }
 
-/// A port's messages as an async sequence (``/RunLoop/Port/messages(on:inModes:)``).
+/// A port's messages as an async sequence (`Port.messages(on:inModes:)`).
 ///
 /// **How messages arrive.** The port is added to `runLoop` in `modes`, and its handler is
 /// set only while a task waits in `next()`: a message is taken from the port by the loop's

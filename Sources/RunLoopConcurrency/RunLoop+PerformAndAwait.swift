@@ -1,7 +1,7 @@
 import RunLoop
 import Sync
 
-/// Why ``/RunLoop/RunLoop/performAndAwait(inModes:_:)`` returned no value.
+/// Why `RunLoop.performAndAwait(inModes:_:)` returned no value.
 public enum AwaitedPerformError<Failure: Error>: Error, CustomStringConvertible {
   /// The block ran and threw this error (its type preserved).
   case failed(Failure)

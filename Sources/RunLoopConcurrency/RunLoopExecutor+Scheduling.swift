@@ -28,7 +28,7 @@ import Sync
 /// the real rate). A clock with another duration type cannot be mapped and stops the process
 /// (misuse): running the job at once would be early.
 ///
-/// Each delayed job allocates one timer. ``shutDown()`` also waits for the delayed jobs.
+/// Each delayed job allocates one timer. `shutDown()` also waits for the delayed jobs.
 /// When the loop's thread ends before a delayed job's timer fired, the process stops with a
 /// message (as for queued jobs: the job's task could never resume).
 @_spi(ExperimentalScheduling)

@@ -46,7 +46,7 @@ import Threads
 /// the toolchain's `SchedulingExecutor`, visible with `@_spi(ExperimentalScheduling)`) run on
 /// the loop's timers: never early, at most their tolerance late; see that extension.
 ///
-/// **Shutting down** drains: ``shutDown()`` waits until the loop's thread has run every
+/// **Shutting down** drains: `shutDown()` waits until the loop's thread has run every
 /// queued job (and those they queue meanwhile), then closes the executor; an enqueue after
 /// that stops the process with a message naming the misuse. Stop a ``/RunLoop/RunLoopThread``
 /// after shutting down the executors of its loop:
@@ -242,7 +242,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     shutDownBlocking()
   }
 
-  /// The shutdown's waiting (see ``shutDown()``), on a thread other than the loop's.
+  /// The shutdown's waiting (see `shutDown()`), on a thread other than the loop's.
   private func shutDownBlocking() {
     while true {
       let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
@@ -275,7 +275,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     }
   }
 
-  /// Shuts the executor down as ``shutDown()`` does, suspending the calling task instead of
+  /// Shuts the executor down as `shutDown()` does, suspending the calling task instead of
   /// blocking its thread (the waiting happens on a short-lived helper thread). Calling it
   /// from code isolated to this executor stops the process (misuse: the caller's own
   /// resumption would be a job enqueued after the shutdown).

@@ -27,7 +27,7 @@ import Threads
 /// slower path for an executor that is both. For actors pinned to one thread, use a
 /// ``RunLoopExecutor`` of one of ``runLoops``.
 ///
-/// **Shutting down** (``shutDown()``) drains: every job queued on a thread when it closes
+/// **Shutting down** (`shutDown()`) drains: every job queued on a thread when it closes
 /// runs on that thread before the thread ends, and the call joins every thread. A job that
 /// arrives at a closed thread (during or after the shutdown, or after the group was
 /// released) runs on the Swift runtime's global concurrent executor instead: a task executor
@@ -37,7 +37,7 @@ import Threads
 /// **Lifetime.** A task made with `Task(executorPreference:)` keeps the group alive until the
 /// task is destroyed (the runtime retains a task's preferred executor); a
 /// `withTaskExecutorPreference` scope does not, so keep the group for as long as it runs.
-/// Releasing the group without ``shutDown()`` shuts it down without draining (its queued jobs
+/// Releasing the group without `shutDown()` shuts it down without draining (its queued jobs
 /// move to the global concurrent executor) and joins its threads, or detaches the thread it
 /// is released on when that is one of its own (the last reference may be a task's).
 ///
@@ -169,7 +169,7 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     shutDownWorkers(drain: true)
   }
 
-  /// Shuts the group down as ``shutDown()`` does, suspending the calling task instead of
+  /// Shuts the group down as `shutDown()` does, suspending the calling task instead of
   /// blocking its thread (the waiting happens on a short-lived helper thread). May be called
   /// from a task running on the group: that task's thread is free while it waits, and the
   /// task resumes on the global concurrent executor (its preferred group is closed).
@@ -177,7 +177,7 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     await runOffPool(name: "group-shutdown") { self.shutDownWorkers(drain: true) }
   }
 
-  /// Whether ``shutDown()`` has finished (every thread has ended).
+  /// Whether `shutDown()` has finished (every thread has ended).
   public var isShutDown: Bool { state.load(ordering: .acquiring) == 2 }
 
   /// Closes every thread's queue, runs (`drain`) or moves to the global executor the jobs
