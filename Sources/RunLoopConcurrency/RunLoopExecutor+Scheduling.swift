@@ -102,6 +102,9 @@ private final class DelayedJob: @unchecked Sendable {
 
   /// The timer's callback, on the loop's thread.
   func fire() {
+    // Relaxed: only the loop's thread fires the timer, and `deinit` reads the flag after the
+    // timer's last reference to this object was released (the reference count's
+    // release/acquire orders the store before that read, arm64 included).
     if fired.exchange(true, ordering: .relaxed) { return }
     executor.enqueue(ExecutorJob(job))
     executor.endDelayedJob()
