@@ -20,9 +20,9 @@ import Threads
 /// of its modes. Enqueueing a job (from any thread, including the loop's own) signals that
 /// source and wakes the loop, so jobs run at the *source step* of the loop's next pass in
 /// one of those modes, like any signalled custom source. A pass runs the jobs that were
-/// queued when its source step began (and any that arrive meanwhile up to that number);
-/// if jobs remain, the source is signalled again for the next pass, so a stream of jobs
-/// never starves the loop's timers, ports and other sources. A loop that runs in a mode the
+/// queued when its source step began (and any that arrive meanwhile up to that number), at
+/// most 512; if jobs remain, the source is signalled again for the next pass, so neither a
+/// stream of jobs nor a large backlog starves the loop's timers, ports and other sources. A loop that runs in a mode the
 /// executor is not in runs none of its jobs until it runs in one of them again. A run nested
 /// inside one of the executor's jobs runs none of its jobs either (the actor's synchronous
 /// code is never interleaved); a run nested in other code of the loop's thread (a timer, a
@@ -192,7 +192,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     if owner.load(ordering: .relaxed) == 0 {
       owner.store(tk_thread_identity(), ordering: .releasing)
     }
-    var budget = lock.withLock { queue.count }
+    var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
     let unownedExecutor = jobExecutor ?? asUnownedSerialExecutor()
     while budget > 0 {
       lock.lock()

@@ -277,10 +277,12 @@ private final class GroupWorker: @unchecked Sendable {
     return true
   }
 
-  /// The source's perform callback: runs as many jobs as were queued when it started.
+  /// The source's perform callback: runs as many jobs as were queued when it started, at
+  /// most `JobQueue.jobsPerPass` (the rest in later passes, so timers and sources of the
+  /// thread's loop get their turn).
   func drain() {
     guard let taskExecutor else { return }
-    var budget = lock.withLock { queue.count }
+    var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
     while budget > 0 {
       lock.lock()
       let next = queue.popHighest()

@@ -49,6 +49,21 @@ import Threads
     loop.stop()
   }
 
+  @Test func aBacklogOfJobsIsSpreadOverPassesSoATimerFiresBetweenThem() async {
+    let held = HeldLoop()
+    let actor = BacklogActor(executor: RunLoopExecutor(runLoop: held.runLoop))
+    let count = 2_000
+    let tasks = (0..<count).map { _ in Task { await actor.step() } }
+    while actor.executor.queuedJobCount < count { await Task.yield() }
+    held.release()
+    for task in tasks { await task.value }
+    // The first job schedules a timer due at once; it fires at the next pass's timer step,
+    // after the first pass's share of the backlog, not after all of it.
+    let jobsBeforeTimer = await actor.jobsBeforeTimer
+    #expect(jobsBeforeTimer.map { $0 < count } == true, "\(String(describing: jobsBeforeTimer))")
+    held.stop()
+  }
+
   @Test func aNestedRunInsideAJobDoesNotStartAnotherJobOfTheSameExecutor() async {
     let loop = LoopThread()
     let actor = NestingActor(executor: RunLoopExecutor(runLoop: loop.runLoop))
@@ -96,6 +111,25 @@ extension PinnedCounter {
     }
     _ = RunLoop.current.run(mode: nested, timeout: .seconds(20))
     return results.snapshot
+  }
+}
+
+/// An actor whose first job schedules a timer, which records how many jobs ran before it.
+actor BacklogActor {
+  let executor: RunLoopExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  private var ran = 0
+  private(set) var jobsBeforeTimer: Int?
+  init(executor: RunLoopExecutor) { self.executor = executor }
+
+  func step() {
+    if ran == 0 {
+      let timer = RunLoopTimer(fireAt: .now) { _ in
+        self.assumeIsolated { $0.jobsBeforeTimer = $0.ran }  // on the loop's thread
+      }
+      RunLoop.current.add(timer, forMode: .default)
+    }
+    ran += 1
   }
 }
 

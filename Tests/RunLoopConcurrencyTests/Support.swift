@@ -86,3 +86,65 @@ actor PinnedCounter {
 
 /// Waits for `latch` on the calling thread (from a detached task: it blocks that thread).
 func blockingWait(_ latch: Latch) { latch.wait() }
+
+/// A thread whose run loop exists but does not run until `release()`: work queued on it
+/// waits without any callback blocking the loop (so no stall is reported). After the release
+/// the thread runs its loop until `stop()`, which joins it.
+final class HeldLoop: @unchecked Sendable {
+  // @unchecked: `handle` is touched only under `lock`; the rest is immutable or atomic.
+  let runLoop: RunLoop
+  let thread: Thread
+  private let go = Latch(count: 1)
+  private let done = AtomicBool(false)
+  private let lock = Lock()
+  private var handle: JoinableThread<Void, Never>?
+
+  init(name: String = "held-loop") {
+    let ready = Latch(count: 1)
+    let slot = LockedValue<RunLoop?>(nil)
+    let go = go
+    let done = done
+    let spawned: JoinableThread<Void, Never>
+    do {
+      spawned = try Thread.spawn(name: name) { () throws(Never) in
+        // A source that never fires keeps the default mode from ending runs as `finished`.
+        RunLoop.current.add(RunLoopSource(perform: {}), forMode: .default)
+        slot.withLock { $0 = RunLoop.current }
+        ready.countDown()
+        go.wait()
+        while !done.load(ordering: .acquiring) { _ = RunLoop.current.run(mode: .default, timeout: .seconds(1)) }
+      }
+    } catch {
+      fatalError("Thread.spawn: \(error)")
+    }
+    ready.wait()
+    runLoop = slot.withLock { $0 }!
+    thread = spawned.thread
+    handle = consume spawned
+  }
+
+  /// Lets the thread run its loop (once; later calls do nothing).
+  func release() {
+    lock.withLock { if !go.isOpen { go.countDown() } }
+  }
+
+  /// Runs `body` on the loop's thread and waits for it (the loop must be released).
+  func onLoop(_ body: @escaping @Sendable () -> Void) {
+    do {
+      try runLoop.performAndWait(body)
+    } catch {
+      fatalError("performAndWait: \(error)")
+    }
+  }
+
+  /// Ends the loop's runs and joins the thread (releasing it first if needed).
+  func stop() {
+    release()
+    done.store(true, ordering: .releasing)
+    runLoop.wakeUp()
+    lock.lock()
+    let taken = handle.take()
+    lock.unlock()
+    taken?.join()
+  }
+}

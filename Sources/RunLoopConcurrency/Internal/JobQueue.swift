@@ -16,6 +16,11 @@ struct JobQueue: ~Copyable {
     var count = 0
   }
 
+  /// The most jobs an executor runs in one pass of its loop: a backlog is spread over
+  /// several passes, so the loop's timers and other sources are served between them and no
+  /// single callback runs for long; the price is one extra pass per 512 jobs.
+  static let jobsPerPass = 512
+
   private static let priorityCount = 256
   private static let initialCapacity = 16
 
