@@ -35,18 +35,11 @@ import Threads
   }
 
   @Test func cancellingBeforeTheBlockStartedThrowsCancelledAndTheBlockNeverRuns() async {
-    let loop = LoopThread()
-    let hold = Latch(count: 1)
-    let holding = Latch(count: 1)
-    loop.runLoop.performAndWakeUp {
-      holding.countDown()
-      hold.wait()
-    }
-    await Task.detached { blockingWait(holding) }.value
+    let held = HeldLoop()
     let ran = AtomicBool(false)
     let call = Task { () -> AwaitedPerformError<Never>? in
       do throws(AwaitedPerformError<Never>) {
-        try await loop.runLoop.performAndAwait { ran.store(true, ordering: .relaxed) }
+        try await held.runLoop.performAndAwait { ran.store(true, ordering: .relaxed) }
         return nil
       } catch {
         return error
@@ -54,11 +47,11 @@ import Threads
     }
     call.cancel()
     let outcome = await call.value
-    hold.countDown()
-    loop.onLoop {}  // queued after the withdrawn block: that block's turn has passed
+    held.release()
+    await Task.detached { held.onLoop {} }.value  // queued after the withdrawn block: its turn has passed
     #expect(outcome.map { if case .cancelled = $0 { true } else { false } } == true)
     #expect(!ran.load(ordering: .relaxed))
-    loop.stop()
+    held.stop()
   }
 
   @Test func cancellingWhileTheBlockRunsStillReturnsItsValue() async {

@@ -8,16 +8,9 @@ import Threads
 
 @Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorShutDownTests {
   @Test func shutDownReturnsOnceEveryQueuedJobHasRun() async {
-    let loop = LoopThread()
-    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let held = HeldLoop()
+    let executor = RunLoopExecutor(runLoop: held.runLoop)
     let actor = Pinned(executor: executor)
-    let hold = Latch(count: 1)
-    let holding = Latch(count: 1)
-    loop.runLoop.performAndWakeUp {
-      holding.countDown()
-      hold.wait()
-    }
-    await Task.detached { blockingWait(holding) }.value
     let calls = (0..<5).map { _ in Task { await actor.answer() } }
     while executor.queuedJobCount < 5 { await Task.yield() }
     let finished = AtomicBool(false)
@@ -26,11 +19,11 @@ import Threads
       finished.store(true, ordering: .releasing)
     }
     #expect(!finished.load(ordering: .acquiring))  // the jobs cannot have run: the loop is held
-    hold.countDown()
+    held.release()
     stopper.join()
     #expect(executor.queuedJobCount == 0)
     for call in calls { #expect(await call.value == 42) }
-    loop.stop()
+    held.stop()
   }
 
   @Test func shutDownWaitsForADelayedJob() async {
@@ -45,24 +38,17 @@ import Threads
   }
 
   @Test func awaitingShutDownRunsTheQueuedJobsWithoutBlockingTheTask() async {
-    let loop = LoopThread()
-    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    let held = HeldLoop()
+    let executor = RunLoopExecutor(runLoop: held.runLoop)
     let actor = Pinned(executor: executor)
-    let hold = Latch(count: 1)
-    let holding = Latch(count: 1)
-    loop.runLoop.performAndWakeUp {
-      holding.countDown()
-      hold.wait()
-    }
-    await Task.detached { blockingWait(holding) }.value
     let calls = (0..<5).map { _ in Task { await actor.answer() } }
     while executor.queuedJobCount < 5 { await Task.yield() }
     let shutDown = Task { await executor.shutDown() }
-    hold.countDown()
+    held.release()
     await shutDown.value
     #expect(executor.queuedJobCount == 0)
     for call in calls { #expect(await call.value == 42) }
-    loop.stop()
+    held.stop()
   }
 
   @Test func awaitingShutDownFromCodeIsolatedToTheExecutorStopsTheProcess() async {
