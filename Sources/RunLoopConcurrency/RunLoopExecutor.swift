@@ -21,7 +21,7 @@ import Threads
 /// source and wakes the loop, so jobs run at the *source step* of the loop's next pass in
 /// one of those modes, like any signalled custom source. A pass runs the jobs that were
 /// queued when its source step began (and any that arrive meanwhile up to that number), at
-/// most 512; if jobs remain, the source is signalled again for the next pass, so neither a
+/// most 512 and for about 2 ms at most (checked every 16 jobs); if jobs remain, the source is signalled again for the next pass, so neither a
 /// stream of jobs nor a large backlog starves the loop's timers, ports and other sources. A loop that runs in a mode the
 /// executor is not in runs none of its jobs until it runs in one of them again. A run nested
 /// inside one of the executor's jobs runs none of its jobs either (the actor's synchronous
@@ -194,6 +194,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     }
     var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
     let unownedExecutor = jobExecutor ?? asUnownedSerialExecutor()
+    let passEnds = JobQueue.passDeadline()
     while budget > 0 {
       lock.lock()
       let next = queue.popHighest()
@@ -201,6 +202,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       guard let job = next else { break }
       job.runSynchronously(on: unownedExecutor)
       budget -= 1
+      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
     }
     if !lock.withLock({ queue.isEmpty }) {
       source.signal()

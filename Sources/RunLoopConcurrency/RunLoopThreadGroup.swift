@@ -278,11 +278,12 @@ private final class GroupWorker: @unchecked Sendable {
   }
 
   /// The source's perform callback: runs as many jobs as were queued when it started, at
-  /// most `JobQueue.jobsPerPass` (the rest in later passes, so timers and sources of the
-  /// thread's loop get their turn).
+  /// most `JobQueue.jobsPerPass` and for about `JobQueue.passDuration` (the rest in later
+  /// passes, so timers and sources of the thread's loop get their turn).
   func drain() {
     guard let taskExecutor else { return }
     var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
+    let passEnds = JobQueue.passDeadline()
     while budget > 0 {
       lock.lock()
       let next = queue.popHighest()
@@ -290,6 +291,7 @@ private final class GroupWorker: @unchecked Sendable {
       guard let job = next else { break }
       job.runSynchronously(on: taskExecutor)
       budget -= 1
+      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
     }
     if !lock.withLock({ queue.isEmpty }) {
       source.signal()

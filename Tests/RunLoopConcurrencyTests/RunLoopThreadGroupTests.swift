@@ -17,44 +17,29 @@ import Threads
 
   @Test func consecutiveJobsGoRoundRobinToEveryThread() async {
     let group = makeGroup(threadCount: 3)
-    // Each task blocks its thread until all three run at once: possible only if the three
-    // first jobs went to three different threads.
-    let allRunning = Latch(count: 3)
-    let tasks = (0..<3).map { _ in
-      Task(executorPreference: group) { () -> (Thread, Bool) in
-        allRunning.countDown()
-        return (Thread.current, blockingWait(allRunning, timeout: .seconds(20)))
-      }
-    }
+    // Each task's only job is its first: three consecutive enqueues, three threads.
+    let tasks = (0..<3).map { _ in Task(executorPreference: group) { Thread.current } }
     var threads: Set<Thread> = []
-    for task in tasks {
-      let (thread, metTheOthers) = await task.value
-      #expect(metTheOthers)
-      threads.insert(thread)
-    }
+    for task in tasks { threads.insert(await task.value) }
     #expect(threads == Set(group.threads))
     await shutDownOffPool(group)
   }
 
   @Test func jobsOnAThreadRunHigherPriorityFirstAndInOrderWithinAPriority() async {
     let group = makeGroup(threadCount: 1)
-    let hold = Latch(count: 1)
-    let holding = Latch(count: 1)
-    let holder = Task(executorPreference: group) {
-      holding.countDown()
-      blockingWait(hold)
-    }
-    await Task.detached { blockingWait(holding) }.value
     let priorities: [TaskPriority] = [.low, .high, .medium, .low, .high, .background, .medium, .high]
     let order = Recorder<Int>()
     let done = Latch(count: priorities.count)
-    for (index, priority) in priorities.enumerated() {
-      Task(executorPreference: group, priority: priority) {
-        order.append(index)
-        done.countDown()
+    // Created by a job on the group's only thread: they queue behind it, and the next pass
+    // takes them by priority (no callback waits meanwhile).
+    await Task(executorPreference: group) {
+      for (index, priority) in priorities.enumerated() {
+        Task(executorPreference: group, priority: priority) {
+          order.append(index)
+          done.countDown()
+        }
       }
-    }
-    hold.countDown()
+    }.value
     // Waited for off the tasks: awaiting them would escalate their priorities.
     await Task.detached { blockingWait(done) }.value
     let expected = priorities.enumerated().sorted { lhs, rhs in
@@ -62,26 +47,22 @@ import Threads
         ? lhs.element.rawValue > rhs.element.rawValue : lhs.offset < rhs.offset
     }.map(\.offset)
     #expect(order.snapshot == expected)
-    await holder.value
     await shutDownOffPool(group)
   }
 
   @Test func shutDownRunsTheQueuedJobsOnTheGroupsThreadsThenJoinsThem() async {
     let group = makeGroup(threadCount: 1)
     let groupThread = group.threads[0]
-    let hold = Latch(count: 1)
-    let holding = Latch(count: 1)
-    _ = Task(executorPreference: group) {
-      holding.countDown()
-      blockingWait(hold)
-    }
-    await Task.detached { blockingWait(holding) }.value
     let ranOn = Recorder<Thread>()
-    let queued = (0..<5).map { _ in Task(executorPreference: group) { ranOn.append(Thread.current) } }
-    // The shutdown starts while the five jobs are queued behind the held one.
-    let stopper = TestThread.spawn { group.shutDown() }
-    hold.countDown()
-    stopper.join()
+    let stopper = LockedValue<TestThread?>(nil)
+    // One job queues five tasks behind itself and starts the shutdown from another thread,
+    // so the shutdown meets them queued.
+    let queued = await Task(executorPreference: group) {
+      let queued = (0..<5).map { _ in Task(executorPreference: group) { ranOn.append(Thread.current) } }
+      stopper.withLock { $0 = TestThread.spawn { group.shutDown() } }
+      return queued
+    }.value
+    stopper.withLock { $0 }?.join()
     #expect(group.isShutDown)
     #expect(ranOn.snapshot.count == 5)
     #expect(ranOn.snapshot.allSatisfy { $0 === groupThread })

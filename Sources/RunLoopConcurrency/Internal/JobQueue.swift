@@ -1,3 +1,5 @@
+import Sync
+
 /// The jobs a ``RunLoopExecutor`` holds: one ring of `UnownedJob` per priority (0...255),
 /// and a 256-bit map of the non-empty rings, so the highest priority is found with at most
 /// four word tests and a leading-zero count.
@@ -20,6 +22,20 @@ struct JobQueue: ~Copyable {
   /// several passes, so the loop's timers and other sources are served between them and no
   /// single callback runs for long; the price is one extra pass per 512 jobs.
   static let jobsPerPass = 512
+
+  /// How long one pass runs jobs at most (checked every 16 jobs, so the clock is read once
+  /// per 16 jobs): also bounds a pass whose jobs are slow, or whose thread waits for the
+  /// queue's lock while many threads enqueue.
+  static let passDuration = Duration.milliseconds(2)
+
+  /// The instant a pass that starts now should stop taking jobs.
+  static func passDeadline() -> MonotonicInstant { .after(passDuration) }
+
+  /// Whether a pass with `budget` jobs left should stop now: at every 16th job, once
+  /// `deadline` has passed.
+  static func passIsOver(budget: Int, deadline: MonotonicInstant) -> Bool {
+    budget & 15 == 0 && deadline.hasPassed
+  }
 
   private static let priorityCount = 256
   private static let initialCapacity = 16
