@@ -56,19 +56,17 @@ import Threads
 
   @Test func cancellingWhileTheBlockRunsStillReturnsItsValue() async {
     let loop = LoopThread()
-    let started = Latch(count: 1)
-    let release = Latch(count: 1)
-    let call = Task {
-      try? await loop.runLoop.performAndAwait { () -> Int in
-        started.countDown()
-        release.wait()
+    let handle = LockedValue<Task<Int?, Never>?>(nil)
+    let call = Task { () -> Int? in
+      while handle.withLock({ $0 }) == nil { await Task.yield() }
+      return try? await loop.runLoop.performAndAwait { () -> Int in
+        handle.withLock { $0 }?.cancel()  // the awaiting task is cancelled while the block runs
         return 9
       }
     }
-    await Task.detached { blockingWait(started) }.value
-    call.cancel()
-    release.countDown()
+    handle.withLock { $0 = call }
     #expect(await call.value == 9)
+    #expect(call.isCancelled)
     loop.stop()
   }
 
