@@ -11,38 +11,27 @@ import Threads
 
 @Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorLoadAndNestingTests {
   /// Jobs from 8 threads, each a task created on one of them and isolated to a global actor
-  /// pinned to a run loop, so each task's only job is enqueued by the creating thread.
+  /// pinned to a run loop, so each task's only job is enqueued by the creating thread. Run
+  /// in a child process (an exit test), so its allocations do not disturb the tests that
+  /// count the process's allocated bytes while it runs.
+  ///
   /// 1,000,000 jobs when the environment sets `RUNLOOP_CONCURRENCY_STRESS=1`; otherwise
   /// 200,000, 100,000 under ThreadSanitizer (which slows every enqueue and job about
-  /// tenfold), 20,000 with the diagnostics on (see below): the property tested is the same, and the run stays within its time budget
-  /// (a million jobs keep both CPUs of a small CI machine busy for seconds, which starves
-  /// the suites that run beside it).
+  /// tenfold), 20,000 with the diagnostics on (see `manyJobsFromEightThreads`): the
+  /// property tested is the same, and the run stays within its time budget (a million jobs
+  /// keep both CPUs of a small CI machine busy for seconds, which starves the suites that
+  /// run beside it).
   @Test func aMillionJobsFromEightThreadsEachRunExactlyOnce() async {
-    let stress = getenv("RUNLOOP_CONCURRENCY_STRESS").map { String(cString: $0) == "1" } ?? false
-    // With the diagnostics on (the stall detector set to stop the process), 20,000: eight
-    // producers keep both CPUs busy, and the loop thread, preempted among them (or waiting
-    // for the queue's lock while a preempted producer holds it), can be away longer than
-    // the stall threshold in the middle of a short pass; a short burst keeps that unlikely.
-    let diagnostics = getenv("THREADING_TOOLKIT_DIAGNOSTICS") != nil
-    let perThread = stress ? 125_000 : diagnostics ? 2_500 : loadTestsRunUnderThreadSanitizer ? 12_500 : 25_000
-    let total = 8 * perThread
-    let marks = Marks(count: total)
-    let remaining = AtomicInteger<Int>(total)
-    let wrongThread = AtomicInteger<Int>(0)
-    let allRan = Latch(count: 1)
-    let executor = LoopGlobalActor.shared.executor
-    runThreads(8) { thread in
-      for index in 0..<perThread {
-        Task { @LoopGlobalActor in
-          if executor.isIsolatingCurrentContext() != true { _ = wrongThread.increment(ordering: .relaxed) }
-          marks.mark(thread * perThread + index)
-          if remaining.decrement(ordering: .full) == 0 { allRan.countDown() }
-        }
+    let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      let (notMarkedOnce, wrongThread) = await manyJobsFromEightThreads()
+      if notMarkedOnce != 0 || wrongThread != 0 {
+        print("\(notMarkedOnce) jobs not run exactly once, \(wrongThread) off the loop's thread")
+        exit(1)
       }
     }
-    await Task.detached { blockingWait(allRan) }.value
-    #expect(marks.notMarkedOnce() == 0)
-    #expect(wrongThread.load(ordering: .relaxed) == 0)
+    if let result, case .exitCode(1) = result.exitStatus {
+      Issue.record("\(String(decoding: result.standardOutputContent, as: UTF8.self))")
+    }
   }
 
   @Test func checkIsolatedPassesInANestedRunOfTheLoop() async {
@@ -180,6 +169,35 @@ final class Marks: @unchecked Sendable {
   deinit { bytes.deallocate() }
   func mark(_ index: Int) { bytes[index] &+= 1 }
   func notMarkedOnce() -> Int { bytes.count(where: { $0 != 1 }) }
+}
+
+/// Sends the many-jobs test's jobs and returns how many were not run exactly once and how
+/// many ran off the loop's thread.
+func manyJobsFromEightThreads() async -> (notMarkedOnce: Int, wrongThread: Int) {
+  let stress = getenv("RUNLOOP_CONCURRENCY_STRESS").map { String(cString: $0) == "1" } ?? false
+  // With the diagnostics on (the stall detector set to stop the process), 20,000: eight
+  // producers keep both CPUs busy, and the loop thread, preempted among them (or waiting
+  // for the queue's lock while a preempted producer holds it), can be away longer than
+  // the stall threshold in the middle of a short pass; a short burst keeps that unlikely.
+  let diagnostics = getenv("THREADING_TOOLKIT_DIAGNOSTICS") != nil
+  let perThread = stress ? 125_000 : diagnostics ? 2_500 : loadTestsRunUnderThreadSanitizer ? 12_500 : 25_000
+  let total = 8 * perThread
+  let marks = Marks(count: total)
+  let remaining = AtomicInteger<Int>(total)
+  let wrongThread = AtomicInteger<Int>(0)
+  let allRan = Latch(count: 1)
+  let executor = LoopGlobalActor.shared.executor
+  runThreads(8) { thread in
+    for index in 0..<perThread {
+      Task { @LoopGlobalActor in
+        if executor.isIsolatingCurrentContext() != true { _ = wrongThread.increment(ordering: .relaxed) }
+        marks.mark(thread * perThread + index)
+        if remaining.decrement(ordering: .full) == 0 { allRan.countDown() }
+      }
+    }
+  }
+  await Task.detached { blockingWait(allRan) }.value
+  return (marks.notMarkedOnce(), wrongThread.load(ordering: .relaxed))
 }
 
 /// Whether the test process runs with ThreadSanitizer's runtime.
