@@ -63,8 +63,8 @@ extension RunLoop {
 /// One awaited perform request: resumed exactly once, by the block, the cancellation, or the
 /// loop dropping the block unrun.
 private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked Sendable {
-  // @unchecked: `phase` and `continuation` are protected by `lock`, under which the
-  // continuation is resumed (see `AsyncMailbox.deliver`).
+  // @unchecked: `phase` and `continuation` are protected by `lock`; continuations are
+  // resumed after it is released.
   enum Phase {
     case waiting
     case running
@@ -128,13 +128,13 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
   /// Resumes the task once with `result`; with `unlessStarted`, only if the block has not
   /// started (checked in the same critical section that ends the request).
   private func finish(_ result: Result<Value, AwaitedPerformError<Failure>>, unlessStarted: Bool = false) {
-    // Resumed under the lock, for ThreadSanitizer's sake (see `AsyncMailbox.deliver`).
-    lock.withLock {
-      guard phase != .done, !(unlessStarted && phase == .running), let continuation else { return }
+    let taken: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>? = lock.withLock {
+      guard phase != .done, !(unlessStarted && phase == .running), let continuation else { return nil }
       phase = .done
       self.continuation = nil
-      continuation.resume(returning: result)
+      return continuation
     }
+    taken?.resume(returning: result)
   }
 
   /// Owned by the queued block alone: its release (after the block ran, or unrun when the

@@ -9,8 +9,8 @@ import Sync
 /// A cancelled waiter returns nil (when no element is buffered for it) and leaves the
 /// mailbox usable: the next call, from the same task or another, gets the next element.
 final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
-  // @unchecked: every mutable field is protected by `lock`; continuations are resumed under
-  // it (see `deliver`), `demandChanged` is called after it is released.
+  // @unchecked: every mutable field is protected by `lock`; continuations are resumed and
+  // `demandChanged` is called after the lock is released.
   private struct Waiter {
     let id: UInt64
     let continuation: UnsafeContinuation<Element?, Never>
@@ -41,14 +41,8 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
     }
     let waiter = waiters.removeFirst()
     let demandEnded = waiters.isEmpty
-    // Resumed under the lock: the awaiting task may already run its next `next()` (which
-    // takes this lock first) before a resume outside it returned, and ThreadSanitizer does
-    // not see the runtime's own ordering of a resume that beats the suspension
-    // (swiftlang/swift#57803); the lock makes it visible. Resuming only schedules the task
-    // on its executor (the runtime's, or the task executor it prefers); no code of the
-    // mailbox's users runs here.
-    waiter.continuation.resume(returning: element)
     lock.unlock()
+    waiter.continuation.resume(returning: element)
     if demandEnded { demandChanged?() }
   }
 
@@ -58,8 +52,8 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
     finished = true
     let waiting = waiters
     waiters = []
-    for waiter in waiting { waiter.continuation.resume(returning: nil) }  // under the lock: see `deliver`
     lock.unlock()
+    for waiter in waiting { waiter.continuation.resume(returning: nil) }
   }
 
   /// The next element: a buffered one at once, otherwise the next delivered. Nil once the
@@ -104,8 +98,8 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
       }
       let waiter = waiters.remove(at: index)
       let demandEnded = waiters.isEmpty
-      waiter.continuation.resume(returning: nil)  // under the lock: see `deliver`
       lock.unlock()
+      waiter.continuation.resume(returning: nil)
       if demandEnded { demandChanged?() }
     }
   }
