@@ -1,4 +1,5 @@
 import Sync
+import Threads
 
 /// Hands elements produced on a run loop's thread to tasks awaiting them, first come first
 /// served, losing none: an element that finds no waiter (none yet, or the waiter was just
@@ -22,6 +23,20 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
   private var waiters: [Waiter] = []
   private var nextWaiterID: UInt64 = 0
   private var finished = false
+  /// Resumes in progress. A task resumed before it suspended can run its next `next()` while
+  /// the resuming thread is still inside `resume`, ordered by the runtime in a way
+  /// ThreadSanitizer does not see (swiftlang/swift#57803); `next()` waits (briefly) for this
+  /// to drop to zero with an acquiring load, paired with the releasing decrement after each
+  /// resume, so the order is visible. Resumes stay outside the lock: a cancellation handler
+  /// takes the lock while the runtime holds the task's own lock.
+  private let resuming = AtomicInteger<Int>(0)
+
+  /// Resumes `continuation` with `element`, counted in `resuming`.
+  private func resume(_ continuation: UnsafeContinuation<Element?, Never>, with element: Element?) {
+    _ = resuming.increment(ordering: .relaxed)
+    continuation.resume(returning: element)
+    _ = resuming.decrement(ordering: .releasing)
+  }
   /// Called (outside the lock) after the first waiter arrived with nothing buffered, and
   /// after the last waiter was served or left. Calls from different threads may run in any
   /// order, so the producer reads ``hasWaiters`` under a lock of its own instead of trusting
@@ -42,7 +57,7 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
     let waiter = waiters.removeFirst()
     let demandEnded = waiters.isEmpty
     lock.unlock()
-    waiter.continuation.resume(returning: element)
+    resume(waiter.continuation, with: element)
     if demandEnded { demandChanged?() }
   }
 
@@ -53,7 +68,7 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
     let waiting = waiters
     waiters = []
     lock.unlock()
-    for waiter in waiting { waiter.continuation.resume(returning: nil) }
+    for waiter in waiting { resume(waiter.continuation, with: nil) }
   }
 
   /// The next element: a buffered one at once, otherwise the next delivered. Nil once the
@@ -64,7 +79,7 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
       nextWaiterID &+= 1
       return nextWaiterID
     }
-    return await withTaskCancellationHandler {
+    let element = await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Element?, Never>) in
         lock.lock()
         if bufferHead < buffer.count {
@@ -99,8 +114,10 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
       let waiter = waiters.remove(at: index)
       let demandEnded = waiters.isEmpty
       lock.unlock()
-      waiter.continuation.resume(returning: nil)
+      resume(waiter.continuation, with: nil)
       if demandEnded { demandChanged?() }
     }
+    while resuming.load(ordering: .acquiring) != 0 { Thread.yield() }
+    return element
   }
 }
