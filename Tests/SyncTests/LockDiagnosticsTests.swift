@@ -155,8 +155,11 @@ struct LockDiagnosticsTests {
       onlyDetector(.lockOrder)
       // 131,072 locks, each created, taken in 5 windows (after the 4 before it, before the
       // 4 after it) and destroyed: 655,360 diagnosed acquisitions, 524,288 distinct orders.
-      // A sixteenth under ThreadSanitizer, which slows every atomic about tenfold.
-      let underSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
+      // A sixteenth under ThreadSanitizer or AddressSanitizer, which slow every atomic
+      // (ThreadSanitizer, about tenfold) and every allocation (both).
+      let underSanitizer =
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
+        || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
       let count = underSanitizer ? 8_192 : 131_072
       let start = MonotonicInstant.now
       var window: [Condition] = []
