@@ -7,15 +7,6 @@
 /// read locks are not recursive (the second `readLock()` would wait behind the writer, which
 /// waits behind the first).
 ///
-/// **Fairness among writers: a bounded wait.** Normally a releasing writer may take the
-/// lock again before a woken writer runs (barging). Once a writer has slept about 1 ms
-/// without getting the lock, it counts as starving, and from then on each release (by a
-/// writer, or by the last reader) hands the write lock directly to a starving writer instead
-/// of freeing it, so nobody barges in, until no writer starves. Readers are not covered by
-/// this bound: under the writer preference above, a continuous stream of writers still holds
-/// new readers back. The cost is paid only while a writer starves: one wake-up per
-/// hand-over that the next writer must be scheduled for.
-///
 /// **Cost.** Uncontended, a read lock is one compare-and-swap and its release one atomic
 /// subtraction; the write lock is one compare-and-swap each way. A contended acquisition
 /// spins briefly, then sleeps in the kernel.
@@ -77,23 +68,6 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// serves misuse checks and `unlock()`'s choice between read and write release.
   @usableFromInline
   let writer: UnsafeMutablePointer<UInt64>
-  /// The writers' bounded wait: bit 0 says the write lock has been handed over to a starving
-  /// writer that has not claimed it yet (`state` stays write-locked meanwhile, so nobody
-  /// else gets in); bits 1-15 count the starving writers (``starvingWriter`` each),
-  /// writers that have slept ``FutexLock/starvationThreshold`` without getting the lock;
-  /// bits 16-31 count hand-overs taken back (see ``handOverToStarvingWriter()``). Starving
-  /// writers sleep on this word, so any hand-over, or taking one back, changes the value
-  /// they sleep on.
-  @usableFromInline
-  let fair: UnsafeMutablePointer<UInt32>
-  @usableFromInline
-  static var handedOver: UInt32 { 1 }
-  @usableFromInline
-  static var starvingWriter: UInt32 { 2 }
-  @usableFromInline
-  static var starvingWriters: UInt32 { 0xFFFE }
-  @usableFromInline
-  static var takenBack: UInt32 { 1 << 16 }
 
   /// Creates an unlocked, writer-preferring read-write lock.
   public init() {
@@ -104,8 +78,6 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     writerNotify.initialize(to: 0)
     writer = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
     writer.initialize(to: 0)
-    fair = (block + 16).bindMemory(to: UInt32.self, capacity: 1)
-    fair.initialize(to: 0)
   }
 
   deinit {
@@ -271,49 +243,20 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @usableFromInline
   func writeLockSlow(before deadline: MonotonicInstant) -> Bool {
     refuseIfWriter("writeLock()")
-    let me = currentThreadTag()
     var current = spin()
     // Once this writer has slept, other writers may be asleep too: keep their bit when
     // taking the lock so the release wakes the next one.
     var otherWritersWaiting: UInt32 = 0
-    var firstSleep = MonotonicInstant.distantPast
-    var starving = false
     while true {
       if Self.isUnlocked(current) {
         let seen = UInt32.atomicCompareExchange(
           expected: current, desired: current | Self.writeLocked | otherWritersWaiting, at: state,
           ordering: .acquiring)
         if seen == current {
-          // Took a free lock (so no hand-over is pending: that keeps the lock write-locked).
-          if starving { _ = UInt32.atomicFetchAdd(0 &- Self.starvingWriter, at: fair, ordering: .relaxed) }
-          UInt64.atomicStore(me, at: writer, ordering: .relaxed)
+          UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
           return true
         }
         current = seen
-        continue
-      }
-      if starving {
-        // Claim a hand-over, or sleep on `fair` until one (or a free lock) comes.
-        let observed = UInt32.atomicLoad(at: fair, ordering: .acquiring)
-        if observed & Self.handedOver != 0 {
-          // Acquiring: reads the releasing hand-over, so the previous holder's writes are
-          // visible.
-          if UInt32.atomicCompareAndSwap(
-            expected: observed, desired: observed - Self.starvingWriter - Self.handedOver, at: fair,
-            ordering: .acquiring)
-          {
-            UInt64.atomicStore(me, at: writer, ordering: .relaxed)
-            return true
-          }
-          continue
-        }
-        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
-        if Self.isUnlocked(current) { continue }
-        if deadline != .distantFuture, deadline.hasPassed { return leaveStarving(owner: me) }
-        // Every release that frees or hands over the lock while writers starve changes
-        // `fair` (see `wakeWriterOrReaders`), so this sleep cannot miss it.
-        _ = Futex.wait(fair, expected: observed, deadline: deadline)
-        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
         continue
       }
       if current & Self.writersWaiting == 0 {
@@ -331,36 +274,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       current = UInt32.atomicLoad(at: state, ordering: .relaxed)
       if Self.isUnlocked(current) || current & Self.writersWaiting == 0 { continue }
       if deadline != .distantFuture, deadline.hasPassed { return false }
-      if firstSleep == .distantPast { firstSleep = .now }
       if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) { return false }
-      if MonotonicInstant.now - firstSleep >= FutexLock.starvationThreshold {
-        // Count ourselves, then announce a sleeping writer with a read-modify-write of the
-        // state (full: releasing our count to any release that reads this state or a later
-        // one, see `wakeWriterOrReaders`); from now on we sleep on `fair`.
-        _ = UInt32.atomicFetchAdd(Self.starvingWriter, at: fair, ordering: .relaxed)
-        current = UInt32.atomicFetchOr(Self.writersWaiting, at: state, ordering: .full) | Self.writersWaiting
-        starving = true
-        continue
-      }
       current = spin()
-    }
-  }
-
-  /// A starving writer whose deadline passed: takes itself out of the count, or claims the
-  /// write lock if it was handed over meanwhile (then returns true: acquired).
-  @usableFromInline
-  func leaveStarving(owner me: UInt64) -> Bool {
-    var observed = UInt32.atomicLoad(at: fair, ordering: .relaxed)
-    while true {
-      let claim = observed & Self.handedOver != 0
-      let desired = observed - Self.starvingWriter - (claim ? Self.handedOver : 0)
-      let seen = UInt32.atomicCompareExchange(
-        expected: observed, desired: desired, at: fair, ordering: claim ? .acquiring : .relaxed)
-      if seen == observed {
-        if claim { UInt64.atomicStore(me, at: writer, ordering: .relaxed) }
-        return claim
-      }
-      observed = seen
     }
   }
 
@@ -373,10 +288,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   public func unlock() {
     if writerTag == currentThreadTag() {
       UInt64.atomicStore(0, at: writer, ordering: .relaxed)
-      // Nobody waiting: one compare-and-swap, as uncontended as the acquisition.
-      if !UInt32.atomicCompareAndSwap(expected: Self.writeLocked, desired: 0, at: state, ordering: .releasing) {
-        writeUnlockSlow()
-      }
+      let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .releasing)
+      let now = previous &- Self.writeLocked
+      if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
     } else {
       let previous = UInt32.atomicFetchAdd(0 &- 1, at: state, ordering: .releasing)
       if previous & Self.mask == 0 || previous & Self.mask == Self.writeLocked {
@@ -384,102 +298,6 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       }
       let now = previous &- 1
       if Self.isUnlocked(now), now & Self.writersWaiting != 0 { wakeWriterOrReaders(now) }
-    }
-  }
-
-  /// The write holder's release while someone sleeps: hands the lock to a starving writer if
-  /// there is one, else frees it and wakes the next.
-  @usableFromInline
-  @inline(never)
-  func writeUnlockSlow() {
-    // Acquiring: our compare-and-swap failed on a sleeper's bit; reading the state again
-    // (acquiring) makes a starving writer's count, released with its announcement, visible.
-    _ = UInt32.atomicLoad(at: state, ordering: .acquiring)
-    if UInt32.atomicLoad(at: fair, ordering: .relaxed) & Self.starvingWriters != 0 {
-      if !handOverToStarvingWriter() { releaseAfterTakeBack() }
-      return
-    }
-    let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .full)
-    let now = previous &- Self.writeLocked
-    if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
-  }
-
-  /// Frees the write lock the caller holds after a hand-over was taken back (or found no
-  /// starving writer left), then lets running starving writers see it: bumps `fair` (full:
-  /// after the free), so none sleeps on a value read before, and wakes any that slept since.
-  /// A starving writer that reads the bumped value (acquiring) then sees the lock free.
-  /// Does not serve starving writers again: they are running, or absent (a forked child).
-  @usableFromInline
-  func releaseAfterTakeBack() {
-    let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .full)
-    let now = previous &- Self.writeLocked
-    _ = UInt32.atomicFetchAdd(Self.takenBack, at: fair, ordering: .full)
-    Futex.wake(fair, count: Int32.max)
-    if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now, serving: false) }
-  }
-
-  /// With the write lock held by the caller (or taken on a starving writer's behalf): marks
-  /// it handed over if writers starve, and wakes one; returns whether it did. The state
-  /// stays write-locked, so nobody barges in before the starving writer claims it.
-  ///
-  /// A hand-over whose wake-up woke nobody is taken back (returns false: the caller still
-  /// holds the lock and releases it): the starving writers are running (about to sleep, or
-  /// giving up), or they do not exist (the child of a fork). Taking back bumps the word's
-  /// upper half, so a writer about to sleep on the value it read does not sleep, and sees
-  /// the lock the caller then frees.
-  @usableFromInline
-  func handOverToStarvingWriter() -> Bool {
-    var observed = UInt32.atomicLoad(at: fair, ordering: .relaxed)
-    while observed & Self.starvingWriters != 0 {
-      // Releasing: the claimer's acquiring compare-and-swap reads this value.
-      let seen = UInt32.atomicCompareExchange(
-        expected: observed, desired: observed | Self.handedOver, at: fair, ordering: .releasing)
-      if seen == observed {
-        if Futex.wake(fair, count: 1) > 0 { return true }
-        var current = observed | Self.handedOver
-        while current & Self.handedOver != 0 {
-          let back = UInt32.atomicCompareExchange(
-            expected: current, desired: (current &+ Self.takenBack) & ~Self.handedOver, at: fair, ordering: .relaxed)
-          if back == current { return false }
-          current = back
-        }
-        return true  // claimed meanwhile
-      }
-      observed = seen
-    }
-    return false
-  }
-
-  /// Called after a release (full ordering) left the lock free with sleepers' bits: if a
-  /// writer starves, takes the write lock on its behalf and hands it over (or, when another
-  /// thread took the lock first, makes sure that thread's release sees a sleeper's bit and
-  /// hands over in its turn). Returns whether a starving writer is taken care of.
-  @usableFromInline
-  func serveStarvingWriter() -> Bool {
-    // Acquiring: synchronizes with a starving writer's announcement (a full read-modify-write
-    // of the state earlier in its modification order), so its count is visible below.
-    var current = UInt32.atomicLoad(at: state, ordering: .acquiring)
-    guard UInt32.atomicLoad(at: fair, ordering: .relaxed) & Self.starvingWriters != 0 else { return false }
-    while true {
-      if Self.isUnlocked(current) {
-        let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: current | Self.writeLocked | Self.writersWaiting, at: state,
-          ordering: .full)
-        if seen != current {
-          current = seen
-          continue
-        }
-        if handOverToStarvingWriter() { return true }
-        // The starving writers left (timed out), run, or are absent: release what we took.
-        releaseAfterTakeBack()
-        return true
-      }
-      if current & Self.writersWaiting != 0 { return true }
-      // Held without a sleeper's bit: set it, so the holder's release takes the slow path.
-      let seen = UInt32.atomicCompareExchange(
-        expected: current, desired: current | Self.writersWaiting, at: state, ordering: .full)
-      if seen == current { return true }
-      current = seen
     }
   }
 
@@ -491,21 +309,12 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     reportMisuse("ReadWriteLock", "unlock() of the write lock from a thread that does not hold it")
   }
 
-  /// Called with the lock free and someone asleep: serves a starving writer if any (unless
-  /// `serving` is false: right after a hand-over was taken back), else wakes one writer if
-  /// any, else all readers.
+  /// Called with the lock free and someone asleep: wakes one writer if any, else all readers.
   @usableFromInline
-  func wakeWriterOrReaders(_ observed: UInt32, serving: Bool = true) {
-    if serving, serveStarvingWriter() { return }
-    defer {
-      // A writer that started starving after the check above announced itself with a full
-      // read-modify-write of the state, which the compare-and-swaps below read (full), so
-      // its count is visible now: serve it (its sleep on `fair` waits for exactly that).
-      if serving { _ = serveStarvingWriter() }
-    }
+  func wakeWriterOrReaders(_ observed: UInt32) {
     var current = observed
     if current == Self.writersWaiting {
-      let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .full)
+      let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .relaxed)
       if seen == current {
         wakeWriter()
         return
@@ -515,14 +324,14 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     if current == Self.readersWaiting | Self.writersWaiting {
       // Hand over to a writer first; the readers' bit stays for the writer's release.
       let seen = UInt32.atomicCompareExchange(
-        expected: current, desired: Self.readersWaiting, at: state, ordering: .full)
+        expected: current, desired: Self.readersWaiting, at: state, ordering: .relaxed)
       if seen != current { return }  // someone took the lock; its release wakes the rest
       if wakeWriter() { return }
       // No writer was asleep (it timed out or is about to re-check): wake the readers.
       current = Self.readersWaiting
     }
     if current == Self.readersWaiting {
-      if UInt32.atomicCompareAndSwap(expected: current, desired: 0, at: state, ordering: .full) {
+      if UInt32.atomicCompareAndSwap(expected: current, desired: 0, at: state, ordering: .relaxed) {
         Futex.wake(state, count: Int32.max)
       }
     }

@@ -5,7 +5,7 @@ import Testing
 
 /// The locks with a bounded wait, driven through one shape.
 enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvertible {
-  case lock, lockedValue, recursiveLock, spinLock, readWriteLockWriters
+  case lock, lockedValue, recursiveLock, spinLock
 
   var testDescription: String { rawValue }
 
@@ -36,16 +36,6 @@ enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvert
       return BoundedWaitLock(
         run: { body in lock.withLock(body) },
         tryRun: { timeout, body in lock.withLock(timeout: timeout, body) != nil })
-    case .readWriteLockWriters:
-      let lock = ReadWriteLock()
-      return BoundedWaitLock(
-        run: { body in lock.withWriteLock(body) },
-        tryRun: { timeout, body in
-          guard lock.writeLock(timeout: timeout) else { return false }
-          body()
-          lock.unlock()
-          return true
-        })
     }
   }
 }
@@ -111,26 +101,10 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
     let lock = Lock()
     let recursive = RecursiveLock()
     let spin = SpinLock()
-    let readWrite = ReadWriteLock()
-    nonisolated(unsafe) let rwState = readWrite.state
-    nonisolated(unsafe) let rwFair = readWrite.fair
-    nonisolated(unsafe) let rwNotify = readWrite.writerNotify
     return [
       futexLock("Lock", lock, lock.core),
       futexLock("RecursiveLock", recursive, recursive.core),
       futexLock("SpinLock", spin, spin.core),
-      HandOverSubject(
-        testDescription: "ReadWriteLock writers", lock: { readWrite.lockForScope() }, unlock: { readWrite.unlock() },
-        tryLock: { readWrite.tryWriteLock() },
-        waiterSleeps: {
-          UInt32.atomicLoad(at: rwState, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0
-        },
-        // Counted, and announced in the state (which makes the next release hand over).
-        waiterStarves: {
-          UInt32.atomicLoad(at: rwFair, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0
-            && UInt32.atomicLoad(at: rwState, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0
-        },
-        wakeWaiter: { Futex.wake(rwNotify, count: 1) }),
     ]
   }
 }
@@ -284,16 +258,10 @@ struct LockFairnessForkTests {
   @Test(
     "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
-    arguments: [false, true])
-  func starvingWaiterLeftInTheParent(readWriteLock: Bool) async {
-    if readWriteLock {
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[3]) }
-      }
-    } else {
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
-      }
+  )
+  func starvingWaiterLeftInTheParent() async {
+    await #expect(processExitsWith: .success) {
+      blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
     }
   }
 }
