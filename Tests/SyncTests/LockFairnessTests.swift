@@ -251,6 +251,68 @@ struct LockFairnessTests {
   }
 }
 
+@Suite("Lock hand-over races", .timeLimit(.minutes(1)))
+struct LockHandOverRaceTests {
+  @Test("a starving waiter that finds its hand-over already taken back takes the free lock instead of sleeping")
+  func handOverTakenBackBeforeTheWaiterSleeps() async {
+    await #expect(processExitsWith: .success) {
+      blocking { starvingWaiterMissesItsHandOver() }
+    }
+  }
+}
+
+/// Exit-test body. A waiter starves on a held lock; just before it reads the hand-over
+/// counter to sleep on it, the holder unlocks: the hand-over wakes nobody (the waiter is
+/// running), so the holder takes it back and frees the lock. The waiter then reads the
+/// bumped counter and a free lock: it must take the lock, not sleep on a counter no release
+/// will bump again. Exits 0 if it got the lock well before its 5 s deadline.
+func starvingWaiterMissesItsHandOver() {
+  let lock = Lock()
+  let core = lock.core
+  let target = UInt(bitPattern: core.base)
+  nonisolated(unsafe) let state = core.state
+  let holding = Gate()
+  let releaseNow = Gate()
+  let released = Gate()
+  let waited = AtomicInteger<Int>(-1)
+  // Set before any thread starts (thread creation orders it before every read).
+  FutexLock.beforeStarvingSleep = { base in
+    guard UInt(bitPattern: base) == target, !releaseNow.isOpen else { return }
+    releaseNow.open()
+    released.wait()
+  }
+  runConcurrently(2) { index in
+    if index == 1 {
+      holding.wait()
+      let start = monotonicSeconds()
+      let acquired = lock.lock(timeout: .seconds(5))
+      let elapsed = monotonicSeconds() - start
+      if acquired { lock.unlock() }
+      waited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+      return
+    }
+    lock.lock()
+    holding.open()
+    let giveUp = monotonicSeconds() + 10
+    while UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+      sched_yield()
+    }
+    // Keep it asleep past the starvation threshold (the duration under test).
+    let end = monotonicSeconds() + 0.002
+    while monotonicSeconds() < end {}
+    // Wake it with the lock still held: it counts itself as starving and reaches the hook.
+    while !releaseNow.isOpen && monotonicSeconds() < giveUp {
+      Futex.wake(state, count: 1)
+      sched_yield()
+    }
+    precondition(releaseNow.isOpen, "the waiter never started to starve")
+    lock.unlock()
+    released.open()
+  }
+  FutexLock.beforeStarvingSleep = nil
+  _exit(waited.load(ordering: .relaxed) == 1 ? 0 : 1)
+}
+
 @Suite("Lock fairness across fork", .timeLimit(.minutes(1)))
 struct LockFairnessForkTests {
   // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the

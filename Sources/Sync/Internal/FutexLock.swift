@@ -93,6 +93,12 @@ struct FutexLock {
   @usableFromInline
   static var starvationThreshold: Duration { .milliseconds(1) }
 
+  /// Called with the lock's words by a starving waiter just before it reads the hand-over
+  /// counter to go to sleep: the window in which a whole hand-over (and its take-back) can
+  /// pass unseen. Tests set it, before starting any thread, to make that interleaving
+  /// happen; nil otherwise (one load on a path that is about to sleep in the kernel).
+  nonisolated(unsafe) static var beforeStarvingSleep: ((UnsafeMutableRawPointer) -> Void)?
+
   /// Allocates a 64-byte, 64-aligned heap block for the words (its own cache line); the
   /// owner frees it with ``deallocate(typeName:)``.
   init() {
@@ -352,10 +358,15 @@ struct FutexLock {
       if starving {
         // Sleep on the hand-over counter: read it (acquiring) before re-reading the state,
         // so a hand-over made after the state read is seen through the counter (see
-        // `releaseSlow`).
+        // `releaseSlow`). Sleep only while the lock is held: a hand-over that woke nobody
+        // may already have been taken back (`takeBackHandOver`), leaving the lock free and
+        // the counter at the value just read; sleeping then would wait for a release that
+        // may never come. Handed over or free, go round and claim or take it.
+        if let hook = Self.beforeStarvingSleep { hook(base) }
         let sequence = UInt32.atomicLoad(at: handOff, ordering: .acquiring)
         current = UInt32.atomicLoad(at: state, ordering: .relaxed)
-        if current & Self.lockBits == Self.handedOver { continue }
+        let seenBits = current & Self.lockBits
+        if seenBits == Self.handedOver || seenBits == 0 { continue }
         _ = Futex.wait(handOff, expected: sequence, deadline: deadline)
         current = UInt32.atomicLoad(at: state, ordering: .relaxed)
       } else {
