@@ -73,6 +73,7 @@ struct SynchronizedTests {
 
   // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the
   // child of a multithreaded fork, and the child here allocates table entries.
+  // Exit status 2: a child hung (its 10 s alarm killed it); 3: a child failed otherwise.
   @Test(
     "a child forked while other threads enter sections can use synchronized on any object",
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
@@ -147,7 +148,8 @@ func nestUnrelatedObjectsOnTwoThreads() {
 /// (so some bucket of the side table is nearly always mid-update) while this thread forks
 /// 30 children. Each child enters a section on each of 512 objects allocated before the fork
 /// (they cover every bucket) and exits 0; an alarm kills a child stuck on a bucket lock that
-/// the fork copied as held. Exits 1 if any child did not exit 0.
+/// the fork copied as held. Exits 0 if every child exited 0; otherwise 2 if a child was
+/// killed by a signal (a hang its alarm ended), 3 if one exited with a non-zero status.
 func forkWhileAnotherThreadEntersSections() {
   final class Object: Sendable {}
   let targets = (0..<512).map { _ in Object() }
@@ -184,13 +186,15 @@ func forkWhileAnotherThreadEntersSections() {
       while waitpid(child, &status, 0) == -1 {
         precondition(errno == EINTR, "waitpid failed: \(errno)")
       }
-      // Exited normally (low 7 bits 0) with status 0.
-      if status != 0 { failed += 1 }
+      // Exited normally (low 7 bits 0) with status 0. Otherwise remember why, so the
+      // test's failure says it: 2 = killed by a signal (the alarm: a hang), 3 = exited
+      // with a non-zero status (a crash report or a precondition).
+      if status != 0 { failed = max(failed, status & 0x7F != 0 ? 2 : 3) }
     }
     failures.store(failed, ordering: .relaxed)
     stop.open()
   }
-  _exit(failures.load(ordering: .relaxed) == 0 ? 0 : 1)
+  _exit(Int32(failures.load(ordering: .relaxed)))
 }
 
 /// Whether the test process runs with ThreadSanitizer's runtime.
