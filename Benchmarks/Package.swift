@@ -15,7 +15,8 @@ let strict: [SwiftSetting] = [
 let package = Package(
   name: "swift-threading-toolkit-benchmarks",
   products: [
-    .executable(name: "cost-tables", targets: ["CostTables"])
+    .executable(name: "cost-tables", targets: ["CostTables"]),
+    .executable(name: "handoff-counts", targets: ["HandOffCounts"]),
   ],
   dependencies: [
     // The toolkit in this checkout, whatever its directory is called.
@@ -47,6 +48,19 @@ let package = Package(
         "CBenchmarkAllocationStats",
       ],
       path: "Sources/CostTables",
+      swiftSettings: strict
+    ),
+    // Scheduler counts (migrations, context switches, CPU placement) of the cross-thread
+    // hand-offs, for runs under `strace -c -f`; not part of the report.
+    .executableTarget(
+      name: "HandOffCounts",
+      dependencies: [
+        .product(name: "Sync", package: "swift-threading-toolkit"),
+        .product(name: "Threads", package: "swift-threading-toolkit"),
+        .product(name: "RunLoop", package: "swift-threading-toolkit"),
+        "CBenchmarkShims",
+      ],
+      path: "Sources/HandOffCounts",
       swiftSettings: strict
     ),
   ]

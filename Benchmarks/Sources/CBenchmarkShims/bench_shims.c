@@ -2,6 +2,7 @@
 // pthread_rwlockattr_setkind_np need _GNU_SOURCE.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,3 +58,5 @@ long bench_resident_pages(void *address, size_t length) {
   free(vector);
   return resident;
 }
+
+int bench_current_cpu(void) { return sched_getcpu(); }

@@ -27,4 +27,7 @@ int bench_thread_get_stack_range(void **low, size_t *stack_size);
 /// How many pages of [address, address + length) are resident (mincore), or -errno.
 long bench_resident_pages(void *address, size_t length);
 
+/// sched_getcpu(): the CPU the calling thread runs on, or -1.
+int bench_current_cpu(void);
+
 #endif
