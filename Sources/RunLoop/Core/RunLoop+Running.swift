@@ -136,36 +136,61 @@ extension RunLoop {
   /// Lock traffic is kept to a few acquisitions per pass by folding work into the same
   /// critical section where the order of events allows it: blocks are taken at the top of a
   /// pass only when no before-timers/before-sources observer could queue more first, and
-  /// after the wait only when no after-waiting observer or timer runs in between.
+  /// after the wait only when no after-waiting observer or timer runs in between; the end of
+  /// a pass (does the run return?) is decided in the top of the next pass's section, nothing
+  /// happening between the two; and in the hand-off shape (see
+  /// ``handOffStep(_:afterHandler:deadline:)``) firing the source and deciding the wait share
+  /// a section, which after a handler also ends the pass and begins the next. So a handler
+  /// that wakes another thread is followed by this thread's sleep after one lock round trip:
+  /// the thread it woke finds this one asleep, not running beside it.
   func runPasses(_ activation: Activation, deadline: MonotonicInstant, returnAfterSourceHandled: Bool)
     -> (RunLoopRunResult, UInt)
   {
     let mode = activation.mode
     let pollOnly = deadline == .distantPast || deadline.hasPassed
     let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
+    // The hand-off shape's steps apply to runs that neither poll nor return after a source.
+    let handOffs = !pollOnly && !returnAfterSourceHandled
     var firstPass = true
+    // How the previous pass ended, for the check of its result in this pass's first section.
+    var previous: PassEnd? = nil
     while true {
-      diagnostics.passWillStart()
       // Top of the pass: from here on a wake-up must end the coming sleep.
-      let top: (mask: UInt, stopped: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?) = lock.withLock {
-        activation.ignoresWakeUps = false
-        // This pass re-checks everything, so a wake-up received before it is accounted for
-        // here; one dropped while ignoring may also have been meant for an outer activation.
-        activation.wokenWhileNested = false
-        // Full: its trailing fence keeps the checks of sources and blocks below after the
-        // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
-        let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
-        if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
-        if state & RunLoop.exitRequested != 0 { return (mode.observerMask, true, nil) }
-        if firstPass && activation.stopped {  // stopped by an entry observer
-          activation.stopped = false
-          return (mode.observerMask, true, nil)
+      let top:
+        (
+          mask: UInt, result: RunLoopRunResult?, began: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?,
+          step: HandOffStep
+        ) = lock.withLock {
+          // Step 10 of the previous pass: does the run return?
+          if let previous, let result = passResult(activation, previous) {
+            return (mode.observerMask, result, false, nil, .general)
+          }
+          activation.ignoresWakeUps = false
+          // This pass re-checks everything, so a wake-up received before it is accounted for
+          // here; one dropped while ignoring may also have been meant for an outer activation.
+          activation.wokenWhileNested = false
+          // Full: its trailing fence keeps the checks of sources and blocks below after the
+          // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
+          let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+          if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
+          if state & RunLoop.exitRequested != 0 { return (mode.observerMask, .stopped, true, nil, .general) }
+          if firstPass && activation.stopped {  // stopped by an entry observer
+            activation.stopped = false
+            return (mode.observerMask, .stopped, true, nil, .general)
+          }
+          if mode.observerMask & beforeMask == 0 && !blocks.isEmpty {
+            return (mode.observerMask, nil, true, takeBlocks(), .general)
+          }
+          // Nothing before step 5: in the hand-off shape it is decided here too.
+          let step = handOffs ? handOffStep(activation, afterHandler: false, deadline: deadline) : .general
+          return (mode.observerMask, nil, true, nil, step)
         }
-        let early = mode.observerMask & beforeMask == 0 && !blocks.isEmpty
-        return (mode.observerMask, false, early ? takeBlocks() : nil)
-      }
-      if top.stopped { return (.stopped, top.mask) }
+      // A pass began unless the previous one ended the run (a stop found at the top ends a
+      // pass that began).
+      if top.began { diagnostics.passWillStart() }
+      if let result = top.result { return (result, top.mask) }
       firstPass = false
+      previous = nil
       if top.mask & RunLoopActivity.beforeTimers.rawValue != 0 {
         notify(.beforeTimers, mode)
         // Those observers may have added before-sources observers, which this pass calls
@@ -179,14 +204,37 @@ extension RunLoop {
       } else if top.mask & beforeMask != 0 {
         runBlocks(mode)
       }
-      let sourceHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+      // Step 5 and, in the hand-off shape, step 7's decision (see `handOffStep`; the top's
+      // section took the first step).
+      var sourceHandled = false
+      var decidedWait: WaitPlan? = nil
+      var step = top.step
+      var afterHandler = false
+      steps: while true {
+        switch step {
+        case .general:
+          sourceHandled = afterHandler || fireSources(mode, onlyOne: returnAfterSourceHandled)
+          break steps
+        case .fire(let source, let newPass):
+          if newPass { diagnostics.passWillStart() }
+          afterHandler = fire(source, in: mode)
+        case .wait(let plan, let newPass):
+          if newPass { diagnostics.passWillStart() }
+          decidedWait = plan
+          break steps
+        }
+        step = lock.withLock { handOffStep(activation, afterHandler: afterHandler, deadline: deadline) }
+      }
       if sourceHandled { runBlocks(mode) }
       // Deviation from Core Foundation, which would sleep until the deadline: a mode left
       // with nothing that could end a wait (its blocks ran, its last timer fired elsewhere)
       // does not sleep; the pass ends and the run returns finished.
       let poll: Bool
       let readyCount: Int
-      if sourceHandled || pollOnly {
+      if let decidedWait {
+        poll = false
+        readyCount = wait(decidedWait)
+      } else if sourceHandled || pollOnly {
         poll = true
         readyCount = waitForEvents(activation, poll: true, deadline: deadline)
       } else {
@@ -249,19 +297,77 @@ extension RunLoop {
         descriptorMembersReady = false
         portHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
       }
-      let deadlinePassed = pollOnly || (deadline != .distantFuture && deadline.hasPassed)
-      let result: (RunLoopRunResult?, UInt) = lock.withLock {
-        if (sourceHandled || portHandled) && returnAfterSourceHandled { return (.handledSource, mode.observerMask) }
-        if deadlinePassed { return (.timedOut, mode.observerMask) }
-        if activation.stopped || isExitRequested {
-          activation.stopped = false
-          return (.stopped, mode.observerMask)
-        }
-        if isEmpty(mode) { return (.finished, mode.observerMask) }
-        return (nil, 0)
-      }
-      if let value = result.0 { return (value, result.1) }
+      previous = PassEnd(
+        handledSource: (sourceHandled || portHandled) && returnAfterSourceHandled,
+        deadlinePassed: pollOnly || (deadline != .distantFuture && deadline.hasPassed))
     }
+  }
+
+  /// How a pass ended, for the check of its result (step 10).
+  struct PassEnd {
+    /// A handler ran and the run returns after one.
+    let handledSource: Bool
+    /// The run's deadline had passed at the end of the pass.
+    let deadlinePassed: Bool
+  }
+
+  /// Step 10: the result the run returns after a pass that ended as `end`, or nil when it
+  /// goes on. Called with `lock` held.
+  func passResult(_ activation: Activation, _ end: PassEnd) -> RunLoopRunResult? {
+    if end.handledSource { return .handledSource }
+    if end.deadlinePassed { return .timedOut }
+    if activation.stopped || isExitRequested {
+      activation.stopped = false
+      return .stopped
+    }
+    if isEmpty(activation.mode) { return .finished }
+    return nil
+  }
+
+  /// What a pass in the hand-off shape does next, decided by ``handOffStep(_:afterHandler:deadline:)``.
+  enum HandOffStep {
+    /// Not the hand-off shape (or something to do besides the source): the general steps.
+    case general
+    /// Fire this source, whose signal was claimed; `newPass` when a new pass began first.
+    case fire(RunLoopSource, newPass: Bool)
+    /// Nothing to fire: wait as planned (step 7, armed); `newPass` when a new pass began
+    /// first.
+    case wait(WaitPlan, newPass: Bool)
+  }
+
+  /// Steps 5 and 7 of a pass for the hand-off shape, with `lock` held: a mode with at most one
+  /// custom source and no observers, timers or descriptor members, in a run that neither
+  /// polls nor returns after a source. Claims the source's signal (`.fire`), or else decides
+  /// the wait and arms it (`.wait`), in one critical section: the same decisions as
+  /// ``fireSources(_:onlyOne:)`` followed by the sleep decision, without the lock between.
+  ///
+  /// `afterHandler`: the source's handler just ran in this pass. Then the rest of the pass
+  /// would do nothing (no blocks queued, no poll without descriptor members, no timers, no
+  /// after-waiting observers) and end with the run going on (not stopped, no exit request,
+  /// deadline not passed, mode not empty), and the top of the next pass would do nothing
+  /// either (no observers, no blocks, wake-ups already counted: `ignoringWakeUps` was cleared
+  /// at the top of this pass and is set only after a wait); so the next pass begins here and
+  /// goes on to its step 5. Any of those with something to do returns `.general`, before
+  /// anything changes, and the pass continues with its general steps.
+  ///
+  /// Ordering: a waker's signal and wake-up racing this check are caught as in the general
+  /// path: the sleep's compare-and-swap in ``wait(_:)`` requires `wakeUpPending` clear, and a
+  /// waker that misses the sleeping bit sets it by a read-modify-write on the same word.
+  func handOffStep(_ activation: Activation, afterHandler: Bool, deadline: MonotonicInstant) -> HandOffStep {
+    let mode = activation.mode
+    let sources = mode.scannedSources
+    guard mode.observerMask == 0, memberCount == 0, readySources.isEmpty, !mode.hasTimers, sources.count <= 1,
+      !activation.wokenWhileNested
+    else { return .general }
+    if afterHandler {
+      let state = wakeState.load(ordering: .relaxed)
+      guard blocks.isEmpty, !activation.stopped, state & (RunLoop.exitRequested | RunLoop.wakeUpDropped) == 0,
+        deadline == .distantFuture || !deadline.hasPassed, !isEmpty(mode)
+      else { return .general }
+    }
+    if let only = sources.first, only.claimSignal() { return .fire(only, newPass: afterHandler) }
+    if isEmpty(mode) { return .general }
+    return .wait(prepareWait(activation, poll: false, deadline: deadline), newPass: afterHandler)
   }
 
   /// Calls `mode`'s observers of `activity` in order, without the lock.
