@@ -13,10 +13,10 @@
 // run loop on the other). Not part of any report or CI run; timings it prints are
 // informational only.
 
+import CBenchmarkShims
 import RunLoop
 import Sync
 import Threads
-import CBenchmarkShims
 
 #if canImport(Glibc)
   import Glibc

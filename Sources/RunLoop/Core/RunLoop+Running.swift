@@ -154,37 +154,16 @@ extension RunLoop {
     var firstPass = true
     // How the previous pass ended, for the check of its result in this pass's first section.
     var previous: PassEnd? = nil
+    // The top section of the next pass when the previous pass's after-wait section took it.
+    var carried: TopSection? = nil
     while true {
       // Top of the pass: from here on a wake-up must end the coming sleep.
-      let top:
-        (
-          mask: UInt, result: RunLoopRunResult?, began: Bool, blocks: ([QueuedBlock], Set<RunLoopMode>)?,
-          step: HandOffStep
-        ) = lock.withLock {
-          // Step 10 of the previous pass: does the run return?
-          if let previous, let result = passResult(activation, previous) {
-            return (mode.observerMask, result, false, nil, .general)
-          }
-          activation.ignoresWakeUps = false
-          // This pass re-checks everything, so a wake-up received before it is accounted for
-          // here; one dropped while ignoring may also have been meant for an outer activation.
-          activation.wokenWhileNested = false
-          // Full: its trailing fence keeps the checks of sources and blocks below after the
-          // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
-          let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
-          if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
-          if state & RunLoop.exitRequested != 0 { return (mode.observerMask, .stopped, true, nil, .general) }
-          if firstPass && activation.stopped {  // stopped by an entry observer
-            activation.stopped = false
-            return (mode.observerMask, .stopped, true, nil, .general)
-          }
-          if mode.observerMask & beforeMask == 0 && !blocks.isEmpty {
-            return (mode.observerMask, nil, true, takeBlocks(), .general)
-          }
-          // Nothing before step 5: in the hand-off shape it is decided here too.
-          let step = handOffs ? handOffStep(activation, afterHandler: false, deadline: deadline) : .general
-          return (mode.observerMask, nil, true, nil, step)
+      let top =
+        carried
+        ?? lock.withLock {
+          beginPass(activation, after: previous, firstPass: firstPass, handOffs: handOffs, deadline: deadline)
         }
+      carried = nil
       // A pass began unless the previous one ended the run (a stop found at the top ends a
       // pass that began).
       if top.began { diagnostics.passWillStart() }
@@ -254,20 +233,39 @@ extension RunLoop {
           readyCount = wait(prepared)
         }
       }
-      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt) = lock.withLock {
-        isSleeping = false
-        activation.ignoresWakeUps = true
-        _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
-        if consumedWakeUp {
-          consumedWakeUp = false
-          if activations.count > 1 { passWakeUpToOuterActivations() }
+      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt, next: TopSection?) =
+        lock.withLock {
+          isSleeping = false
+          // A hand-off step's wait with nothing to do after it (no descriptor members or
+          // timers to report, no blocks, no after-waiting observers): the pass ends here and
+          // the next one begins in this section, without the ignore-wake-ups window between.
+          if decidedWait != nil && readyCount == 0 && mode.observerMask == 0 && memberCount == 0 && !mode.hasTimers
+            && blocks.isEmpty
+          {
+            if consumedWakeUp {
+              consumedWakeUp = false
+              if activations.count > 1 { passWakeUpToOuterActivations() }
+            }
+            let end = PassEnd(handledSource: false, deadlinePassed: deadline != .distantFuture && deadline.hasPassed)
+            let next = beginPass(activation, after: end, firstPass: false, handOffs: handOffs, deadline: deadline)
+            return ([], nil, mode.observerMask, next)
+          }
+          activation.ignoresWakeUps = true
+          _ = wakeState.or(RunLoop.ignoringWakeUps, ordering: .full)
+          if consumedWakeUp {
+            consumedWakeUp = false
+            if activations.count > 1 { passWakeUpToOuterActivations() }
+          }
+          consumeReadyTokens(readyCount)
+          let due = mode.hasTimers ? mode.dueTimers(at: .now) : []
+          // Blocks can be taken now unless an after-waiting observer or a timer runs first.
+          let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
+          let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
+          return (due, early ? takeBlocks() : nil, mode.observerMask, nil)
         }
-        consumeReadyTokens(readyCount)
-        let due = mode.hasTimers ? mode.dueTimers(at: .now) : []
-        // Blocks can be taken now unless an after-waiting observer or a timer runs first.
-        let afterWaitingObserved = !poll && mode.observerMask & RunLoopActivity.afterWaiting.rawValue != 0
-        let early = !afterWaitingObserved && due.isEmpty && !blocks.isEmpty
-        return (due, early ? takeBlocks() : nil, mode.observerMask)
+      if let next = after.next {
+        carried = next
+        continue
       }
       if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
       if !after.due.isEmpty {
@@ -301,6 +299,53 @@ extension RunLoop {
         handledSource: (sourceHandled || portHandled) && returnAfterSourceHandled,
         deadlinePassed: pollOnly || (deadline != .distantFuture && deadline.hasPassed))
     }
+  }
+
+  /// What the top section of a pass decided (``beginPass(_:after:firstPass:handOffs:deadline:)``).
+  struct TopSection {
+    /// The mode's observer mask.
+    let mask: UInt
+    /// The run returns this (the previous pass ended it, or a stop was found at the top).
+    let result: RunLoopRunResult?
+    /// A pass began (false when the previous pass's end returns the run).
+    let began: Bool
+    /// Blocks taken at the top (no before-timers/before-sources observer runs first).
+    let blocks: ([QueuedBlock], Set<RunLoopMode>)?
+    /// Step 5 (and 7) when decided at the top: the hand-off shape with nothing before it.
+    let step: HandOffStep
+  }
+
+  /// The end of the previous pass (step 10: does the run return?) and the top of the next
+  /// one, in one critical section (nothing happens between the two). Called with `lock` held.
+  func beginPass(
+    _ activation: Activation, after previous: PassEnd?, firstPass: Bool, handOffs: Bool, deadline: MonotonicInstant
+  ) -> TopSection {
+    let mode = activation.mode
+    if let previous, let result = passResult(activation, previous) {
+      return TopSection(mask: mode.observerMask, result: result, began: false, blocks: nil, step: .general)
+    }
+    activation.ignoresWakeUps = false
+    // This pass re-checks everything, so a wake-up received before it is accounted for
+    // here; one dropped while ignoring may also have been meant for an outer activation.
+    activation.wokenWhileNested = false
+    // Full: its trailing fence keeps the checks of sources and blocks below after the
+    // clear (pairs with the leading fence of `wakeUp()`'s `.full` load; arm64 included).
+    let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
+    if state & RunLoop.wakeUpDropped != 0 && activations.count > 1 { passWakeUpToOuterActivations() }
+    if state & RunLoop.exitRequested != 0 {
+      return TopSection(mask: mode.observerMask, result: .stopped, began: true, blocks: nil, step: .general)
+    }
+    if firstPass && activation.stopped {  // stopped by an entry observer
+      activation.stopped = false
+      return TopSection(mask: mode.observerMask, result: .stopped, began: true, blocks: nil, step: .general)
+    }
+    let beforeMask = RunLoopActivity.beforeTimers.rawValue | RunLoopActivity.beforeSources.rawValue
+    if mode.observerMask & beforeMask == 0 && !blocks.isEmpty {
+      return TopSection(mask: mode.observerMask, result: nil, began: true, blocks: takeBlocks(), step: .general)
+    }
+    // Nothing before step 5: in the hand-off shape it is decided here too.
+    let step = handOffs ? handOffStep(activation, afterHandler: false, deadline: deadline) : .general
+    return TopSection(mask: mode.observerMask, result: nil, began: true, blocks: nil, step: step)
   }
 
   /// How a pass ended, for the check of its result (step 10).
