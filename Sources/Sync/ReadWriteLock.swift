@@ -7,6 +7,22 @@
 /// read locks are not recursive (the second `readLock()` would wait behind the writer, which
 /// waits behind the first).
 ///
+/// **A bounded wait for writers.** Normally a releasing thread may take the lock again
+/// before a woken writer runs (barging), which keeps throughput high. Once a writer has slept
+/// about a millisecond without getting the lock, it counts as *starving*; from then on, each
+/// release that would free the lock (a writer's, or the last reader's) hands the write lock
+/// directly to a starving writer instead, and nobody barges in, until no writer starves. So a
+/// writer waits at most about a millisecond plus the critical sections of the starving
+/// writers ahead of it (up to 255 count at once; more wait their turn to count). The cost is
+/// paid only while a writer starves: each hand-over is a wake-up the next writer must be
+/// scheduled for.
+///
+/// **Readers are not covered by that bound**, by design: a reader waits while any writer
+/// holds or waits for the lock (the preference above), so a continuous stream of writers
+/// holds new readers back, as `pthread_rwlock_t`'s writer-preferring kind does. Readers wait
+/// for writers, never for other readers, and are all let in together when the writers are
+/// done. Use ``Lock`` where every thread needs the bound.
+///
 /// **Cost.** Uncontended, a read lock is one compare-and-swap and its release one atomic
 /// subtraction; the write lock is one compare-and-swap each way. A contended acquisition
 /// spins briefly, then sleeps in the kernel.
@@ -31,30 +47,69 @@
 /// `pthread_rwlock_trywrlock` and `pthread_rwlock_unlock` with the kind
 /// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`; `ReadWriteLock` replaces them with `futex`.
 public final class ReadWriteLock: Locking, @unchecked Sendable {
-  // @unchecked: all state is in three words accessed only through atomics and the futex.
+  // @unchecked: all state is in four words accessed only through atomics and the futex.
   //
-  // The algorithm is the writer-preferring futex read-write lock of Rust's standard library.
-  // `state` holds, in its low 30 bits, the number of readers, or `writeLocked` (all ones)
-  // while a writer holds it; bit 30 says readers sleep on `state`; bit 31 says writers
-  // sleep on `writerNotify`, a counter bumped before each writer wake-up so a writer about to
-  // sleep cannot miss it.
+  // The algorithm is the writer-preferring futex read-write lock of Rust's standard library,
+  // plus the writers' bounded wait on the model of `FutexLock`'s. `state`:
   //
-  // | state                          | meaning                                     |
-  // |--------------------------------|---------------------------------------------|
-  // | 0                              | free                                        |
-  // | n (1 ... maxReaders)           | n readers                                   |
-  // | writeLocked                    | one writer                                  |
-  // | + readersWaiting               | readers asleep on `state`                   |
-  // | + writersWaiting               | writers asleep on `writerNotify`; new readers queue |
+  // | bits  | meaning                                                                    |
+  // |-------|----------------------------------------------------------------------------|
+  // | 0-20  | 0: free; n (1 ... maxReaders): n readers; `writeLocked` (all ones): a writer |
+  // | 21    | `handedOver` (only with `writeLocked`): the write lock was handed over to a starving writer that has not claimed it; no thread owns it and nobody else may take it |
+  // | 22-29 | the number of starving writers (`starvingWriter` each, at most 255)       |
+  // | 30    | `readersWaiting`: readers may be asleep on `state`                         |
+  // | 31    | `writersWaiting`: writers may be asleep on `writerNotify`; new readers queue |
   //
-  // Acquisitions use acquire ordering and releases release ordering on `state`, which is what
-  // makes the protected data visible to the next holder (and tells ThreadSanitizer so).
+  // The rules that keep the wake-ups from getting lost:
+  // - A release that leaves the lock free (bits 0-20 zero) with a waiting bit set calls
+  //   `wakeWriterOrReaders`, the only place that clears those bits, and it wakes whom the
+  //   cleared bit stood for. That covers a writer's release, the last reader's release, a
+  //   hand-over taken back, and the last starving writer giving up while the lock is free.
+  // - While the starving count is not zero, a writer's release and the last reader's release
+  //   never free the lock: they set `writeLocked | handedOver`, bump `handOff` (releasing)
+  //   and wake one starving writer. If that woke nobody, every starving writer is running
+  //   (or, in a forked child, absent), and the hand-over is taken back: the lock is freed and
+  //   the waiting bits served as above.
+  // - A starving writer sleeps on `handOff` only while the lock is *held* (not free, not
+  //   handed over) by someone else, as read *after* loading `handOff` (acquiring). It stays
+  //   counted until it claims a hand-over, takes a free lock, or gives up.
+  // - A starving writer keeps `writersWaiting` set while it waits, so new readers queue.
+  //
+  // Who sleeps where, and who wakes them:
+  //
+  // | sleeper         | word, expected value                       | checked just before | woken by |
+  // |-----------------|--------------------------------------------|---------------------|----------|
+  // | reader          | `state`, the value it saw with `readersWaiting` | that value is not read-lockable | `wakeWriterOrReaders` clearing `readersWaiting` (wakes all); any other change to `state` before the sleep refuses it |
+  // | writer          | `writerNotify`, the value read before the state | the state, read after, is held with `writersWaiting` | `wakeWriterOrReaders` clearing `writersWaiting` (bumps `writerNotify`, wakes one); a bump before the sleep refuses it |
+  // | starving writer | `handOff`, the value read before the state | the state, read after, is held and counts it | the release of that hold, which must hand over (the count includes this writer): it bumps `handOff` and wakes one |
+  //
+  // The dangerous case of the last row, a hand-over that woke nobody and was taken back while
+  // a starving writer stood between loading `handOff` and loading `state`: if it loaded
+  // `handOff` before the bump, its futex wait is refused (the value changed) and it re-reads
+  // the state; if after, the acquiring load orders the hand-over before its state load, so it
+  // sees the lock handed over (it claims it), free (taken back: it takes it) or held by a
+  // thread that barged in after the take-back, whose release hands over again since the
+  // count still includes the writer. A reader barging in after a take-back is no different:
+  // the last reader's release looks at the starving count, not only at `writersWaiting`.
+  //
+  // Acquisitions (including claiming a hand-over) use acquire ordering and releases
+  // (including handing over, which a releasing reader does on a writer's behalf: a
+  // read-modify-write continuing the release sequence of its release) release ordering on
+  // `state`, which makes the protected data visible to the next holder on x86 and arm64
+  // alike (and tells ThreadSanitizer so). Bits other than the lock bits change with relaxed
+  // read-modify-writes of the same word: coherence alone orders them.
   @usableFromInline
-  static let mask: UInt32 = (1 << 30) - 1
+  static let mask: UInt32 = (1 << 21) - 1
   @usableFromInline
   static let writeLocked: UInt32 = mask
   @usableFromInline
   static let maxReaders: UInt32 = mask - 1
+  @usableFromInline
+  static let handedOver: UInt32 = 1 << 21
+  @usableFromInline
+  static let starvingWriter: UInt32 = 1 << 22
+  @usableFromInline
+  static let starvingWriters: UInt32 = 0xFF << 22
   @usableFromInline
   static let readersWaiting: UInt32 = 1 << 30
   @usableFromInline
@@ -68,6 +123,18 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// serves misuse checks and `unlock()`'s choice between read and write release.
   @usableFromInline
   let writer: UnsafeMutablePointer<UInt64>
+  /// The starving writers' wake-up counter: bumped by each hand-over, slept on by them.
+  @usableFromInline
+  let handOff: UnsafeMutablePointer<UInt32>
+
+  /// How long a writer sleeps without getting the lock before it counts as starving.
+  static var starvationThreshold: Duration { FutexLock.starvationThreshold }
+
+  /// Called with the lock's `state` word by a starving writer just before it loads the
+  /// hand-over counter to go to sleep: the window in which a whole hand-over, its take-back
+  /// and a barging reader can pass unseen. Tests set it, before starting any thread, to make
+  /// those interleavings happen; nil otherwise (one load on a path about to sleep).
+  nonisolated(unsafe) static var beforeStarvingSleep: ((UnsafeMutablePointer<UInt32>) -> Void)?
 
   /// Creates an unlocked, writer-preferring read-write lock.
   public init() {
@@ -78,6 +145,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     writerNotify.initialize(to: 0)
     writer = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
     writer.initialize(to: 0)
+    handOff = (block + 16).bindMemory(to: UInt32.self, capacity: 1)
+    handOff.initialize(to: 0)
   }
 
   deinit {
@@ -95,7 +164,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @inlinable
   static func isWriteLocked(_ state: UInt32) -> Bool { state & mask == writeLocked }
 
-  /// Free or read-locked, below the reader limit, and nobody queued (writers first).
+  /// Free or read-locked, below the reader limit, and nobody queued (writers first). The
+  /// starving count is not looked at: a starving writer also sets `writersWaiting`, and a
+  /// count left by writers that do not exist (a forked child) must not lock readers out.
   @inlinable
   static func isReadLockable(_ state: UInt32) -> Bool {
     state & mask < maxReaders && state & (readersWaiting | writersWaiting) == 0
@@ -207,6 +278,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Takes the write lock if the lock is free right now; never blocks.
   @inlinable
   public func tryWriteLock() -> Bool {
+    // Free includes a free lock that still counts starving writers (a hand-over nobody was
+    // woken for; in a forked child, writers that do not exist there).
     var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
     while Self.isUnlocked(current) {
       let seen = UInt32.atomicCompareExchange(
@@ -243,22 +316,76 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @usableFromInline
   func writeLockSlow(before deadline: MonotonicInstant) -> Bool {
     refuseIfWriter("writeLock()")
+    let me = currentThreadTag()
     var current = spin()
     // Once this writer has slept, other writers may be asleep too: keep their bit when
     // taking the lock so the release wakes the next one.
     var otherWritersWaiting: UInt32 = 0
+    var firstSleep = MonotonicInstant.distantPast
+    var starving = false
+    var becomeStarving = false
     while true {
       if Self.isUnlocked(current) {
-        let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: current | Self.writeLocked | otherWritersWaiting, at: state,
-          ordering: .acquiring)
+        // Free (a hand-over keeps it write-locked). A starving writer leaves the count.
+        var desired = current | Self.writeLocked | otherWritersWaiting
+        if starving { desired -= Self.starvingWriter }
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: desired, at: state, ordering: .acquiring)
         if seen == current {
-          UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
+          UInt64.atomicStore(me, at: writer, ordering: .relaxed)
           return true
         }
         current = seen
         continue
       }
+      if starving {
+        if current & Self.handedOver != 0 {
+          // Claim the hand-over (any starving writer may). Acquiring: reads the releasing
+          // hand-over, so the previous holders' writes are visible.
+          let seen = UInt32.atomicCompareExchange(
+            expected: current, desired: (current & ~Self.handedOver) - Self.starvingWriter, at: state,
+            ordering: .acquiring)
+          if seen == current {
+            UInt64.atomicStore(me, at: writer, ordering: .relaxed)
+            return true
+          }
+          current = seen
+          continue
+        }
+        // Held by someone else.
+        if deadline != .distantFuture, deadline.hasPassed { return leaveStarving(owner: me) }
+        // Load the counter (acquiring) before re-reading the state, and sleep only while the
+        // lock is held: see the type's table (a hand-over taken back leaves the lock free and
+        // the counter at the value just loaded; sleeping then would wait for a release that
+        // may never come).
+        if let hook = Self.beforeStarvingSleep { hook(state) }
+        let sequence = UInt32.atomicLoad(at: handOff, ordering: .acquiring)
+        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+        // Keep new readers out while we sleep (a take-back may have served the bit since).
+        while !Self.isUnlocked(current), current & (Self.handedOver | Self.writersWaiting) == 0 {
+          let seen = UInt32.atomicCompareExchange(
+            expected: current, desired: current | Self.writersWaiting, at: state, ordering: .relaxed)
+          current = seen == current ? current | Self.writersWaiting : seen
+        }
+        if Self.isUnlocked(current) || current & Self.handedOver != 0 { continue }
+        _ = Futex.wait(handOff, expected: sequence, deadline: deadline)
+        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+        continue
+      }
+      if becomeStarving, current & Self.starvingWriters != Self.starvingWriters {
+        // Held after over the threshold asleep: count ourselves (every release now hands
+        // over) and keep new readers out. At the count's limit, stay an ordinary waiter and
+        // try again after the next wake-up.
+        let desired = (current + Self.starvingWriter) | Self.writersWaiting
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: desired, at: state, ordering: .relaxed)
+        if seen != current {
+          current = seen
+          continue
+        }
+        current = desired
+        starving = true
+        continue
+      }
+      becomeStarving = false
       if current & Self.writersWaiting == 0 {
         let seen = UInt32.atomicCompareExchange(
           expected: current, desired: current | Self.writersWaiting, at: state, ordering: .relaxed)
@@ -274,8 +401,39 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       current = UInt32.atomicLoad(at: state, ordering: .relaxed)
       if Self.isUnlocked(current) || current & Self.writersWaiting == 0 { continue }
       if deadline != .distantFuture, deadline.hasPassed { return false }
+      if firstSleep == .distantPast { firstSleep = .now }
       if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) { return false }
+      if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
       current = spin()
+    }
+  }
+
+  /// A starving writer whose deadline passed: leaves the count, or claims the write lock if
+  /// it was handed over meanwhile (then returns true: acquired). The last starving writer to
+  /// leave a free lock serves its waiting bits, which no release will (see the type's rules).
+  @usableFromInline
+  func leaveStarving(owner me: UInt64) -> Bool {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while true {
+      let claim = current & Self.handedOver != 0
+      let desired = (claim ? current & ~Self.handedOver : current) - Self.starvingWriter
+      // Acquiring for the claim (it reads the releasing hand-over); nothing is published by
+      // merely leaving.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: desired, at: state, ordering: claim ? .acquiring : .relaxed)
+      if seen == current {
+        if claim {
+          UInt64.atomicStore(me, at: writer, ordering: .relaxed)
+          return true
+        }
+        if Self.isUnlocked(desired), desired & Self.starvingWriters == 0,
+          desired & (Self.readersWaiting | Self.writersWaiting) != 0
+        {
+          wakeWriterOrReaders(desired)
+        }
+        return false
+      }
+      current = seen
     }
   }
 
@@ -288,16 +446,17 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   public func unlock() {
     if writerTag == currentThreadTag() {
       UInt64.atomicStore(0, at: writer, ordering: .relaxed)
-      let previous = UInt32.atomicFetchAdd(0 &- Self.writeLocked, at: state, ordering: .releasing)
-      let now = previous &- Self.writeLocked
-      if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
+      // Nobody waiting or starving: one compare-and-swap, as uncontended as the acquisition.
+      if !UInt32.atomicCompareAndSwap(expected: Self.writeLocked, desired: 0, at: state, ordering: .releasing) {
+        writeUnlockSlow()
+      }
     } else {
       let previous = UInt32.atomicFetchAdd(0 &- 1, at: state, ordering: .releasing)
       if previous & Self.mask == 0 || previous & Self.mask == Self.writeLocked {
         unlockMisuse(previous)
       }
       let now = previous &- 1
-      if Self.isUnlocked(now), now & Self.writersWaiting != 0 { wakeWriterOrReaders(now) }
+      if Self.isUnlocked(now), now & (Self.writersWaiting | Self.starvingWriters) != 0 { lastReaderReleased(now) }
     }
   }
 
@@ -309,31 +468,122 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     reportMisuse("ReadWriteLock", "unlock() of the write lock from a thread that does not hold it")
   }
 
-  /// Called with the lock free and someone asleep: wakes one writer if any, else all readers.
+  /// The write holder's release while someone waits or starves: hands the write lock over if
+  /// a writer starves, else frees it and wakes the next.
   @usableFromInline
-  func wakeWriterOrReaders(_ observed: UInt32) {
+  @inline(never)
+  func writeUnlockSlow() {
+    // Waiters change the flags and the count meanwhile, hence a compare-and-swap loop; the
+    // lock bits are ours.
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while true {
+      if current & Self.starvingWriters != 0 {
+        // Releasing: the claimer's acquiring compare-and-swap reads this value.
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current | Self.handedOver, at: state, ordering: .releasing)
+        if seen == current {
+          handOver()
+          return
+        }
+        current = seen
+      } else {
+        let now = current & ~Self.mask
+        let seen = UInt32.atomicCompareExchange(expected: current, desired: now, at: state, ordering: .releasing)
+        if seen == current {
+          if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
+          return
+        }
+        current = seen
+      }
+    }
+  }
+
+  /// The last reader left (its subtraction was releasing) with writers waiting or starving:
+  /// if a writer starves, takes the write lock on its behalf and hands it over; else wakes the
+  /// next.
+  @usableFromInline
+  @inline(never)
+  func lastReaderReleased(_ observed: UInt32) {
     var current = observed
-    if current == Self.writersWaiting {
-      let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .relaxed)
+    while Self.isUnlocked(current), current & Self.starvingWriters != 0 {
+      // A read-modify-write after our releasing subtraction: it continues its release
+      // sequence, so the claimer's acquiring compare-and-swap sees the readers done.
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current | Self.writeLocked | Self.handedOver, at: state, ordering: .releasing)
       if seen == current {
-        wakeWriter()
+        handOver()
+        return
+      }
+      // A starving writer may have taken the free lock itself (then its release serves the
+      // rest), or the flags changed.
+      current = seen
+    }
+    if Self.isUnlocked(current), current & (Self.readersWaiting | Self.writersWaiting) != 0 {
+      wakeWriterOrReaders(current)
+    }
+  }
+
+  /// With `state` just set to `writeLocked | handedOver`: tells the starving writers (bumps
+  /// `handOff` after the hand-over, releasing, and wakes one); takes the hand-over back if
+  /// that woke nobody.
+  @usableFromInline
+  func handOver() {
+    // A starving writer that loads this value (acquiring) then also sees the hand-over; one
+    // that loaded the old value has its futex wait refused or woken here. Our caller holds a
+    // reference to the lock, so the words outlive this.
+    _ = UInt32.atomicFetchAdd(1, at: handOff, ordering: .releasing)
+    if Futex.wake(handOff, count: 1) == 0 { takeBackHandOver() }
+  }
+
+  /// A hand-over whose wake-up woke nobody: the starving writers are running (about to
+  /// sleep, or giving up), or they do not exist (a forked child). Frees the lock instead, if
+  /// no starving writer claimed it meanwhile, and serves the waiting bits as a release would.
+  /// A running starving writer finds the counter bumped (so it does not sleep) and takes the
+  /// free lock; in a forked child, the lock keeps working (its count of absent writers only
+  /// keeps it on the slow paths).
+  @usableFromInline
+  func takeBackHandOver() {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while current & Self.handedOver != 0 {
+      let now = current & ~(Self.mask | Self.handedOver)
+      // Releasing, as any release: the next owner reads it.
+      let seen = UInt32.atomicCompareExchange(expected: current, desired: now, at: state, ordering: .releasing)
+      if seen == current {
+        if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
         return
       }
       current = seen
     }
-    if current == Self.readersWaiting | Self.writersWaiting {
-      // Hand over to a writer first; the readers' bit stays for the writer's release.
-      let seen = UInt32.atomicCompareExchange(
-        expected: current, desired: Self.readersWaiting, at: state, ordering: .relaxed)
-      if seen != current { return }  // someone took the lock; its release wakes the rest
-      if wakeWriter() { return }
-      // No writer was asleep (it timed out or is about to re-check): wake the readers.
-      current = Self.readersWaiting
-    }
-    if current == Self.readersWaiting {
-      if UInt32.atomicCompareAndSwap(expected: current, desired: 0, at: state, ordering: .relaxed) {
-        Futex.wake(state, count: Int32.max)
+  }
+
+  /// Called with the lock free and a waiting bit set: wakes one writer if any, else all
+  /// readers. Clearing a bit and waking whom it stood for go together (the only place either
+  /// bit is cleared). Stops as soon as someone takes the lock: its release serves the rest.
+  @usableFromInline
+  func wakeWriterOrReaders(_ observed: UInt32) {
+    var current = observed
+    while Self.isUnlocked(current) {
+      if current & Self.writersWaiting != 0 {
+        // Wake a writer first; a readers' bit stays for the writer's release.
+        let seen = UInt32.atomicCompareExchange(
+          expected: current, desired: current & ~Self.writersWaiting, at: state, ordering: .relaxed)
+        if seen != current {
+          current = seen
+          continue
+        }
+        if wakeWriter() || current & Self.readersWaiting == 0 { return }
+        // No writer was asleep (it timed out, starves, or is about to re-check): the readers.
+        current &= ~Self.writersWaiting
+        continue
       }
+      if current & Self.readersWaiting == 0 { return }
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current & ~Self.readersWaiting, at: state, ordering: .relaxed)
+      if seen == current {
+        Futex.wake(state, count: Int32.max)
+        return
+      }
+      current = seen
     }
   }
 
@@ -345,12 +595,13 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     return Futex.wake(writerNotify, count: 1) > 0
   }
 
-  /// Spins briefly while the lock is held and nobody sleeps yet; returns the last state seen.
+  /// Spins briefly while the lock is held and nobody sleeps or starves yet; returns the last
+  /// state seen.
   @usableFromInline
   func spin() -> UInt32 {
     var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
     var round = 0
-    while round < 8 && current & Self.mask != 0 && current & (Self.readersWaiting | Self.writersWaiting) == 0 {
+    while round < 8 && current & Self.mask != 0 && current & ~Self.mask == 0 {
       Backoff.pause(round)
       round += 1
       current = UInt32.atomicLoad(at: state, ordering: .relaxed)

@@ -1,3 +1,4 @@
+import CThreadingShims
 import Glibc
 import Testing
 
@@ -5,7 +6,7 @@ import Testing
 
 /// The locks with a bounded wait, driven through one shape.
 enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvertible {
-  case lock, lockedValue, recursiveLock, spinLock
+  case lock, lockedValue, recursiveLock, spinLock, readWriteLockWriters, readWriteLockMixed
 
   var testDescription: String { rawValue }
 
@@ -36,6 +37,32 @@ enum BoundedWaitSubject: String, CaseIterable, Sendable, CustomTestStringConvert
       return BoundedWaitLock(
         run: { body in lock.withLock(body) },
         tryRun: { timeout, body in lock.withLock(timeout: timeout, body) != nil })
+    case .readWriteLockWriters:
+      let lock = ReadWriteLock()
+      return BoundedWaitLock(
+        run: { body in lock.withWriteLock(body) },
+        tryRun: { timeout, body in
+          guard lock.writeLock(timeout: timeout) else { return false }
+          body()
+          lock.unlock()
+          return true
+        })
+    case .readWriteLockMixed:
+      // Every critical section is preceded by a read lock, so readers queue, sleep and are
+      // woken among writers that starve, hand over and give up.
+      let lock = ReadWriteLock()
+      return BoundedWaitLock(
+        run: { body in
+          lock.withReadLock {}
+          lock.withWriteLock(body)
+        },
+        tryRun: { timeout, body in
+          if lock.readLock(timeout: timeout) { lock.unlock() }
+          guard lock.writeLock(timeout: timeout) else { return false }
+          body()
+          lock.unlock()
+          return true
+        })
     }
   }
 }
@@ -77,6 +104,8 @@ private final class PerThread: @unchecked Sendable {
 /// A lock whose waiter's state the hand-over test reads (white box).
 struct HandOverSubject: Sendable, CustomTestStringConvertible {
   let testDescription: String
+  /// How the releasing thread holds the lock (the waiter always uses `lock`).
+  let hold: @Sendable () -> Void
   let lock: @Sendable () -> Void
   let unlock: @Sendable () -> Void
   let tryLock: @Sendable () -> Bool
@@ -91,7 +120,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
     nonisolated(unsafe) let state = core.state
     return HandOverSubject(
-      testDescription: name, lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
+      testDescription: name, hold: { lock.lockForScope() }, lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits == 2 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit },
       wakeWaiter: { Futex.wake(state, count: 1) })
@@ -105,8 +134,29 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       futexLock("Lock", lock, lock.core),
       futexLock("RecursiveLock", recursive, recursive.core),
       futexLock("SpinLock", spin, spin.core),
+      readWriteLock("ReadWriteLock, released by the writer", ReadWriteLock(), holdingRead: false),
+      readWriteLock("ReadWriteLock, released by the last reader", ReadWriteLock(), holdingRead: true),
     ]
   }
+
+  /// A writer waits; the releasing thread holds the write lock or a read lock.
+  static func readWriteLock(_ name: String, _ lock: ReadWriteLock, holdingRead: Bool) -> HandOverSubject {
+    nonisolated(unsafe) let state = lock.state
+    nonisolated(unsafe) let notify = lock.writerNotify
+    return HandOverSubject(
+      testDescription: name,
+      hold: { if holdingRead { lock.readLockForScope() } else { lock.lockForScope() } },
+      lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryWriteLock() },
+      waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 },
+      waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0 },
+      wakeWaiter: { Futex.wake(notify, count: 1) })
+  }
+}
+
+extension ReadWriteLock {
+  /// `readLock()` for synchronous test helpers called from closures the compiler treats as
+  /// possibly asynchronous.
+  func readLockForScope() { readLock() }
 }
 
 /// The bounded wait: once a waiter has slept about a millisecond, unlocks hand the lock to
@@ -131,7 +181,7 @@ struct LockFairnessTests {
         subject.unlock()
         return
       }
-      subject.lock()
+      subject.hold()
       holding.open()
       let giveUp = monotonicSeconds() + 10
       while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
@@ -320,10 +370,21 @@ struct LockFairnessForkTests {
   @Test(
     "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
-  )
-  func starvingWaiterLeftInTheParent() async {
-    await #expect(processExitsWith: .success) {
-      blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
+    arguments: [0, 3, 4])
+  func starvingWaiterLeftInTheParent(subjectIndex: Int) async {
+    switch subjectIndex {
+    case 3:
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[3]) }
+      }
+    case 4:
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[4]) }
+      }
+    default:
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
+      }
     }
   }
 }
@@ -340,7 +401,7 @@ func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
       subject.unlock()
       return
     }
-    subject.lock()
+    subject.hold()
     holding.open()
     let giveUp = monotonicSeconds() + 10
     while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
@@ -375,4 +436,122 @@ func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
     subject.unlock()  // hands the lock to the waiter, which exists here
   }
   _exit(childFailed.load(ordering: .relaxed) == 0 ? 0 : 1)
+}
+
+/// The interleavings that can lose a starving writer's wake-up, forced through
+/// `ReadWriteLock.beforeStarvingSleep` (a global hook: set inside an exit test, before any
+/// thread starts, so no other test's threads read it).
+@Suite("ReadWriteLock hand-over races", .timeLimit(.minutes(1)))
+struct ReadWriteLockHandOverRaceTests {
+  @Test("a starving writer whose hand-over from a writer was taken back before it slept takes the free lock")
+  func writersHandOverTakenBack() async {
+    await #expect(processExitsWith: .success) {
+      blocking { starvingWriterRace(.writerReleases) }
+    }
+  }
+
+  @Test("a starving writer whose hand-over from the last reader was taken back before it slept takes the free lock")
+  func lastReadersHandOverTakenBack() async {
+    await #expect(processExitsWith: .success) {
+      blocking { starvingWriterRace(.lastReaderReleases) }
+    }
+  }
+
+  @Test("a reader that barges in after a hand-over was taken back hands the lock to the starving writer when it leaves")
+  func readerBargingAfterATakeBackHandsOver() async {
+    await #expect(processExitsWith: .success) {
+      blocking { starvingWriterRace(.readerBargesAfterTakeBack) }
+    }
+  }
+}
+
+/// What the holder does while the starving writer stands just before loading the hand-over
+/// counter.
+enum StarvingWriterRace: Sendable {
+  /// The write holder releases: the hand-over wakes nobody and is taken back.
+  case writerReleases
+  /// The only reader releases: likewise, from the reader's side.
+  case lastReaderReleases
+  /// The write holder releases (taken back), then takes a read lock before the writer looks,
+  /// and releases it only once the writer sleeps.
+  case readerBargesAfterTakeBack
+}
+
+/// Exit-test body: a writer starves on a held `ReadWriteLock`; in the hook's window the holder
+/// does what `race` says. Exits 0 if the writer got the lock well before its 5 s deadline.
+func starvingWriterRace(_ race: StarvingWriterRace) {
+  let lock = ReadWriteLock()
+  nonisolated(unsafe) let state = lock.state
+  nonisolated(unsafe) let notify = lock.writerNotify
+  let starvingWord = UInt(bitPattern: lock.handOff)
+  let target = UInt(bitPattern: state)
+  let holding = Gate()
+  let releaseNow = Gate()
+  let released = Gate()
+  let waiterThread = AtomicInteger<Int32>(0)
+  let waited = AtomicInteger<Int>(-1)
+  // Set before any thread starts (thread creation orders it before every read).
+  ReadWriteLock.beforeStarvingSleep = { word in
+    guard UInt(bitPattern: word) == target, !releaseNow.isOpen else { return }
+    releaseNow.open()
+    released.wait()
+  }
+  runConcurrently(2) { index in
+    if index == 1 {
+      waiterThread.store(tk_gettid(), ordering: .relaxed)
+      holding.wait()
+      let start = monotonicSeconds()
+      let acquired = lock.writeLock(timeout: .seconds(5))
+      let elapsed = monotonicSeconds() - start
+      if acquired { lock.unlock() }
+      waited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+      return
+    }
+    if race == .lastReaderReleases { lock.readLockForScope() } else { lock.lockForScope() }
+    holding.open()
+    let giveUp = monotonicSeconds() + 10
+    while UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting == 0
+      && monotonicSeconds() < giveUp
+    {
+      sched_yield()
+    }
+    // Keep it asleep past the starvation threshold (the duration under test).
+    busy(seconds: 0.002)
+    // Wake it with the lock still held: it counts itself as starving and reaches the hook.
+    while !releaseNow.isOpen && monotonicSeconds() < giveUp {
+      Futex.wake(notify, count: 1)
+      sched_yield()
+    }
+    precondition(releaseNow.isOpen, "the writer never started to starve")
+    lock.unlock()
+    guard race == .readerBargesAfterTakeBack else {
+      released.open()
+      return
+    }
+    let barged = lock.tryReadLock()
+    released.open()
+    guard barged else { return }
+    // Leave only once the writer sleeps on its word after seeing the read lock: this
+    // release is then the only thing that can wake it.
+    let waiter = waiterThread.load(ordering: .relaxed)
+    while !isBlockedInFutex(thread: waiter, on: starvingWord) && monotonicSeconds() < giveUp { sched_yield() }
+    lock.unlock()
+  }
+  ReadWriteLock.beforeStarvingSleep = nil
+  _exit(waited.load(ordering: .relaxed) == 1 ? 0 : 1)
+}
+
+/// Whether thread `thread` (a kernel thread id of this process) is inside a system call whose
+/// first argument is `address`, as `/proc/self/task/TID/syscall` shows (the call's number,
+/// then its arguments in hex): for a lock's futex word, a `futex` call on it.
+func isBlockedInFutex(thread: Int32, on address: UInt) -> Bool {
+  let descriptor = open("/proc/self/task/\(thread)/syscall", O_RDONLY)
+  guard descriptor >= 0 else { return false }
+  defer { close(descriptor) }
+  var bytes = [UInt8](repeating: 0, count: 256)
+  let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 255) }
+  guard count > 0 else { return false }
+  let fields = String(decoding: bytes[0..<count], as: UTF8.self).split(separator: " ")
+  guard fields.count >= 2, fields[1].hasPrefix("0x") else { return false }
+  return UInt(fields[1].dropFirst(2), radix: 16) == address
 }
