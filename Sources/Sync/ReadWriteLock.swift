@@ -28,9 +28,10 @@
 /// spins briefly, then sleeps in the kernel.
 ///
 /// **Misuse** stops the process with a message, never undefined behaviour: `unlock()` when no
-/// lock is held, taking the write lock (or a read lock) while holding the write lock, and
-/// unlocking the write lock from another thread. (A read lock is not tagged with its thread,
-/// so one reader releasing on behalf of another is not detected.)
+/// lock is held, taking the write lock (or a read lock) while holding the write lock,
+/// unlocking the write lock from another thread, and holding more than 2,097,150 read locks
+/// at once (a sign of leaked read locks). (A read lock is not tagged with its thread, so one
+/// reader releasing on behalf of another is not detected.)
 ///
 /// Timed acquisition uses the monotonic clock. The `Locking` surface (`lock()`,
 /// `withLock`...) takes the *write* lock.

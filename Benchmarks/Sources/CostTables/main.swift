@@ -18,6 +18,7 @@ let registrations: [(Harness) -> Void] = [
   registerDiagnosticsBenchmarks,
   registerPriorityInheritanceBenchmarks,
   registerContentionBenchmarks,
+  registerReadWriteFairnessBenchmarks,
   registerPoolBenchmarks,
   registerLockDiagnosticsBenchmarks,
   registerExecutorBenchmarks,
