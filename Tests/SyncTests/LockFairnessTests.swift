@@ -106,6 +106,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   let testDescription: String
   /// How the releasing thread holds the lock (the waiter always uses `lock`).
   let hold: @Sendable () -> Void
+  /// Tries `hold`'s kind of lock without blocking.
+  let tryHold: @Sendable () -> Bool
   let lock: @Sendable () -> Void
   let unlock: @Sendable () -> Void
   let tryLock: @Sendable () -> Bool
@@ -120,7 +122,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
     nonisolated(unsafe) let state = core.state
     return HandOverSubject(
-      testDescription: name, hold: { lock.lockForScope() }, lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
+      testDescription: name, hold: { lock.lockForScope() }, tryHold: { lock.tryLock() }, lock: { lock.lockForScope() },
+      unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits == 2 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit },
       wakeWaiter: { Futex.wake(state, count: 1) })
@@ -146,6 +149,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
     return HandOverSubject(
       testDescription: name,
       hold: { if holdingRead { lock.readLockForScope() } else { lock.lockForScope() } },
+      tryHold: { holdingRead ? lock.tryReadLock() : lock.tryWriteLock() },
       lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryWriteLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0 },
@@ -425,7 +429,11 @@ func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
         subject.lock()
         subject.unlock()
       }
-      _exit(subject.tryLock() ? 0 : 1)
+      // Free for anyone: the waiter's kind of lock, then the holder's (for a read-write lock
+      // held by a reader, a read lock beside the absent writer's count).
+      guard subject.tryLock() else { _exit(1) }
+      subject.unlock()
+      _exit(subject.tryHold() ? 0 : 1)
     }
     precondition(child > 0, "fork failed: \(errno)")
     var status: Int32 = 0
