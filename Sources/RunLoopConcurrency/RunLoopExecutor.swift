@@ -165,15 +165,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     let wasEmpty = queue.isEmpty
     queue.push(unownedJob, priority: priority)
     lock.unlock()
-    // Only the transition to non-empty needs a signal: until the queue is empty again a
-    // signal is pending or a drain is running (it signals again if it leaves jobs). The
-    // lock orders the push before the signal; `signal` is a full barrier, which keeps the
-    // wake-up's read of the loop's state after it (see `RunLoopSource.signal`). `wakeUp` on
-    // the one loop the executor serves, without reading the source's list of loops.
-    if wasEmpty {
-      source.signal()
-      runLoop.wakeUp()
-    }
+    if wasEmpty { JobSourceQueue.signal(source, runLoop) }
   }
 
   /// Runs queued jobs on the loop's thread (the source's perform callback): as many as were
@@ -192,22 +184,11 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     if owner.load(ordering: .relaxed) == 0 {
       owner.store(tk_thread_identity(), ordering: .releasing)
     }
-    var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
     let unownedExecutor = jobExecutor ?? asUnownedSerialExecutor()
-    let passEnds = JobQueue.passDeadline()
-    while budget > 0 {
-      lock.lock()
-      let next = queue.popHighest()
-      lock.unlock()
-      guard let job = next else { break }
-      job.runSynchronously(on: unownedExecutor)
-      budget -= 1
-      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
-    }
-    if !lock.withLock({ queue.isEmpty }) {
-      source.signal()
-      runLoop.wakeUp()
-    }
+    JobSourceQueue.drainPass(
+      lock: lock, source: source, runLoop: runLoop,
+      count: { queue.count }, pop: { queue.popHighest() },
+      run: { $0.runSynchronously(on: unownedExecutor) })
   }
 
   /// The source's cancel callback: the loop dropped it because its thread ended (or the

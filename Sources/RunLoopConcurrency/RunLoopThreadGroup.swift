@@ -260,7 +260,7 @@ private final class GroupWorker: @unchecked Sendable {
   var queuedJobCount: Int { lock.withLock { queue.count } }
 
   /// Queues `job`, or returns false when the worker is closed. Signals and wakes the loop
-  /// on the queue's transition to non-empty (see `RunLoopExecutor.enqueue`).
+  /// on the queue's transition to non-empty (see `JobSourceQueue.signal`).
   func push(_ job: UnownedJob, priority: UInt8) -> Bool {
     lock.lock()
     if closed {
@@ -270,33 +270,17 @@ private final class GroupWorker: @unchecked Sendable {
     let wasEmpty = queue.isEmpty
     queue.push(job, priority: priority)
     lock.unlock()
-    if wasEmpty {
-      source.signal()
-      runLoop.wakeUp()
-    }
+    if wasEmpty { JobSourceQueue.signal(source, runLoop) }
     return true
   }
 
-  /// The source's perform callback: runs as many jobs as were queued when it started, at
-  /// most `JobQueue.jobsPerPass` and for about `JobQueue.passDuration` (the rest in later
-  /// passes, so timers and sources of the thread's loop get their turn).
+  /// The source's perform callback: one pass of `JobSourceQueue.drainPass`.
   func drain() {
     guard let taskExecutor else { return }
-    var budget = lock.withLock { Swift.min(queue.count, JobQueue.jobsPerPass) }
-    let passEnds = JobQueue.passDeadline()
-    while budget > 0 {
-      lock.lock()
-      let next = queue.popHighest()
-      lock.unlock()
-      guard let job = next else { break }
-      job.runSynchronously(on: taskExecutor)
-      budget -= 1
-      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
-    }
-    if !lock.withLock({ queue.isEmpty }) {
-      source.signal()
-      runLoop.wakeUp()
-    }
+    JobSourceQueue.drainPass(
+      lock: lock, source: source, runLoop: runLoop,
+      count: { queue.count }, pop: { queue.popHighest() },
+      run: { $0.runSynchronously(on: taskExecutor) })
   }
 
   /// On the worker's thread: closes the queue, then runs every job left in it (none can

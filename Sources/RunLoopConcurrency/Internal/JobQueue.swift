@@ -1,3 +1,4 @@
+import RunLoop
 import Sync
 
 /// The jobs a ``RunLoopExecutor`` holds: one ring of `UnownedJob` per priority (0...255),
@@ -104,5 +105,47 @@ struct JobQueue: ~Copyable {
       old.deallocate()
     }
     rings[index] = Ring(storage: storage, capacity: capacity, head: 0, count: ring.count)
+  }
+}
+
+/// What ``RunLoopExecutor`` and ``RunLoopThreadGroup``'s threads share: a `JobQueue` under
+/// a lock, drained by a run-loop source's perform callback on the loop's thread. The queue
+/// itself stays a field of its owner (whose lock guards it together with the owner's other
+/// state); these helpers take it through non-escaping closures, so they allocate nothing.
+enum JobSourceQueue {
+  /// Asks the loop to drain after a push found the queue empty. Only that transition needs a
+  /// signal: until the queue is empty again a signal is pending or a drain is running (which
+  /// signals again if it leaves jobs). The owner's lock orders the push before the signal;
+  /// `signal` is a full barrier, which keeps the wake-up's read of the loop's state after it
+  /// (see `RunLoopSource.signal`). `wakeUp` on the one loop served, without reading the
+  /// source's list of loops.
+  @inline(__always)
+  static func signal(_ source: RunLoopSource, _ runLoop: RunLoop) {
+    source.signal()
+    runLoop.wakeUp()
+  }
+
+  /// One drain pass (a source's perform callback): runs as many jobs as `count` says are
+  /// queued when it starts, at most `JobQueue.jobsPerPass` and for about
+  /// `JobQueue.passDuration`, highest priority first, each taken with `pop` under `lock`
+  /// and run with `run` outside it. Signals again when jobs remain, so the rest run in later
+  /// passes and the loop's timers and other sources get their turn.
+  @inline(__always)
+  static func drainPass(
+    lock: Lock, source: RunLoopSource, runLoop: RunLoop,
+    count: () -> Int, pop: () -> UnownedJob?, run: (UnownedJob) -> Void
+  ) {
+    var budget = lock.withLock { Swift.min(count(), JobQueue.jobsPerPass) }
+    let passEnds = JobQueue.passDeadline()
+    while budget > 0 {
+      lock.lock()
+      let next = pop()
+      lock.unlock()
+      guard let job = next else { break }
+      run(job)
+      budget -= 1
+      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
+    }
+    if lock.withLock({ count() }) > 0 { signal(source, runLoop) }
   }
 }
