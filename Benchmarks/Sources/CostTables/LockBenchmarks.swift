@@ -26,18 +26,19 @@ protocol CountingLock: AnyObject, Sendable {
   var count: Int { get }
 }
 
-/// Allocated counter storage shared by the subjects: stable address, no exclusivity checks.
-private func makeCounter() -> UnsafeMutablePointer<Int> {
+/// Allocated counter storage shared by the subjects (here and in the priority-inheritance
+/// rows): stable address, no exclusivity checks.
+func makeCounter() -> UnsafeMutablePointer<Int> {
   let counter = UnsafeMutablePointer<Int>.allocate(capacity: 1)
   counter.initialize(to: 0)
   return counter
 }
 
-private func checkPthread(_ result: Int32, _ call: String) {
+func checkPthread(_ result: Int32, _ call: String) {
   if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
 }
 
-private final class SyncMutexSubject: CountingLock, @unchecked Sendable {
+final class SyncMutexSubject: CountingLock, @unchecked Sendable {
   let lock = Sync.Lock(checked: false)
   let counter = makeCounter()
   func increment() {
@@ -205,7 +206,7 @@ private final class SynchronizationMutexSubject: CountingLock, Sendable {
 // MARK: - Loops
 
 /// `iterations` lock+increment+unlock rounds on one thread; checks the counter moved.
-private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterations: Int) {
+func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterations: Int) {
   let before = subject.count
   for _ in 0..<iterations { subject.increment() }
   if subject.count &- before != iterations {
@@ -219,7 +220,7 @@ private func uncontendedLoop<Subject: CountingLock>(_ subject: Subject, _ iterat
 /// contention can take tens of microseconds per hand-off) would make one sample last minutes,
 /// so every thread stops at `timeLimit` nanoseconds after the gate and the cost is taken over
 /// the increments actually done.
-private func contendedRun<Subject: CountingLock>(
+func contendedRun<Subject: CountingLock>(
   _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64,
   work: Int = 0
 ) -> UInt64 {

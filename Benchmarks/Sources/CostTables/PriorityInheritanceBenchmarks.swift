@@ -15,20 +15,12 @@ import Sync
   import Glibc
 #endif
 
-private protocol PICountingLock: AnyObject, Sendable {
-  func increment()
-  var count: Int { get }
-}
+// The subjects conform to `CountingLock` and run in the lock rows' loops (`uncontendedLoop`,
+// `contendedRun`), so both tables measure the same increment the same way.
 
-private func makePICounter() -> UnsafeMutablePointer<Int> {
-  let counter = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-  counter.initialize(to: 0)
-  return counter
-}
-
-private final class SyncPriorityInheritanceSubject: PICountingLock, @unchecked Sendable {
+private final class SyncPriorityInheritanceSubject: CountingLock, @unchecked Sendable {
   let lock: PriorityInheritanceLock
-  let counter = makePICounter()
+  let counter = makeCounter()
   init() {
     do {
       lock = try PriorityInheritanceLock()
@@ -44,26 +36,16 @@ private final class SyncPriorityInheritanceSubject: PICountingLock, @unchecked S
   var count: Int { counter.pointee }
 }
 
-private final class SyncLockBaselineSubject: PICountingLock, @unchecked Sendable {
-  let lock = Lock(checked: false)
-  let counter = makePICounter()
-  func increment() {
-    lock.lock()
-    counter.pointee &+= 1
-    lock.unlock()
-  }
-  var count: Int { counter.pointee }
-}
-
-private final class PthreadPriorityInheritSubject: PICountingLock, @unchecked Sendable {
+private final class PthreadPriorityInheritSubject: CountingLock, @unchecked Sendable {
   let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-  let counter = makePICounter()
+  let counter = makeCounter()
   init() {
     var attributes = pthread_mutexattr_t()
-    check(pthread_mutexattr_init(&attributes), "pthread_mutexattr_init")
-    check(pthread_mutexattr_setprotocol(&attributes, Int32(PTHREAD_PRIO_INHERIT)), "pthread_mutexattr_setprotocol")
-    check(pthread_mutex_init(mutex, &attributes), "pthread_mutex_init")
-    check(pthread_mutexattr_destroy(&attributes), "pthread_mutexattr_destroy")
+    checkPthread(pthread_mutexattr_init(&attributes), "pthread_mutexattr_init")
+    checkPthread(
+      pthread_mutexattr_setprotocol(&attributes, Int32(PTHREAD_PRIO_INHERIT)), "pthread_mutexattr_setprotocol")
+    checkPthread(pthread_mutex_init(mutex, &attributes), "pthread_mutex_init")
+    checkPthread(pthread_mutexattr_destroy(&attributes), "pthread_mutexattr_destroy")
   }
   func increment() {
     pthread_mutex_lock(mutex)
@@ -71,55 +53,20 @@ private final class PthreadPriorityInheritSubject: PICountingLock, @unchecked Se
     pthread_mutex_unlock(mutex)
   }
   var count: Int { counter.pointee }
-  private func check(_ result: Int32, _ call: String) {
-    if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
-  }
-}
-
-private func piUncontendedLoop<Subject: PICountingLock>(_ subject: Subject, _ iterations: Int) {
-  let before = subject.count
-  for _ in 0..<iterations { subject.increment() }
-  if subject.count &- before != iterations { fatalError("cost-tables: \(Subject.self) lost increments") }
-}
-
-/// `threads` threads incrementing at once until each did `perThread` or `timeLimit`
-/// nanoseconds passed; nanoseconds scaled to `iterations` increments.
-private func piContendedRun<Subject: PICountingLock>(
-  _ subject: Subject, threads: Int, perThread: Int, _ iterations: Int, timeLimit: UInt64
-) -> UInt64 {
-  let perThread = Swift.max(1, perThread)
-  let before = subject.count
-  let done = AtomicInteger<Int>(0)
-  let elapsed = BenchThreads.timedRun(count: threads) { _ in
-    let deadline = Harness.now() + timeLimit
-    var mine = 0
-    while mine < perThread {
-      let chunk = Swift.min(1_024, perThread - mine)
-      for _ in 0..<chunk { subject.increment() }
-      mine += chunk
-      if Harness.now() > deadline { break }
-    }
-    _ = done.add(mine, ordering: .relaxed)
-  }
-  let completed = subject.count &- before
-  if completed <= 0 || completed != done.load(ordering: .relaxed) {
-    fatalError("cost-tables: \(Subject.self) lost increments under contention")
-  }
-  return elapsed * UInt64(iterations) / UInt64(completed)
 }
 
 /// Registers the `pilock.` rows.
 func registerPriorityInheritanceBenchmarks(_ harness: Harness) {
   BenchThreads.makeProcessMultithreaded()
   let toolkit = SyncPriorityInheritanceSubject()
-  let baseline = SyncLockBaselineSubject()
+  let baseline = SyncMutexSubject()
   let pthread = PthreadPriorityInheritSubject()
   harness.measureInterleaved(
     id: "pilock.uncontended", group: "Priority inheritance", operations: 200_000,
     [
-      (.toolkit("Sync.PriorityInheritanceLock"), { piUncontendedLoop(toolkit, $0) }),
-      (.peer("Sync.Lock (reference: no inheritance)"), { piUncontendedLoop(baseline, $0) }),
-      (.peer("pthread (PTHREAD_PRIO_INHERIT)"), { piUncontendedLoop(pthread, $0) }),
+      (.toolkit("Sync.PriorityInheritanceLock"), { uncontendedLoop(toolkit, $0) }),
+      (.peer("Sync.Lock (reference: no inheritance)"), { uncontendedLoop(baseline, $0) }),
+      (.peer("pthread (PTHREAD_PRIO_INHERIT)"), { uncontendedLoop(pthread, $0) }),
     ])
   // A contended hand-off of a PI lock is a kernel round trip on both sides: fewer
   // increments per thread than the other contended rows, and five samples, keep the rows
@@ -133,15 +80,15 @@ func registerPriorityInheritanceBenchmarks(_ harness: Harness) {
       [
         (
           .toolkit("Sync.PriorityInheritanceLock"),
-          { piContendedRun(toolkit, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+          { contendedRun(toolkit, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
         ),
         (
           .peer("Sync.Lock (reference: no inheritance)"),
-          { piContendedRun(baseline, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+          { contendedRun(baseline, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
         ),
         (
           .peer("pthread (PTHREAD_PRIO_INHERIT)"),
-          { piContendedRun(pthread, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+          { contendedRun(pthread, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
         ),
       ])
   }
