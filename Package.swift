@@ -37,17 +37,25 @@ let package = Package(
 
     // Helpers shared by the test targets above Sync (never by SyncTests or ThreadsTests,
     // which must not trust the primitives they test).
-    .target(name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads"], path: "Tests/TestSupport", swiftSettings: strict),
+    .target(
+      name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads"], path: "Tests/TestSupport",
+      exclude: ["Process"], swiftSettings: strict),
+    // Fork helpers (wait for a child, bound it with an alarm): Glibc only, so SyncTests and
+    // ThreadsTests may use them too.
+    .target(name: "ProcessTestSupport", path: "Tests/TestSupport/Process", swiftSettings: strict),
 
     // Tests: one target per module, the guide's listings, and one target that imports
     // everything beside Foundation and Synchronization so name clashes fail the build.
-    .testTarget(name: "SyncTests", dependencies: ["Sync"], swiftSettings: strict),
-    .testTarget(name: "ThreadsTests", dependencies: ["Threads", "Sync", "CAllocationStats"], swiftSettings: strict),
+    .testTarget(name: "SyncTests", dependencies: ["Sync", "ProcessTestSupport"], swiftSettings: strict),
+    .testTarget(
+      name: "ThreadsTests", dependencies: ["Threads", "Sync", "ProcessTestSupport", "CAllocationStats"],
+      swiftSettings: strict),
     // glibc's allocation statistics for tests that prove a path allocates nothing (or that
     // repeated lifecycles leave nothing behind).
     .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(
-      name: "RunLoopTests", dependencies: ["RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
+      name: "RunLoopTests",
+      dependencies: ["RunLoop", "Threads", "Sync", "TestSupport", "ProcessTestSupport", "CAllocationStats"],
       swiftSettings: strict),
     .testTarget(
       name: "RunLoopConcurrencyTests",

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import TestSupport
 import Testing
@@ -67,7 +68,7 @@ struct ForkedChildTests {
           runLoop.wakeUp()
           _exit(0)
         }
-        guard child > 0, waitForChild(child) == 0 else { exit(3) }
+        guard child > 0, waitForExitStatus(child) == 0 else { exit(3) }
         var byte: UInt8 = 1
         guard write(ends[1], &byte, 1) == 1 else { exit(4) }
         let result = runLoop.run(mode: .default, timeout: .seconds(10))
@@ -87,7 +88,7 @@ struct ForkedChildTests {
           try? port.send(PortMessage(msgid: 1), timeout: .zero)
           _exit(0)  // not reported: the test fails
         }
-        exit(child > 0 && waitForChild(child) != 0 && port.pendingMessageCount == 0 ? 0 : 1)
+        exit(child > 0 && waitForExitStatus(child) != 0 && port.pendingMessageCount == 0 ? 0 : 1)
       }
     }
     let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
@@ -149,7 +150,7 @@ private func parentPortSurvives(
     _exit(0)
   }
   guard child > 0 else { return 3 }
-  guard (waitForChild(child) != 0) == childStops else { return 4 }
+  guard (waitForExitStatus(child) != 0) == childStops else { return 4 }
   guard let directory = try? PortDirectory.prepare(),
     portsFileMode(directory.socketPath(for: name)) != nil,
     portsFileMode(directory.lockPath(for: name)) != nil
@@ -185,32 +186,8 @@ private func parentTimerSurvives(_ useInChild: (RunLoop) -> Void) -> Int32 {
   let start = MonotonicInstant.now
   let result = runLoop.run(mode: .default, timeout: .seconds(10))
   let elapsed = start.duration(to: .now)
-  let childStatus = waitForChild(child)
+  let childStatus = waitForExitStatus(child)
   // A child that took the timer's expiration from the shared timerfd would leave the parent
   // asleep until the run's deadline.
   return childStatus != 0 && fired.value && result == .finished && elapsed < .seconds(8) ? 0 : 1
-}
-
-/// Waits for `pid`; returns its exit status, or -1 when it did not exit normally (killed by
-/// a signal, as a misuse stop is).
-private func waitForChild(_ pid: pid_t) -> Int32 {
-  var status: Int32 = 0
-  while waitpid(pid, &status, 0) < 0 {
-    if errno != EINTR { return -1 }
-  }
-  return status & 0x7f == 0 ? (status >> 8) & 0xff : -1
-}
-
-/// Ends the calling process with SIGALRM after `seconds`, so a hang in a child fails fast
-/// (the test runner's threads block the signal; the mask survives fork).
-private func armAlarm(seconds: UInt32) {
-  var alarmOnly = sigset_t()
-  sigemptyset(&alarmOnly)
-  sigaddset(&alarmOnly, SIGALRM)
-  var defaultAction = sigaction()
-  defaultAction.__sigaction_handler.sa_handler = SIG_DFL
-  guard sigaction(SIGALRM, &defaultAction, nil) == 0, pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil) == 0 else {
-    _exit(3)
-  }
-  alarm(seconds)
 }

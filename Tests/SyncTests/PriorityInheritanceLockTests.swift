@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -157,11 +158,7 @@ struct PriorityInheritanceLockTests {
           _exit(ownedByMe ? 0 : 1)
         }
         precondition(child > 0, "fork failed: \(errno)")
-        var status: Int32 = 0
-        while waitpid(child, &status, 0) == -1 {
-          precondition(errno == EINTR, "waitpid failed: \(errno)")
-        }
-        exit(status == 0 ? 0 : 1)
+        exit(waitForChild(child) == 0 ? 0 : 1)
       }
     }
   }

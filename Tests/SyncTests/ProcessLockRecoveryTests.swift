@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -137,7 +138,7 @@ func raceRecoveringProcesses(directory: String, racers: Int, acquisitionsEach: I
           // exits without unlocking.
           let grandchild = fork()
           if grandchild == 0 { _exit(acquireAndLeave(path: path, marker: marker, unlocking: false)) }
-          guard grandchild > 0, waitForExit(grandchild) == 0 else { _exit(1) }
+          guard grandchild > 0, waitForExitStatus(grandchild) == 0 else { _exit(1) }
         } else if acquireAndLeave(path: path, marker: marker, unlocking: true) != 0 {
           _exit(1)
         }
@@ -148,7 +149,7 @@ func raceRecoveringProcesses(directory: String, racers: Int, acquisitionsEach: I
     children.append(child)
   }
   var failed = false
-  for child in children where waitForExit(child) != 0 { failed = true }
+  for child in children where waitForExitStatus(child) != 0 { failed = true }
   return failed ? 1 : 0
 }
 
@@ -178,28 +179,4 @@ private func acquireAndLeave(path: String, marker: String, unlocking: Bool) -> I
     }
   }
   return 0
-}
-
-/// Waits for `pid` and returns its exit status, or -1 when it did not exit normally.
-private func waitForExit(_ pid: pid_t) -> Int32 {
-  var status: Int32 = 0
-  while waitpid(pid, &status, 0) < 0 {
-    if errno != EINTR { return -1 }
-  }
-  // WIFEXITED / WEXITSTATUS, spelled out (the macros are not imported).
-  return status & 0x7f == 0 ? (status >> 8) & 0xff : -1
-}
-
-/// Ends the calling process with SIGALRM after `seconds`, so a stuck racer fails instead of
-/// hanging (the test runner's threads block the signal; the mask survives fork).
-private func armAlarm(seconds: UInt32) {
-  var alarmOnly = sigset_t()
-  sigemptyset(&alarmOnly)
-  sigaddset(&alarmOnly, SIGALRM)
-  var defaultAction = sigaction()
-  defaultAction.__sigaction_handler.sa_handler = SIG_DFL
-  guard sigaction(SIGALRM, &defaultAction, nil) == 0, pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil) == 0 else {
-    _exit(3)
-  }
-  alarm(seconds)
 }

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -31,31 +32,17 @@ private struct SharedState {
 private func forkChild(_ body: () -> Int32) -> pid_t {
   let pid = fork()
   if pid == 0 {
-    // The test runner's threads block most signals; the alarm must be deliverable.
-    var alarmOnly = sigset_t()
-    sigemptyset(&alarmOnly)
-    sigaddset(&alarmOnly, SIGALRM)
-    pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
-    alarm(20)
+    armAlarm(seconds: 20)
     _exit(body())
   }
   precondition(pid > 0, "fork failed: \(errno)")
   return pid
 }
 
-/// Waits for `pid` to end; returns its wait status (0: exited with 0).
-private func waitForExit(_ pid: pid_t) -> Int32 {
-  var status: Int32 = 0
-  while waitpid(pid, &status, 0) == -1 {
-    precondition(errno == EINTR, "waitpid failed: \(errno)")
-  }
-  return status
-}
-
 /// Kills `pid` with SIGKILL and reaps it; true when it died of that signal.
 private func killAndReap(_ pid: pid_t) -> Bool {
   precondition(kill(pid, SIGKILL) == 0, "kill failed: \(errno)")
-  let status = waitForExit(pid)
+  let status = waitForChild(pid)
   return status & 0x7f == SIGKILL
 }
 
@@ -87,7 +74,7 @@ struct SharedMemoryLockTests {
           return 0
         }
         guard killAndReap(holder) else { exit(3) }
-        guard waitForExit(next) == 0 else { exit(4) }
+        guard waitForChild(next) == 0 else { exit(4) }
         // Marked consistent: the lock works normally again, here too.
         guard (try? state.lock.lock()) == .acquired, state.load(1) == 2 else { exit(5) }
         state.lock.unlock()
@@ -127,7 +114,7 @@ struct SharedMemoryLockTests {
             return error == .notRecoverable ? 0 : 31
           }
         }
-        exit(waitForExit(other) == 0 ? 0 : 9)
+        exit(waitForChild(other) == 0 ? 0 : 9)
       }
     }
   }
@@ -211,7 +198,7 @@ struct SharedMemoryLockTests {
           return true
         }
         let child = forkChild { work() ? 0 : 40 }
-        guard work(), waitForExit(child) == 0 else { exit(3) }
+        guard work(), waitForChild(child) == 0 else { exit(3) }
         exit(state.word(2).pointee == UInt32(2 * rounds) ? 0 : 4)
       }
     }
@@ -240,7 +227,7 @@ struct SharedMemoryConditionTests {
         state.word(2).pointee = 1
         state.condition.signal()
         state.lock.unlock()
-        exit(waitForExit(waiter) == 0 ? 0 : 4)
+        exit(waitForChild(waiter) == 0 ? 0 : 4)
       }
     }
   }
@@ -269,7 +256,7 @@ struct SharedMemoryConditionTests {
         state.word(2).pointee = 1
         state.condition.signal()  // one signal, and the only live waiter gets it
         state.lock.unlock()
-        exit(waitForExit(survivor) == 0 ? 0 : 5)
+        exit(waitForChild(survivor) == 0 ? 0 : 5)
       }
     }
   }

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -178,20 +179,12 @@ func forkWhileAnotherThreadEntersSections() {
     for _ in 0..<30 {
       let child = fork()
       if child == 0 {
-        // The test runner's threads block most signals; the alarm must be deliverable.
-        var alarmOnly = sigset_t()
-        sigemptyset(&alarmOnly)
-        sigaddset(&alarmOnly, SIGALRM)
-        pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
-        alarm(10)
+        armAlarm(seconds: 10)
         for object in targets { synchronized(object) {} }
         _exit(0)
       }
       precondition(child > 0, "fork failed: \(errno)")
-      var status: Int32 = 0
-      while waitpid(child, &status, 0) == -1 {
-        precondition(errno == EINTR, "waitpid failed: \(errno)")
-      }
+      let status = waitForChild(child)
       // Exited normally (low 7 bits 0) with status 0. Otherwise remember why, so the
       // test's failure says it: 2 = killed by a signal (the alarm: a hang), 3 = exited
       // with a non-zero status (a crash report or a precondition).

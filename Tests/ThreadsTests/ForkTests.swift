@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Testing
 
 @testable import Threads
@@ -42,27 +43,7 @@ func inForkedChild(_ body: () -> Int32) -> Int32 {
     exit(body())
   }
   precondition(pid > 0, "fork failed: errno \(errno)")
-  var status: Int32 = 0
-  while waitpid(pid, &status, 0) < 0 {
-    precondition(errno == EINTR, "waitpid failed: errno \(errno)")
-  }
-  return status
-}
-
-/// Ends the calling process with SIGALRM after `seconds`, so a hang in a child process fails
-/// fast. The test runner's threads block most signals (the mask survives fork and is
-/// inherited by new threads): SIGALRM is let through on the calling thread with its default
-/// action.
-func armAlarm(seconds: UInt32) {
-  var alarmOnly = sigset_t()
-  sigemptyset(&alarmOnly)
-  sigaddset(&alarmOnly, SIGALRM)
-  var defaultAction = sigaction()
-  defaultAction.__sigaction_handler.sa_handler = SIG_DFL
-  guard sigaction(SIGALRM, &defaultAction, nil) == 0, pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil) == 0 else {
-    _exit(3)
-  }
-  alarm(seconds)
+  return waitForChild(pid)
 }
 
 /// Starts a critical (finishBeforeExit) thread that waits to be released, forks a child that

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Testing
 
 @testable import Threads
