@@ -23,6 +23,11 @@ import Threads
 /// isolation: consecutive jobs of one task may run on different threads of the group, and
 /// actors keep their own executors (an actor's code runs where its executor runs it).
 ///
+/// **Sleeping tasks.** `Task.sleep` in a task that prefers the group is timed by the group's
+/// threads' run-loop timers (the toolchain's `SchedulingExecutor`, visible with
+/// `@_spi(ExperimentalScheduling)`): never early, at most its tolerance late, and the task
+/// resumes on one of the group's threads; see that extension.
+///
 /// This type is deliberately not a `SerialExecutor` as well: the concurrency runtime takes a
 /// slower path for an executor that is both. For actors pinned to one thread, use a
 /// ``RunLoopExecutor`` of one of ``runLoops``.
@@ -32,7 +37,8 @@ import Threads
 /// arrives at a closed thread (during or after the shutdown, or after the group was
 /// released) runs on the Swift runtime's global concurrent executor instead: a task executor
 /// does not promise a thread, and moving the job keeps its task going rather than leaving
-/// it suspended forever. No job is dropped.
+/// it suspended forever. Delayed jobs whose timers have not fired (sleeping tasks) move to
+/// the platform's timers with their deadlines unchanged. No job is dropped.
 ///
 /// **Lifetime.** A task made with `Task(executorPreference:)` keeps the group alive until the
 /// task is destroyed (the runtime retains a task's preferred executor); a
@@ -45,8 +51,9 @@ import Threads
 /// queue, and a wake-up system call only when that thread sleeps; it allocates nothing once
 /// each priority in use has reached its peak queue length on that thread.
 public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, CustomStringConvertible {
-  // @unchecked: `workers` is immutable; each worker guards its own queue; the shutdown state
-  // is atomic and the latch is thread-safe.
+  // @unchecked: `workers` is immutable; each worker guards its own queue and delayed jobs;
+  // the shutdown state is atomic and the latch is thread-safe; `timerScheduledForTesting`
+  // is written before the group is used.
 
   /// The group's name; its threads are named `"<name>-<index>"`.
   public let name: String
@@ -148,6 +155,27 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     }
   }
 
+  /// Arms a timer on the next thread in round-robin order that queues `job` on that thread
+  /// at `deadline`, at most `tolerance` later; on a closed thread, `job.handOn` at once (see
+  /// the scheduling extension).
+  func scheduleDelayed(_ job: DelayedGroupJob, deadline: MonotonicInstant, tolerance: Duration) {
+    // Relaxed, as in `enqueue`: the worker's lock orders the rest.
+    let ticket = nextWorker.fetchAdd(1, ordering: .relaxed)
+    let worker = workers[Int(ticket % UInt(workers.count))]
+    guard let timer = worker.schedule(job, deadline: deadline, tolerance: tolerance) else {
+      job.handOn()
+      return
+    }
+    timerScheduledForTesting?(timer)
+  }
+
+  /// Delayed jobs whose timers have neither fired nor been handed on (a snapshot).
+  var delayedJobCount: Int { workers.reduce(0) { $0 + $1.delayedJobCount } }
+
+  /// Test seam, nil outside tests: sees each delayed job's timer once it is armed. Set
+  /// before the group is used.
+  var timerScheduledForTesting: (@Sendable (RunLoopTimer) -> Void)?
+
   /// Shuts the group down and joins its threads: each thread closes its queue, runs every
   /// job queued on it, and ends (its run loop's other items are dropped, as
   /// ``/RunLoop/RunLoopThread/stop()`` drops them). Jobs that arrive at a closed thread run on
@@ -216,11 +244,12 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
   }
 }
 
-/// One thread of a ``RunLoopThreadGroup``: its run-loop thread, and the queue its loop's
-/// source drains.
-private final class GroupWorker: @unchecked Sendable {
-  // @unchecked: `queue` and `closed` are protected by `lock`; `handle` is taken once by the
-  // group's single shutdown; `taskExecutor` is written before the group is published.
+/// One thread of a ``RunLoopThreadGroup``: its run-loop thread, the queue its loop's source
+/// drains, and the delayed jobs its loop's timers hold.
+final class GroupWorker: @unchecked Sendable {
+  // @unchecked: `queue`, `closed`, `delayed` and `nextDelayedKey` are protected by `lock`;
+  // `handle` is taken once by the group's single shutdown; `taskExecutor` is written before
+  // the group is published.
   let runLoop: RunLoop
   let thread: Thread
   /// The thread's `tk_thread_identity()`.
@@ -230,6 +259,10 @@ private final class GroupWorker: @unchecked Sendable {
   private let lock = Lock()
   private var queue = JobQueue()
   private var closed = false
+  /// Delayed jobs whose timers have not fired, by key; emptied (the jobs handed on) when the
+  /// worker closes. Protected by `lock`.
+  private var delayed: [UInt64: DelayedGroupJob] = [:]
+  private var nextDelayedKey: UInt64 = 0
   var taskExecutor: UnownedTaskExecutor?
 
   init(_ thread: consuming RunLoopThread) {
@@ -259,6 +292,8 @@ private final class GroupWorker: @unchecked Sendable {
 
   var queuedJobCount: Int { lock.withLock { queue.count } }
 
+  var delayedJobCount: Int { lock.withLock { delayed.count } }
+
   /// Queues `job`, or returns false when the worker is closed. Signals and wakes the loop
   /// on the queue's transition to non-empty (see `JobSourceQueue.signal`).
   func push(_ job: UnownedJob, priority: UInt8) -> Bool {
@@ -286,7 +321,12 @@ private final class GroupWorker: @unchecked Sendable {
   /// On the worker's thread: closes the queue, then runs every job left in it (none can
   /// arrive once it is closed, so this ends).
   func closeAndDrain() {
-    lock.withLock { closed = true }
+    let delayedJobs: [UInt64: DelayedGroupJob] = lock.withLock {
+      closed = true
+      defer { delayed = [:] }
+      return delayed
+    }
+    handOn(delayedJobs)
     guard let taskExecutor else { return }
     while true {
       lock.lock()
@@ -304,8 +344,54 @@ private final class GroupWorker: @unchecked Sendable {
     lock.lock()
     closed = true
     while let job = queue.popHighest() { moved.append(job) }
+    let delayedJobs = delayed
+    delayed = [:]
     lock.unlock()
+    handOn(delayedJobs)
     for job in moved { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
+  }
+
+  /// Arms a timer on the thread's loop that queues `job` there at `deadline`, at most
+  /// `tolerance` later, and returns the timer. Returns nil, arming nothing, when the worker
+  /// is closed: a loop whose thread has ended would keep the timer unfired for good.
+  ///
+  /// The check and the add are one step under `lock`, and a close takes every armed job
+  /// under it, so each delayed job either fires here or is handed on by the close (also when
+  /// the thread ends on its own: the loop drops its timers and the source's cancel closes
+  /// the worker). The loop's lock is taken inside the worker's, never the other way round
+  /// (the loop calls the worker's callbacks without its lock).
+  func schedule(_ job: DelayedGroupJob, deadline: MonotonicInstant, tolerance: Duration) -> RunLoopTimer? {
+    lock.lock()
+    defer { lock.unlock() }
+    if closed { return nil }
+    nextDelayedKey &+= 1
+    let key = nextDelayedKey
+    // Weak: the loop holds the timer, and must not keep the worker alive through it.
+    let timer = RunLoopTimer(fireAt: deadline, tolerance: tolerance) { [weak self] _ in self?.fireDelayed(key) }
+    job.timer = timer
+    delayed[key] = job
+    runLoop.add(timer, forMode: .common)
+    return timer
+  }
+
+  /// A delayed job's timer callback, on the worker's thread: queues the job here (it runs at
+  /// the source step of this pass), unless a close has handed it on already. A close between
+  /// the two steps hands it to the platform (its deadline has passed: it runs at once).
+  private func fireDelayed(_ key: UInt64) {
+    guard let entry = lock.withLock({ delayed.removeValue(forKey: key) }) else { return }
+    entry.timer = nil
+    if !push(entry.job, priority: entry.priority) { entry.handOn() }
+  }
+
+  /// Invalidates the timers of `jobs` (which releases them, also on a loop whose thread has
+  /// ended) and hands the jobs to the platform's timers, due at the instants they were asked
+  /// for.
+  private func handOn(_ jobs: [UInt64: DelayedGroupJob]) {
+    for entry in jobs.values {
+      entry.timer?.invalidate()
+      entry.timer = nil
+      entry.handOn()
+    }
   }
 
   /// Stops and joins the thread (or, on the thread itself, detaches it: see
@@ -324,4 +410,24 @@ private final class GroupWorker: @unchecked Sendable {
 private final class WeakWorker: @unchecked Sendable {
   // @unchecked: written once before the source is added to a loop, read after.
   weak var worker: GroupWorker?
+}
+
+/// A job waiting in a group thread's timer (a sleeping task's wake-up): the job, its
+/// priority, and how to hand it to the platform's timers when the group cannot time it (the
+/// closure keeps the job's own clock and instant; see the group's `SchedulingExecutor`
+/// extension).
+final class DelayedGroupJob: @unchecked Sendable {
+  // @unchecked: `timer` is protected by the worker's lock until the job leaves `delayed`,
+  // then touched only by the one path that took it out; the rest is immutable.
+  let job: UnownedJob
+  let priority: UInt8
+  /// The platform hand-over: called at most once, by whoever takes the job out.
+  let handOn: @Sendable () -> Void
+  var timer: RunLoopTimer?
+
+  init(_ job: UnownedJob, priority: UInt8, handOn: @escaping @Sendable () -> Void) {
+    self.job = job
+    self.priority = priority
+    self.handOn = handOn
+  }
 }

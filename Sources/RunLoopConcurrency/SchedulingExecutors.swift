@@ -1,10 +1,13 @@
-// The one file of this module that uses the toolchain's scheduling SPI
-// (`@_spi(ExperimentalScheduling)`: `SchedulingExecutor`), checked on Swift 6.3.1 (Linux).
-// SPI can change between toolchains; nothing else in the module depends on this file.
+// The scheduling side of the toolkit's executors: `RunLoopExecutor` and `RunLoopThreadGroup`
+// as the toolchain's `SchedulingExecutor` (SPI, `@_spi(ExperimentalScheduling)`), checked on
+// Swift 6.3.1 (Linux). SPI can change between toolchains: beside this file only
+// MainRunLoopExecutor.swift (the opt-in main-executor switch) uses it.
 //
-// On 6.3.1 `Task.sleep` does not consult an actor's serial executor for scheduling (it asks
-// the program's default executor), so this conformance serves code that calls the
-// `enqueue(_:after:...)`/`enqueue(_:at:...)` methods itself, and toolchains that consult it.
+// On 6.3.1 `Task.sleep` asks the task's preferred task executor for scheduling, then the
+// program's default executor; it does not consult an actor's serial executor. So the group's
+// conformance is what times a sleep in a task that prefers the group, while the serial
+// executor's serves code that calls the `enqueue(_:after:...)`/`enqueue(_:at:...)` methods
+// itself, and toolchains that consult it.
 
 import RunLoop
 import Sync
@@ -117,5 +120,82 @@ private final class DelayedJob: @unchecked Sendable {
         "the run loop's thread ended with a delayed job still waiting for its timer (let the actors' work finish before stopping the thread)"
       )
     }
+  }
+}
+
+/// Delayed jobs on the group's threads' timers (toolchain SPI, `@_spi(ExperimentalScheduling)`):
+/// what `Task.sleep` uses in a task that prefers the group.
+///
+/// A delayed job is a one-shot ``/RunLoop/RunLoopTimer`` on one of the group's threads,
+/// picked round robin as jobs are, whose callback queues the job on that thread (it runs at
+/// the source step of the same pass, in priority order with the other jobs). So a delayed
+/// job is **never early** and at most `tolerance` (plus whatever the thread was busy with)
+/// late, as the loop's timers are; a sleeping task then resumes on one of the group's
+/// threads. Each delayed job allocates one timer and its bookkeeping.
+///
+/// **Clocks.** `ContinuousClock` and `SuspendingClock` instants are mapped to the monotonic
+/// clock as ``RunLoopExecutor``'s are (the deadline can only move later). Jobs on any other
+/// clock go to the platform's timers (the global concurrent executor's scheduling), which
+/// then run them on the global executor; a sleeping task still resumes on the group.
+///
+/// **Cancellation.** The runtime resumes a cancelled sleeping task at once; the runtime gives
+/// an executor no way to withdraw the sleep's job, so its timer stays armed until its
+/// deadline, then fires and is released like any other (the job does nothing by then).
+///
+/// **Shutting down** (or releasing the group) hands every delayed job whose timer has not
+/// fired to the platform's timers, on its own clock and instant, and releases its timer: the
+/// job still runs no earlier than asked, on the global executor (where a job that meets a
+/// closed thread goes). A job scheduled on a shut-down group goes there at once.
+@_spi(ExperimentalScheduling)
+extension RunLoopThreadGroup: SchedulingExecutor {
+  /// Runs `job` on one of the group's threads once `delay` has passed on `clock` (see the
+  /// extension's "Clocks"), at most `tolerance` later (nil: no tolerance). Callable from any
+  /// thread; never blocks (beyond a worker's short lock).
+  public func enqueue<C: Clock>(
+    _ job: consuming ExecutorJob, after delay: C.Duration, tolerance: C.Duration?, clock: C
+  ) {
+    let priority = job.priority.rawValue
+    // The instant is read once, so the timer and a hand-over aim at the same one.
+    scheduleDelayed(
+      UnownedJob(job), priority: priority, at: clock.now.advanced(by: delay), tolerance: tolerance, clock: clock)
+  }
+
+  /// Runs `job` on one of the group's threads once `clock` reached `instant` (see the
+  /// extension's "Clocks"), at most `tolerance` later (nil: no tolerance). Callable from any
+  /// thread; never blocks (beyond a worker's short lock).
+  public func enqueue<C: Clock>(
+    _ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C
+  ) {
+    let priority = job.priority.rawValue
+    scheduleDelayed(UnownedJob(job), priority: priority, at: instant, tolerance: tolerance, clock: clock)
+  }
+
+  private func scheduleDelayed<C: Clock>(
+    _ job: UnownedJob, priority: UInt8, at instant: C.Instant, tolerance: C.Duration?, clock: C
+  ) {
+    // Looked up when needed: a program may install another default executor meanwhile.
+    let handOn: @Sendable () -> Void = {
+      RunLoopThreadGroup.platformScheduling.enqueue(ExecutorJob(job), at: instant, tolerance: tolerance, clock: clock)
+    }
+    // The clock is read before the monotonic clock, so the time between the readings only
+    // makes the deadline later.
+    guard clock is ContinuousClock || clock is SuspendingClock,
+      let remaining = clock.now.duration(to: instant) as? Duration
+    else {
+      handOn()
+      return
+    }
+    let deadline = MonotonicInstant.now.advanced(by: roundedUp(max(remaining, .zero)))
+    let slack = max((tolerance as? Duration) ?? .zero, .zero)
+    let delayed = DelayedGroupJob(job, priority: priority, handOn: handOn)
+    scheduleDelayed(delayed, deadline: deadline, tolerance: slack)
+  }
+
+  /// The global concurrent executor's own timers, which take the jobs the group cannot time.
+  private static var platformScheduling: any SchedulingExecutor {
+    guard let scheduling = globalConcurrentExecutor as? any SchedulingExecutor else {
+      fatalError("RunLoopThreadGroup: the global concurrent executor schedules no delayed jobs on this toolchain")
+    }
+    return scheduling
   }
 }
