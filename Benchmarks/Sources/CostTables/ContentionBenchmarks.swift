@@ -103,107 +103,113 @@ private final class PthreadBesideContention: ContentionSubject, @unchecked Senda
   var count: Int { counter.pointee }
 }
 
-private final class LockContention: ContentionSubject, @unchecked Sendable {
-  let lock = Sync.Lock(checked: false)
+/// A lock object of the toolkit or Foundation, taken the way its rows take it (the
+/// read-write lock for writing); the calls are the type's own, so once `LockObjectContention`
+/// is specialized for it each row runs the code it always ran.
+protocol ContentionLockObject: AnyObject, Sendable {
+  func acquire()
+  func release()
+}
+
+extension Sync.Lock: ContentionLockObject {
+  @inline(__always) func acquire() { lock() }
+  @inline(__always) func release() { unlock() }
+}
+
+extension NSLock: ContentionLockObject {
+  @inline(__always) func acquire() { lock() }
+  @inline(__always) func release() { unlock() }
+}
+
+extension Sync.SpinLock: ContentionLockObject {
+  @inline(__always) func acquire() { lock() }
+  @inline(__always) func release() { unlock() }
+}
+
+extension Sync.RecursiveLock: ContentionLockObject {
+  @inline(__always) func acquire() { lock() }
+  @inline(__always) func release() { unlock() }
+}
+
+extension NSRecursiveLock: ContentionLockObject {
+  @inline(__always) func acquire() { lock() }
+  @inline(__always) func release() { unlock() }
+}
+
+extension Sync.ReadWriteLock: ContentionLockObject {
+  @inline(__always) func acquire() { writeLock() }
+  @inline(__always) func release() { unlock() }
+}
+
+/// A lock object and a counter on a 64-byte line of its own.
+private final class LockObjectContention<Lock: ContentionLockObject>: ContentionSubject, @unchecked Sendable {
+  let lock: Lock
   let counter = makeLineCounter()
+  init(_ lock: Lock) { self.lock = lock }
   func increment() {
-    lock.lock()
+    lock.acquire()
     counter.pointee &+= 1
-    lock.unlock()
+    lock.release()
   }
   var count: Int { counter.pointee }
 }
 
-private final class PthreadMutexContention: ContentionSubject, @unchecked Sendable {
-  let mutex = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
-    to: pthread_mutex_t.self, capacity: 1)
-  let counter = makeLineCounter()
-  init() { checkCall(pthread_mutex_init(mutex, nil), "pthread_mutex_init") }
-  func increment() {
-    pthread_mutex_lock(mutex)
-    counter.pointee &+= 1
-    pthread_mutex_unlock(mutex)
-  }
-  var count: Int { counter.pointee }
+/// A pthread lock type as the contention rows use it: its C type, how it is set up, taken
+/// (for writing, for the read-write lock) and released.
+private protocol PthreadContentionPrimitive {
+  associatedtype Storage
+  static func initialize(_ primitive: UnsafeMutablePointer<Storage>)
+  static func acquire(_ primitive: UnsafeMutablePointer<Storage>)
+  static func release(_ primitive: UnsafeMutablePointer<Storage>)
 }
 
-private final class NSLockContention: ContentionSubject, @unchecked Sendable {
-  let lock = NSLock()
-  let counter = makeLineCounter()
-  func increment() {
-    lock.lock()
-    counter.pointee &+= 1
-    lock.unlock()
+private enum PthreadMutexPrimitive: PthreadContentionPrimitive {
+  static func initialize(_ primitive: UnsafeMutablePointer<pthread_mutex_t>) {
+    checkCall(pthread_mutex_init(primitive, nil), "pthread_mutex_init")
   }
-  var count: Int { counter.pointee }
+  @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_mutex_t>) {
+    pthread_mutex_lock(primitive)
+  }
+  @inline(__always) static func release(_ primitive: UnsafeMutablePointer<pthread_mutex_t>) {
+    pthread_mutex_unlock(primitive)
+  }
 }
 
-private final class SpinLockContention: ContentionSubject, @unchecked Sendable {
-  let lock = Sync.SpinLock(checked: false)
-  let counter = makeLineCounter()
-  func increment() {
-    lock.lock()
-    counter.pointee &+= 1
-    lock.unlock()
+private enum PthreadSpinPrimitive: PthreadContentionPrimitive {
+  static func initialize(_ primitive: UnsafeMutablePointer<pthread_spinlock_t>) {
+    checkCall(pthread_spin_init(primitive, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
   }
-  var count: Int { counter.pointee }
+  @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_spinlock_t>) {
+    pthread_spin_lock(primitive)
+  }
+  @inline(__always) static func release(_ primitive: UnsafeMutablePointer<pthread_spinlock_t>) {
+    pthread_spin_unlock(primitive)
+  }
 }
 
-private final class PthreadSpinContention: ContentionSubject, @unchecked Sendable {
-  let spin = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
-    to: pthread_spinlock_t.self, capacity: 1)
-  let counter = makeLineCounter()
-  init() { checkCall(pthread_spin_init(spin, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init") }
-  func increment() {
-    pthread_spin_lock(spin)
-    counter.pointee &+= 1
-    pthread_spin_unlock(spin)
+/// Writer-preferring, taken for writing.
+private enum PthreadRWLockPrimitive: PthreadContentionPrimitive {
+  static func initialize(_ primitive: UnsafeMutablePointer<pthread_rwlock_t>) {
+    checkCall(bench_rwlock_init_prefer_writer(primitive), "pthread_rwlock_init")
   }
-  var count: Int { counter.pointee }
+  @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_rwlock_t>) {
+    pthread_rwlock_wrlock(primitive)
+  }
+  @inline(__always) static func release(_ primitive: UnsafeMutablePointer<pthread_rwlock_t>) {
+    pthread_rwlock_unlock(primitive)
+  }
 }
 
-private final class RecursiveLockContention: ContentionSubject, @unchecked Sendable {
-  let lock = Sync.RecursiveLock()
+/// A pthread lock on a 64-byte block of its own and a counter on another.
+private final class PthreadContention<Primitive: PthreadContentionPrimitive>: ContentionSubject, @unchecked Sendable {
+  let primitive = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
+    to: Primitive.Storage.self, capacity: 1)
   let counter = makeLineCounter()
+  init() { Primitive.initialize(primitive) }
   func increment() {
-    lock.lock()
+    Primitive.acquire(primitive)
     counter.pointee &+= 1
-    lock.unlock()
-  }
-  var count: Int { counter.pointee }
-}
-
-private final class NSRecursiveLockContention: ContentionSubject, @unchecked Sendable {
-  let lock = NSRecursiveLock()
-  let counter = makeLineCounter()
-  func increment() {
-    lock.lock()
-    counter.pointee &+= 1
-    lock.unlock()
-  }
-  var count: Int { counter.pointee }
-}
-
-private final class ReadWriteLockContention: ContentionSubject, @unchecked Sendable {
-  let lock = Sync.ReadWriteLock()
-  let counter = makeLineCounter()
-  func increment() {
-    lock.writeLock()
-    counter.pointee &+= 1
-    lock.unlock()
-  }
-  var count: Int { counter.pointee }
-}
-
-private final class PthreadRWLockContention: ContentionSubject, @unchecked Sendable {
-  let rwlock = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
-    to: pthread_rwlock_t.self, capacity: 1)
-  let counter = makeLineCounter()
-  init() { checkCall(bench_rwlock_init_prefer_writer(rwlock), "pthread_rwlock_init") }
-  func increment() {
-    pthread_rwlock_wrlock(rwlock)
-    counter.pointee &+= 1
-    pthread_rwlock_unlock(rwlock)
+    Primitive.release(primitive)
   }
   var count: Int { counter.pointee }
 }
@@ -458,15 +464,15 @@ private let contentionEntries: [ContentionEntry] = [
   ContentionEntry(.toolkit("Sync.LockedValue<Int>"), LockedValueContention.init),
   ContentionEntry(.peer("Synchronization.Mutex<Int>"), SynchronizationMutexContention.init),
   ContentionEntry(.peer("pthread_mutex (counter beside)"), PthreadBesideContention.init),
-  ContentionEntry(.toolkit("Sync.Lock"), LockContention.init),
-  ContentionEntry(.peer("pthread_mutex"), PthreadMutexContention.init),
-  ContentionEntry(.peer("Foundation.NSLock"), NSLockContention.init),
-  ContentionEntry(.toolkit("Sync.SpinLock"), SpinLockContention.init),
-  ContentionEntry(.peer("pthread_spinlock"), PthreadSpinContention.init),
-  ContentionEntry(.toolkit("Sync.RecursiveLock"), RecursiveLockContention.init),
-  ContentionEntry(.peer("Foundation.NSRecursiveLock"), NSRecursiveLockContention.init),
-  ContentionEntry(.toolkit("Sync.ReadWriteLock (write)"), ReadWriteLockContention.init),
-  ContentionEntry(.peer("pthread_rwlock (write)"), PthreadRWLockContention.init),
+  ContentionEntry(.toolkit("Sync.Lock")) { LockObjectContention(Sync.Lock(checked: false)) },
+  ContentionEntry(.peer("pthread_mutex"), PthreadContention<PthreadMutexPrimitive>.init),
+  ContentionEntry(.peer("Foundation.NSLock")) { LockObjectContention(NSLock()) },
+  ContentionEntry(.toolkit("Sync.SpinLock")) { LockObjectContention(Sync.SpinLock(checked: false)) },
+  ContentionEntry(.peer("pthread_spinlock"), PthreadContention<PthreadSpinPrimitive>.init),
+  ContentionEntry(.toolkit("Sync.RecursiveLock")) { LockObjectContention(Sync.RecursiveLock()) },
+  ContentionEntry(.peer("Foundation.NSRecursiveLock")) { LockObjectContention(NSRecursiveLock()) },
+  ContentionEntry(.toolkit("Sync.ReadWriteLock (write)")) { LockObjectContention(Sync.ReadWriteLock()) },
+  ContentionEntry(.peer("pthread_rwlock (write)"), PthreadContention<PthreadRWLockPrimitive>.init),
 ]
 
 // MARK: - Registration
