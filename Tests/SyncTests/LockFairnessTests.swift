@@ -118,6 +118,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   /// Wakes a sleeping waiter without releasing (as a spurious wake-up would): it finds the
   /// lock still held.
   let wakeWaiter: @Sendable () -> Void
+  /// The address of the word a starving waiter sleeps on (the hand-over counter).
+  let handOffWord: UInt
 
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
     nonisolated(unsafe) let state = core.state
@@ -126,7 +128,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits == 2 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit },
-      wakeWaiter: { Futex.wake(state, count: 1) })
+      wakeWaiter: { Futex.wake(state, count: 1) }, handOffWord: UInt(bitPattern: core.handOff))
   }
 
   static var all: [HandOverSubject] {
@@ -153,7 +155,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryWriteLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0 },
-      wakeWaiter: { Futex.wake(notify, count: 1) })
+      wakeWaiter: { Futex.wake(notify, count: 1) }, handOffWord: UInt(bitPattern: lock.handOff))
   }
 }
 
@@ -176,8 +178,10 @@ struct LockFairnessTests {
     let holding = Gate()
     let waiterHolds = Gate()
     let release = Gate()
+    let waiterThread = AtomicInteger<Int32>(0)
     runConcurrently(2) { index in
       if index == 1 {
+        waiterThread.store(tk_gettid(), ordering: .relaxed)
         holding.wait()
         subject.lock()
         waiterHolds.open()
@@ -199,6 +203,13 @@ struct LockFairnessTests {
         sched_yield()
       }
       #expect(subject.waiterStarves(), "the woken waiter did not count itself as starving")
+      // Unlock once it sleeps on the hand-over counter: a hand-over made while it is still
+      // on its way there wakes nobody and is taken back (the lock is freed for it to take,
+      // and anyone may barge in then); that race is the hand-over race tests' subject.
+      let waiter = waiterThread.load(ordering: .relaxed)
+      while !isBlockedInFutex(thread: waiter, on: subject.handOffWord) && monotonicSeconds() < giveUp {
+        sched_yield()
+      }
       subject.unlock()
       // Handed over: in transit or already held by the waiter, never free.
       let barged = subject.tryLock()
