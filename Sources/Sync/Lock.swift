@@ -55,6 +55,11 @@ public final class Lock: Locking, @unchecked Sendable {
   /// doc); fixed at creation.
   public let isChecked: Bool
 
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
+  /// (after `words`, which must stay the first stored property).
+  @usableFromInline
+  let identity: LockIdentity
+
   /// How many times a contended `lock()` polls the lock word (one `pause` each, about a
   /// microsecond in all) before sleeping, and again after each wake-up. It stops polling at
   /// once when other waiters already sleep. Measured in `cost-tables` (`mutex.contended-*`).
@@ -62,16 +67,26 @@ public final class Lock: Locking, @unchecked Sendable {
   static let spinsBeforeSleeping = 100
 
   /// Creates an unlocked lock; `checked` turns on the owner check in `unlock()`. By default
-  /// it follows the process's ``MisuseChecking/mode``.
-  public init(checked: Bool = MisuseChecking.isChecked) {
+  /// it follows the process's ``MisuseChecking/mode``. `name` is what diagnostics reports
+  /// call it (lock-order cycles, deadlocks, contention statistics; see ``Diagnostics``);
+  /// without one they use the creation site, `fileID:line`, which the defaults capture.
+  public init(
+    checked: Bool = MisuseChecking.isChecked, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line
+  ) {
     isChecked = checked
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
     // The layout `core` relies on (checked in debug builds).
     assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
     core.checkNotHeld(typeName: "Lock")
+    LockDiagnostics.lockWillBeDestroyed(identity)
   }
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
 
   /// Acquires the lock, blocking the calling thread until it is available.
   ///
@@ -80,6 +95,10 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func lock() {
+    if LockDiagnostics.diagnosesAcquisition {
+      _ = core.acquireDiagnosed(identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+      return
+    }
     core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
@@ -88,6 +107,10 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func unlock() {
+    if LockDiagnostics.diagnosesRelease {
+      core.releaseDiagnosed(identity, checkOwner: isChecked, typeName: "Lock")
+      return
+    }
     core.release(checkOwner: isChecked, typeName: "Lock")
   }
 
@@ -96,7 +119,8 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func tryLock() -> Bool {
-    core.tryAcquireFree()
+    if LockDiagnostics.tracksHeldLocks { return core.tryAcquireDiagnosed(identity) }
+    return core.tryAcquireFree()
   }
 
   /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
@@ -105,7 +129,10 @@ public final class Lock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    if LockDiagnostics.diagnosesAcquisition {
+      return core.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    }
+    return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
   /// Whether the calling thread holds the lock. Exact for the calling thread; meant for
@@ -119,8 +146,8 @@ public final class Lock: Locking, @unchecked Sendable {
   /// Specialized here so the fast path inlines without a protocol indirection.
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
-    defer { core.release(checkOwner: isChecked, typeName: "Lock") }
+    lock()
+    defer { unlock() }
     return try body()
   }
 }

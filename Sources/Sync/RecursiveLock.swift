@@ -31,14 +31,26 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
   @inlinable
   var core: FutexLock { FutexLock(inside: self) }
 
-  /// Creates an unlocked recursive lock.
-  public init() {
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
+  /// (after `words`, which must stay the first stored property).
+  @usableFromInline
+  let identity: LockIdentity
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site.
+  public var name: String { identity.label }
+
+  /// Creates an unlocked recursive lock. `name` is what diagnostics reports call it; without
+  /// one they use the creation site, `fileID:line`, which the defaults capture.
+  public init(name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
     // The layout `core` relies on (checked in debug builds).
     assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
     core.checkNotHeld(typeName: "RecursiveLock")
+    LockDiagnostics.lockWillBeDestroyed(identity)
   }
 
   /// Acquires the lock, or adds a level if the calling thread already holds it. Blocks
@@ -50,7 +62,14 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return
     }
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    // Only the outermost acquisition and the last release reach the diagnostics hooks: a
+    // re-entry is not an order.
+    if LockDiagnostics.diagnosesAcquisition {
+      _ = core.acquireDiagnosed(
+        identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    } else {
+      core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    }
     core.depth.pointee = 1
   }
 
@@ -63,9 +82,11 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock") else {
-      return false
-    }
+    let acquired =
+      LockDiagnostics.diagnosesAcquisition
+      ? core.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+      : core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    guard acquired else { return false }
     core.depth.pointee = 1
     return true
   }
@@ -77,7 +98,9 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard core.tryAcquireFree() else { return false }
+    guard LockDiagnostics.tracksHeldLocks ? core.tryAcquireDiagnosed(identity) : core.tryAcquireFree() else {
+      return false
+    }
     core.depth.pointee = 1
     return true
   }
@@ -94,7 +117,11 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     }
     core.depth.pointee -= 1
     if core.depth.pointee == 0 {
-      core.release(checkOwner: false, typeName: "RecursiveLock")
+      if LockDiagnostics.diagnosesRelease {
+        core.releaseDiagnosed(identity, checkOwner: false, typeName: "RecursiveLock")
+      } else {
+        core.release(checkOwner: false, typeName: "RecursiveLock")
+      }
     }
   }
 
