@@ -1,6 +1,6 @@
 extension Diagnostics {
   /// What a `THREADING_TOOLKIT_DIAGNOSTICS` value asks for (see ``Diagnostics`` for the
-  /// grammar): the switches word without its decided bit, and the options it sets.
+  /// grammar): the switches word without its undecided bit, and the options it sets.
   package struct Settings: Equatable, Sendable {
     /// Two bits per kind, and `metricsBit`.
     package var switches: UInt32 = 0

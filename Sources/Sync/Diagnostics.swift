@@ -165,10 +165,13 @@ public enum Diagnostics {
 
   // MARK: The switches
 
-  /// The switches word (C static storage, zero at load): two bits per kind from bit 0
-  /// (`Mode.bits`), `metricsBit`, and `decidedBit` once the environment was read. Every
-  /// access is atomic and relaxed: the word publishes nothing but itself.
-  static let decidedBit: UInt32 = 1 << 31
+  /// The switches word (C static storage): two bits per kind from bit 0 (`Mode.bits`),
+  /// `metricsBit`, `contentionBit`, and `undecidedBit`, set at load time (a static
+  /// initializer, no code) and cleared once the environment was read. Undecided is a set
+  /// bit, not a clear one, so the lock types' inlined check ("undecided, or a lock hook
+  /// on?") is one test of one load. Every access is atomic and relaxed: the word publishes
+  /// nothing but itself.
+  static let undecidedBit: UInt32 = 1 << 31
   static let metricsBit: UInt32 = 1 << 30
   /// ``collectsLockContention``.
   static let contentionBit: UInt32 = 1 << 29
@@ -184,8 +187,8 @@ public enum Diagnostics {
   @inline(__always)
   static func switches() -> UInt32 {
     let word = tk_diagnostics_load_switches()
-    // `decidedBit`, spelled as a literal so the inlined check needs no global's accessor.
-    if word & 0x8000_0000 != 0 { return word }
+    // `undecidedBit`, spelled as a literal so the inlined check needs no global's accessor.
+    if word & 0x8000_0000 == 0 { return word }
     return decideFromEnvironment()
   }
 
@@ -351,7 +354,7 @@ public enum Diagnostics {
   static func update(_ change: (UInt32) -> UInt32) {
     var current = switches()
     while true {
-      let desired = change(current) | decidedBit
+      let desired = change(current) & ~undecidedBit
       // Relaxed: the word publishes nothing but itself.
       let seen = UInt32.atomicCompareExchange(
         expected: current, desired: desired, at: tk_diagnostics_switches(), ordering: .relaxed)
@@ -372,7 +375,7 @@ public enum Diagnostics {
   @usableFromInline
   @inline(never)
   static func decideFromEnvironment() -> UInt32 {
-    var decided = decidedBit
+    var decided: UInt32 = 0
     var dump: LockContentionFormat? = nil
     if let raw = getenv(environmentVariable) {
       let text = String(cString: raw)
@@ -398,8 +401,8 @@ public enum Diagnostics {
       }
     }
     let previous = UInt32.atomicCompareExchange(
-      expected: 0, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
-    if previous != 0 { return previous }
+      expected: undecidedBit, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
+    if previous != undecidedBit { return previous }
     if let dump { LockDiagnostics.dumpContentionAtExit(as: dump) }
     if decided & (3 << (Kind.deadlocks.index * 2)) != 0 { LockDiagnostics.startWatchdog() }
     return decided

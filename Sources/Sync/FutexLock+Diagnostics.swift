@@ -1,7 +1,40 @@
 extension FutexLock {
-  // The diagnosed paths of the lock operations, for the lock types that carry a
-  // `LockIdentity`: each runs only when `LockDiagnostics`' inlined check says so, out of line, so the
-  // plain path keeps its inlined fast path behind one relaxed load and a branch.
+  // The hooked and diagnosed paths of the lock operations, for the lock types that carry a
+  // `LockIdentity`. A lock type's inlined operation checks `LockDiagnostics.hooksMayRun`
+  // (one relaxed load, a test, a branch) and, when it is true, calls its own outlined
+  // method, which calls one of the `...Hooked` functions here: they decide whether this
+  // operation is diagnosed (reading the environment first if nobody has) and run either
+  // the plain operation or the diagnosed one.
+
+  /// The hooked path of a blocking acquisition: ``acquireDiagnosed(_:before:spins:typeName:)``
+  /// when ``LockDiagnostics/diagnosesAcquisition`` says so, else the plain acquisition.
+  @inline(__always)
+  func acquireHooked(_ identity: LockIdentity, before deadline: MonotonicInstant, spins: Int, typeName: String)
+    -> Bool
+  {
+    if LockDiagnostics.diagnosesAcquisition {
+      return acquireDiagnosed(identity, before: deadline, spins: spins, typeName: typeName)
+    }
+    return acquire(before: deadline, spins: spins, typeName: typeName)
+  }
+
+  /// The hooked path of `tryLock()`'s attempt (``tryAcquireFree()``): diagnosed while a
+  /// lock detector is on (contention statistics do not count `tryLock`).
+  @inline(__always)
+  func tryAcquireHooked(_ identity: LockIdentity) -> Bool {
+    LockDiagnostics.tracksHeldLocks ? tryAcquireDiagnosed(identity) : tryAcquireFree()
+  }
+
+  /// The hooked path of a release: ``releaseDiagnosed(_:checkOwner:typeName:)`` when
+  /// ``LockDiagnostics/diagnosesRelease`` says so, else the plain release.
+  @inline(__always)
+  func releaseHooked(_ identity: LockIdentity, checkOwner: Bool, typeName: String) {
+    if LockDiagnostics.diagnosesRelease {
+      releaseDiagnosed(identity, checkOwner: checkOwner, typeName: typeName)
+    } else {
+      release(checkOwner: checkOwner, typeName: typeName)
+    }
+  }
 
   /// ``acquire(before:spins:typeName:)`` through ``LockDiagnostics/acquire(_:before:holder:tryAcquire:acquire:)``.
   @usableFromInline

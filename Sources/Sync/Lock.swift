@@ -95,10 +95,8 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func lock() {
-    if LockDiagnostics.diagnosesAcquisition {
-      _ = core.acquireDiagnosed(identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
-      return
-    }
+    // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
+    if LockDiagnostics.hooksMayRun { return lockHooked() }
     core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
@@ -107,10 +105,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func unlock() {
-    if LockDiagnostics.diagnosesRelease {
-      core.releaseDiagnosed(identity, checkOwner: isChecked, typeName: "Lock")
-      return
-    }
+    if LockDiagnostics.hooksMayRun { return unlockHooked() }
     core.release(checkOwner: isChecked, typeName: "Lock")
   }
 
@@ -119,7 +114,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func tryLock() -> Bool {
-    if LockDiagnostics.tracksHeldLocks { return core.tryAcquireDiagnosed(identity) }
+    if LockDiagnostics.hooksMayRun { return tryLockHooked() }
     return core.tryAcquireFree()
   }
 
@@ -129,10 +124,35 @@ public final class Lock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.diagnosesAcquisition {
-      return core.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
-    }
+    if LockDiagnostics.hooksMayRun { return lockHooked(before: deadline) }
     return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+  }
+
+  // The outlined hooked operations (see `LockDiagnostics.hooksMayRun`): methods of the lock,
+  // so the inlined call site passes `self` only.
+
+  @usableFromInline
+  @inline(never)
+  func lockHooked() {
+    _ = core.acquireHooked(identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+  }
+
+  @usableFromInline
+  @inline(never)
+  func lockHooked(before deadline: MonotonicInstant) -> Bool {
+    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+  }
+
+  @usableFromInline
+  @inline(never)
+  func tryLockHooked() -> Bool {
+    core.tryAcquireHooked(identity)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func unlockHooked() {
+    core.releaseHooked(identity, checkOwner: isChecked, typeName: "Lock")
   }
 
   /// Whether the calling thread holds the lock. Exact for the calling thread; meant for

@@ -37,23 +37,31 @@ package struct LockIdentity: Sendable {
 /// ``Diagnostics/Kind/heldLockInCallback``) and contention statistics
 /// (``Diagnostics/collectsLockContention``).
 ///
-/// **How a lock type uses it.** It stores a ``LockIdentity`` and, in each operation, checks
-/// ``diagnosesAcquisition``, ``diagnosesRelease`` or ``tracksHeldLocks`` (inlined: one
-/// relaxed load of the switches word and a branch while everything is off; with contention
-/// statistics alone on, a thread-local countdown picks the sampled acquisitions): while
-/// false it runs its plain code; while true it calls the out-of-line hook with its own
-/// primitive steps as closures:
+/// **How a lock type uses it.** It stores a ``LockIdentity`` and, in each inlined operation,
+/// checks ``hooksMayRun`` (one relaxed load of the switches word, one test and a branch
+/// while everything is off): while false it runs its plain code; while true it calls its
+/// own outlined (`@inline(never)`) hooked operation, which decides with
+/// ``diagnosesAcquisition``, ``diagnosesRelease`` or ``tracksHeldLocks`` (with contention
+/// statistics alone on, a thread-local countdown picks the sampled acquisitions) and runs
+/// either the plain operation or the hook, with the lock's primitive steps as closures
+/// (`FutexLock`'s `acquireHooked`, `releaseHooked`, `tryAcquireHooked` do it for the
+/// futex-based locks):
 ///
 /// ```swift
 /// public func lock() {
-///   if LockDiagnostics.diagnosesAcquisition { lockDiagnosed(); return }
-///   _ = core.acquire(before: .distantFuture, ...)
+///   if LockDiagnostics.hooksMayRun { return lockHooked() }
+///   core.acquire(spins: ..., typeName: "Lock")
 /// }
-/// @inline(never) func lockDiagnosed() {
+/// @usableFromInline @inline(never) func lockHooked() {
+///   guard LockDiagnostics.diagnosesAcquisition else { return core.acquire(...) }
 ///   _ = LockDiagnostics.acquire(identity, before: .distantFuture, holder: { core.ownerTag },
 ///     tryAcquire: { core.tryAcquire() }, acquire: { core.acquire(before: .distantFuture, ...) })
 /// }
 /// ```
+///
+/// Outlining the hooked path as a method of the lock (not a function taking the identity)
+/// keeps the inlined code to the check and one call: no copy of the identity at the call
+/// site.
 ///
 /// ``acquire(_:before:holder:tryAcquire:acquire:)`` checks the lock order before it blocks
 /// (so a real deadlock is reported before it hangs), marks the thread as waiting while the
@@ -70,6 +78,20 @@ package struct LockIdentity: Sendable {
 /// (uncontended unless the watchdog is reading) and by the watchdog.
 @usableFromInline
 package enum LockDiagnostics {
+  /// Whether a lock operation leaves its inlined fast path for its outlined hooked path:
+  /// the environment has not been read yet, or a lock detector or contention statistics are
+  /// on. The only diagnostics cost of an inlined lock operation while everything is off:
+  /// one relaxed load of the switches word, one test, one branch (never taken). The
+  /// outlined path reads the environment if needed and decides with
+  /// ``diagnosesAcquisition``, ``diagnosesRelease`` or ``tracksHeldLocks``.
+  @inlinable
+  @inline(__always)
+  static var hooksMayRun: Bool {
+    // `Diagnostics.undecidedBit | Diagnostics.lockTrackingMask`, spelled as a literal so
+    // the check inlines without a global's accessor.
+    tk_diagnostics_load_switches() & 0xA000_00FC != 0
+  }
+
   /// Whether the lock hooks run: some lock detector or contention statistics are on. One
   /// relaxed load of the switches word, inlined into the lock types' public inlinable
   /// operations (hence internal, not package: see ``trackingIsOn``).

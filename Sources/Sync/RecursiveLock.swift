@@ -64,9 +64,8 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     }
     // Only the outermost acquisition and the last release reach the diagnostics hooks: a
     // re-entry is not an order.
-    if LockDiagnostics.diagnosesAcquisition {
-      _ = core.acquireDiagnosed(
-        identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    if LockDiagnostics.hooksMayRun {
+      _ = acquireHooked(before: .distantFuture)
     } else {
       core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
     }
@@ -83,8 +82,8 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       return true
     }
     let acquired =
-      LockDiagnostics.diagnosesAcquisition
-      ? core.acquireDiagnosed(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+      LockDiagnostics.hooksMayRun
+      ? acquireHooked(before: deadline)
       : core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
     guard acquired else { return false }
     core.depth.pointee = 1
@@ -98,7 +97,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard LockDiagnostics.tracksHeldLocks ? core.tryAcquireDiagnosed(identity) : core.tryAcquireFree() else {
+    guard LockDiagnostics.hooksMayRun ? tryAcquireHooked() : core.tryAcquireFree() else {
       return false
     }
     core.depth.pointee = 1
@@ -117,12 +116,34 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     }
     core.depth.pointee -= 1
     if core.depth.pointee == 0 {
-      if LockDiagnostics.diagnosesRelease {
-        core.releaseDiagnosed(identity, checkOwner: false, typeName: "RecursiveLock")
+      if LockDiagnostics.hooksMayRun {
+        releaseHooked()
       } else {
         core.release(checkOwner: false, typeName: "RecursiveLock")
       }
     }
+  }
+
+  // The outlined hooked operations of the outermost acquisition and the last release (see
+  // `LockDiagnostics.hooksMayRun`): methods of the lock, so the inlined call site passes
+  // `self` only.
+
+  @usableFromInline
+  @inline(never)
+  func acquireHooked(before deadline: MonotonicInstant) -> Bool {
+    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+  }
+
+  @usableFromInline
+  @inline(never)
+  func tryAcquireHooked() -> Bool {
+    core.tryAcquireHooked(identity)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func releaseHooked() {
+    core.releaseHooked(identity, checkOwner: false, typeName: "RecursiveLock")
   }
 
   /// How many levels the calling thread holds (0 when it does not hold the lock).

@@ -1,4 +1,4 @@
-// The diagnostics switches (Sync's `Diagnostics`): one word in static memory, so the check
+// The diagnostics switches (Sync's `Diagnostics`): one word in static (initialized) memory, so the check
 // a toolkit path makes ("is this diagnostic on?") is one relaxed load inlined into Swift,
 // with no lazy initializer in front of it (a fork racing a lazy initializer could leave it
 // unfinished in the child).
@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-/// The switches word; zero (undecided, everything off) at load time. Defined once, in
+/// The switches word; at load time only its top bit (undecided) is set, everything is off. Defined once, in
 /// diagnostics_shims.c. Read and written only through the functions below and Sync's
 /// atomics.
 extern uint32_t tk_diagnostics_switches_word;
