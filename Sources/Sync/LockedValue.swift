@@ -71,10 +71,15 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     }
   }
 
-  /// The object's only stored property, reached only through the pointers below (never
+  /// The object's first stored property, reached only through the pointers below (never
   /// through the property, so no exclusivity check or copy touches it); destroyed with the
   /// object, which destroys the value.
   private var storage: Storage
+
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
+  /// (after `storage`, which must stay the first stored property).
+  @usableFromInline
+  let identity: LockIdentity
 
   /// The start of `storage`: the first stored property, after the object header, at the
   /// storage's alignment (see ``FutexLock/init(inside:)``).
@@ -104,9 +109,15 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     (base + Self.wordsOffset + FutexLock.wordsSize + 4).assumingMemoryBound(to: UInt32.self)
   }
 
-  /// Creates the lock, unlocked, protecting `initialValue`.
-  public init(_ initialValue: consuming sending Value) {
+  /// Creates the lock, unlocked, protecting `initialValue`. `name` is what diagnostics
+  /// reports call it (lock-order cycles, deadlocks, contention statistics; see
+  /// ``Diagnostics``); without one they use the creation site, `fileID:line`, which the
+  /// defaults capture.
+  public init(
+    _ initialValue: consuming sending Value, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line
+  ) {
     storage = Storage(initialValue)
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
     // The layout the pointers rely on (checked in debug builds, before any other thread
     // can see the object).
     assert(
@@ -116,6 +127,68 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
 
   deinit {
     core.checkNotHeld(typeName: "LockedValue")
+    LockDiagnostics.lockWillBeDestroyed(identity)
+  }
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
+
+  // The lock operations behind every `withLock`: the plain futex operation behind one
+  // inlined diagnostics check (one relaxed load, a test, a not-taken branch while
+  // diagnostics are off), the hooked path outlined.
+
+  /// Acquires, blocking as long as it takes.
+  @inlinable
+  @inline(__always)
+  func acquire() {
+    if LockDiagnostics.hooksMayRun {
+      _ = acquireHooked(before: .distantFuture)
+      return
+    }
+    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+  }
+
+  /// Acquires before `deadline`; returns whether it did.
+  @inlinable
+  @inline(__always)
+  func acquire(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.hooksMayRun { return acquireHooked(before: deadline) }
+    return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+  }
+
+  /// One attempt, never blocks.
+  @inlinable
+  @inline(__always)
+  func tryAcquire() -> Bool {
+    if LockDiagnostics.hooksMayRun { return tryAcquireHooked() }
+    return core.tryAcquireFree()
+  }
+
+  /// Releases (without waking predicate waiters: see ``releaseAfterChange()``).
+  @inlinable
+  @inline(__always)
+  func release() {
+    if LockDiagnostics.hooksMayRun { return releaseHooked() }
+    core.release(checkOwner: false, typeName: "LockedValue")
+  }
+
+  @usableFromInline
+  @inline(never)
+  func acquireHooked(before deadline: MonotonicInstant) -> Bool {
+    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+  }
+
+  @usableFromInline
+  @inline(never)
+  func tryAcquireHooked() -> Bool {
+    core.tryAcquireHooked(identity)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func releaseHooked() {
+    core.releaseHooked(identity, checkOwner: false, typeName: "LockedValue")
   }
 
   /// Runs `body` with exclusive access to the value and returns its result; the lock is
@@ -126,7 +199,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   public func withLock<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    acquire()
     defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
@@ -138,7 +211,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   public func withLockIfAvailable<Result: ~Copyable, Failure: Error>(
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.tryAcquireFree() else { return nil }
+    guard tryAcquire() else { return nil }
     defer { releaseAfterChange() }
     return try body(&value.pointee)
   }
@@ -152,7 +225,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     before deadline: MonotonicInstant,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") else {
+    guard acquire(before: deadline) else {
       return nil
     }
     defer { releaseAfterChange() }
@@ -185,7 +258,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     when condition: @Sendable (borrowing Value) -> Bool,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result {
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    acquire()
     defer { releaseAfterChange() }
     _ = waitHolding(for: condition, before: .distantFuture)
     return try body(&value.pointee)
@@ -204,12 +277,12 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     before deadline: MonotonicInstant,
     _ body: (inout sending Value) throws(Failure) -> sending Result
   ) throws(Failure) -> sending Result? {
-    guard core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") else {
+    guard acquire(before: deadline) else {
       return nil
     }
     guard waitHolding(for: condition, before: deadline) else {
       // Nothing changed the value: no waiter needs to hear about this release.
-      core.release(checkOwner: false, typeName: "LockedValue")
+      release()
       return nil
     }
     defer { releaseAfterChange() }
@@ -242,7 +315,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
     if UInt32.atomicLoad(at: waiters, ordering: .relaxed) != 0 {
       wakeWaiters()
     }
-    core.release(checkOwner: false, typeName: "LockedValue")
+    release()
   }
 
   /// Wakes every predicate waiter (each re-evaluates its predicate under the lock). Called
@@ -268,8 +341,13 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
       // Read with the lock held: any `withLock` that ends after our release bumps it.
       let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
       _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .relaxed)
+      // The lock stays on the thread's held list (diagnostics) across the wait, as with a
+      // condition wait: the body runs under it.
       core.release(checkOwner: false, typeName: "LockedValue")
-      _ = Futex.wait(sequence, expected: seen, deadline: deadline)
+      _ = LockDiagnostics.conditionWait(identity, before: deadline) {
+        _ = Futex.wait(sequence, expected: seen, deadline: deadline)
+        return true
+      }
       // No spinning: the waker usually still holds the lock while it wakes us.
       core.acquire(spins: 0, typeName: "LockedValue")
       _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)

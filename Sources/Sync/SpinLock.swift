@@ -46,22 +46,43 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @usableFromInline
   static let yieldRounds = 8
 
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
+  /// (after `words`, which must stay the first stored property).
+  @usableFromInline
+  let identity: LockIdentity
+
   /// Creates an unlocked spin lock; `checked` turns on the owner check in `unlock()`. By
-  /// default it follows the process's ``MisuseChecking/mode``.
-  public init(checked: Bool = MisuseChecking.isChecked) {
+  /// default it follows the process's ``MisuseChecking/mode``. `name` is what diagnostics
+  /// reports call it (lock-order cycles, deadlocks, contention statistics; see
+  /// ``Diagnostics``); without one they use the creation site, `fileID:line`, which the
+  /// defaults capture.
+  public init(
+    checked: Bool = MisuseChecking.isChecked, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line
+  ) {
     isChecked = checked
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
     // The layout `core` relies on (checked in debug builds).
     assert(withUnsafeMutablePointer(to: &words) { UnsafeMutableRawPointer($0) } == core.base)
   }
 
   deinit {
     core.checkNotHeld(typeName: "SpinLock")
+    LockDiagnostics.lockWillBeDestroyed(identity)
   }
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
 
   /// Acquires the lock, spinning briefly, then yielding, then sleeping until it is free.
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
+    // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
+    if LockDiagnostics.hooksMayRun {
+      _ = lockHooked(before: .distantFuture)
+      return
+    }
     if core.tryAcquire() { return }
     _ = lockSlow(before: .distantFuture)
   }
@@ -70,8 +91,36 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.hooksMayRun { return lockHooked(before: deadline) }
     if core.tryAcquire() { return true }
     return lockSlow(before: deadline)
+  }
+
+  // The outlined hooked operations (see `LockDiagnostics.hooksMayRun`): methods of the lock,
+  // so the inlined call site passes `self` only.
+
+  @usableFromInline
+  @inline(never)
+  func lockHooked(before deadline: MonotonicInstant) -> Bool {
+    guard LockDiagnostics.diagnosesAcquisition else {
+      if core.tryAcquire() { return true }
+      return lockSlow(before: deadline)
+    }
+    return LockDiagnostics.acquire(
+      identity, before: deadline, holder: { core.ownerTag }, tryAcquire: { core.tryAcquire() },
+      acquire: { lockSlow(before: deadline) })
+  }
+
+  @usableFromInline
+  @inline(never)
+  func tryLockHooked() -> Bool {
+    core.tryAcquireHooked(identity)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func unlockHooked() {
+    core.releaseHooked(identity, checkOwner: isChecked, typeName: "SpinLock")
   }
 
   @usableFromInline
@@ -95,12 +144,14 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// Releases the lock (see the type's doc for misuse).
   @inlinable
   public func unlock() {
+    if LockDiagnostics.hooksMayRun { return unlockHooked() }
     core.release(checkOwner: isChecked, typeName: "SpinLock")
   }
 
   /// Acquires the lock if it is free right now; never blocks.
   @inlinable
   public func tryLock() -> Bool {
-    core.tryAcquireFree()
+    if LockDiagnostics.hooksMayRun { return tryLockHooked() }
+    return core.tryAcquireFree()
   }
 }

@@ -34,15 +34,23 @@ import CThreadingShims
 /// in the child (which has only the forking thread), as every lock does: the child must not
 /// enter it.
 ///
+/// **Diagnostics.** An object's lock is a diagnosed lock (``Diagnostics``: the deadlock
+/// watchdog, lock order, contention statistics) for its stay in the side table, from the
+/// first user's arrival to the last user's exit, when the lock hooks are on at the arrival.
+/// Reports call it by the call site of that first `synchronized` (`fileID:line`, which the
+/// defaults capture). An order between two objects is known only while both stay in the
+/// table: lock-order detection finds an inversion between sections that overlap in time
+/// (threads inside or waiting), not one seen long after the first order's sections ended.
+///
 /// Blocks while another thread is inside a section on the same object. The Objective-C
 /// runtime functions it replaces are `objc_sync_enter` and `objc_sync_exit`.
 @inlinable
 public func synchronized<Result, Failure: Error>(
-  _ object: AnyObject, _ body: () throws(Failure) -> Result
+  _ object: AnyObject, fileID: StaticString = #fileID, line: UInt = #line, _ body: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   // `object` is borrowed for the whole call, so its address cannot be reused by another
   // object while the section (and its table entry) exists.
-  let section = SynchronizedTable.enter(object)
+  let section = SynchronizedTable.enter(object, fileID: fileID, line: line)
   defer { SynchronizedTable.exit(section) }
   return try body()
 }
@@ -61,9 +69,14 @@ struct SynchronizedEntry {
   /// allocated; entries are recycled through the bucket's free list, never freed, so a
   /// thread still waking a sleeper on it after its last `exit` touches valid memory.
   let lock: FutexLock
+  /// Who the object's lock is to ``Diagnostics``: a new identity each time the entry is
+  /// given to an object while the lock hooks may run, nil otherwise (making one costs an
+  /// increment of a process-wide counter). Guarded by the bucket lock; it does not change
+  /// while the entry has users.
+  var identity: LockIdentity? = nil
 }
 
-/// A section opened by ``SynchronizedTable/enter(_:)``, closed by
+/// A section opened by ``SynchronizedTable/enter(_:fileID:line:)``, closed by
 /// ``SynchronizedTable/exit(_:)``.
 @usableFromInline
 struct SynchronizedSection {
@@ -73,7 +86,7 @@ struct SynchronizedSection {
   let bucket: Int
 }
 
-/// The side table behind ``synchronized(_:_:)``: per-object recursive locks, created when an
+/// The side table behind ``synchronized(_:fileID:line:_:)``: per-object recursive locks, created when an
 /// object's first user arrives and recycled when its last user leaves.
 ///
 /// Each bucket is one cache line: a ``FutexLock`` (the bucket lock, held only for list
@@ -170,8 +183,10 @@ enum SynchronizedTable {
 
   /// Registers the calling thread as a user of `object`'s entry (creating it if needed),
   /// then acquires the object's lock, or adds a level if the calling thread holds it.
+  /// `fileID:line` is the call site, the lock's creation site for diagnostics when this
+  /// call creates the entry.
   @usableFromInline
-  static func enter(_ object: AnyObject) -> SynchronizedSection {
+  static func enter(_ object: AnyObject, fileID: StaticString, line: UInt) -> SynchronizedSection {
     registerForkHandlersOnce()
     let key = UInt(bitPattern: ObjectIdentifier(object))
     let index = bucket(for: key)
@@ -196,16 +211,24 @@ enum SynchronizedTable {
       entry.pointee.key = key
       entry.pointee.users = 0
       entry.pointee.next = heads[0]
+      entry.pointee.identity =
+        LockDiagnostics.hooksMayRun ? LockIdentity(name: nil, fileID: fileID, line: line) : nil
       heads[0] = entry
     }
     entry.pointee.users += 1
     let lock = entry.pointee.lock
+    let identity = entry.pointee.identity
     bucketLock.release(checkOwner: false, typeName: "synchronized")
 
     if lock.isHeldByCurrentThread {
       lock.depth.pointee += 1
     } else {
-      lock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      if let identity {
+        _ = lock.acquireHooked(
+          identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      } else {
+        lock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      }
       lock.depth.pointee = 1
     }
     return SynchronizedSection(entry: entry, bucket: index)
@@ -220,13 +243,23 @@ enum SynchronizedTable {
     let lock = entry.pointee.lock
     lock.depth.pointee -= 1
     if lock.depth.pointee == 0 {
-      lock.release(checkOwner: false, typeName: "synchronized")
+      // The calling thread is a user: the identity, set before its arrival (under the
+      // bucket lock it took then), cannot change until it leaves.
+      if let identity = entry.pointee.identity {
+        lock.releaseHooked(identity, checkOwner: false, typeName: "synchronized")
+      } else {
+        lock.release(checkOwner: false, typeName: "synchronized")
+      }
     }
     let bucketLock = bucketLock(section.bucket)
     let heads = heads(section.bucket)
     bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     entry.pointee.users -= 1
+    var forgotten: LockIdentity? = nil
     if entry.pointee.users == 0 {
+      // The object leaves the table: its lock, as diagnostics know it, is destroyed.
+      forgotten = entry.pointee.identity
+      entry.pointee.identity = nil
       if heads[0] == entry {
         heads[0] = entry.pointee.next
       } else {
@@ -238,6 +271,7 @@ enum SynchronizedTable {
       heads[1] = entry
     }
     bucketLock.release(checkOwner: false, typeName: "synchronized")
+    if let forgotten { LockDiagnostics.lockWillBeDestroyed(forgotten) }
   }
 
   /// How many objects have an entry in the table (for tests): objects inside a section or
