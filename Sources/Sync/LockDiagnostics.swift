@@ -28,6 +28,16 @@ package struct LockIdentity: Sendable {
     self.line = line
   }
 
+  /// The identity numbered `id` (from an earlier identity), unnamed, created at
+  /// `fileID:line`: for a lock that keeps its identity's parts apart (`synchronized`'s
+  /// entries, whose other fields are trivial).
+  package init(id: UInt64, fileID: StaticString, line: UInt) {
+    self.id = id
+    givenName = nil
+    self.fileID = fileID
+    self.line = line
+  }
+
   /// What reports and statistics call the lock: its name, else its creation site.
   package var label: String { givenName ?? "\(fileID):\(line)" }
 }

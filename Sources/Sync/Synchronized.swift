@@ -69,11 +69,20 @@ struct SynchronizedEntry {
   /// allocated; entries are recycled through the bucket's free list, never freed, so a
   /// thread still waking a sleeper on it after its last `exit` touches valid memory.
   let lock: FutexLock
-  /// Who the object's lock is to ``Diagnostics``: a new identity each time the entry is
-  /// given to an object while the lock hooks may run, nil otherwise (making one costs an
-  /// increment of a process-wide counter). Guarded by the bucket lock; it does not change
-  /// while the entry has users.
-  var identity: LockIdentity? = nil
+  /// Who the object's lock is to ``Diagnostics``: a new identity number each time the entry
+  /// is given to an object while the lock hooks may run, 0 otherwise (making one costs an
+  /// increment of a process-wide counter), and the creation site, the first user's call.
+  /// Kept as trivial fields (no `LockIdentity`, whose name would make every copy of the
+  /// entry's fields retain). Guarded by the bucket lock; they do not change while the entry
+  /// has users.
+  var identityID: UInt64 = 0
+  var fileID: StaticString = ""
+  var line: UInt = 0
+
+  /// The lock's identity, when it has one.
+  var identity: LockIdentity? {
+    identityID == 0 ? nil : LockIdentity(id: identityID, fileID: fileID, line: line)
+  }
 }
 
 /// A section opened by ``SynchronizedTable/enter(_:fileID:line:)``, closed by
@@ -211,19 +220,22 @@ enum SynchronizedTable {
       entry.pointee.key = key
       entry.pointee.users = 0
       entry.pointee.next = heads[0]
-      entry.pointee.identity =
-        LockDiagnostics.hooksMayRun ? LockIdentity(name: nil, fileID: fileID, line: line) : nil
+      if LockDiagnostics.hooksMayRun {
+        entry.pointee.identityID = tk_lock_diagnostics_new_id()
+        entry.pointee.fileID = fileID
+        entry.pointee.line = line
+      }
       heads[0] = entry
     }
     entry.pointee.users += 1
     let lock = entry.pointee.lock
-    let identity = entry.pointee.identity
+    let diagnosed = entry.pointee.identityID != 0
     bucketLock.release(checkOwner: false, typeName: "synchronized")
 
     if lock.isHeldByCurrentThread {
       lock.depth.pointee += 1
     } else {
-      if let identity {
+      if diagnosed, let identity = entry.pointee.identity {
         _ = lock.acquireHooked(
           identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
       } else {
@@ -245,7 +257,7 @@ enum SynchronizedTable {
     if lock.depth.pointee == 0 {
       // The calling thread is a user: the identity, set before its arrival (under the
       // bucket lock it took then), cannot change until it leaves.
-      if let identity = entry.pointee.identity {
+      if entry.pointee.identityID != 0, let identity = entry.pointee.identity {
         lock.releaseHooked(identity, checkOwner: false, typeName: "synchronized")
       } else {
         lock.release(checkOwner: false, typeName: "synchronized")
@@ -255,11 +267,11 @@ enum SynchronizedTable {
     let heads = heads(section.bucket)
     bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
     entry.pointee.users -= 1
-    var forgotten: LockIdentity? = nil
+    var forgotten: UInt64 = 0
     if entry.pointee.users == 0 {
       // The object leaves the table: its lock, as diagnostics know it, is destroyed.
-      forgotten = entry.pointee.identity
-      entry.pointee.identity = nil
+      forgotten = entry.pointee.identityID
+      entry.pointee.identityID = 0
       if heads[0] == entry {
         heads[0] = entry.pointee.next
       } else {
@@ -271,7 +283,7 @@ enum SynchronizedTable {
       heads[1] = entry
     }
     bucketLock.release(checkOwner: false, typeName: "synchronized")
-    if let forgotten { LockDiagnostics.lockWillBeDestroyed(forgotten) }
+    if forgotten != 0 { LockDiagnostics.lockWillBeDestroyed(LockIdentity(id: forgotten, fileID: "", line: 0)) }
   }
 
   /// How many objects have an entry in the table (for tests): objects inside a section or
