@@ -11,8 +11,8 @@ struct EdgeKey: Hashable {
 /// A new order `A -> B` is added only if no path `B -> ... -> A` exists (a breadth-first
 /// search from `B`); otherwise it closes a cycle, which is reported once and not added, so
 /// the graph stays acyclic and each later check stays a search of what is reachable. Each
-/// thread caches the orders it has checked (``ThreadState/checkedEdges``), so a steady
-/// state takes no lock here at all. Protected by `word`, a word lock: the detector never
+/// thread caches the orders it has checked (a direct-mapped table in its ``ThreadState``,
+/// stamped with the graph's generation), so a steady state takes no lock here at all. Protected by `word`, a word lock: the detector never
 /// watches its own locks, and no user code runs under it.
 final class OrderGraph: @unchecked Sendable {
   // @unchecked: `nodes` and `reported` are protected by `word`.
@@ -46,16 +46,28 @@ final class OrderGraph: @unchecked Sendable {
   /// thread blocks on `lock`; reports nothing itself (the caller reports, with no toolkit
   /// lock held).
   func check(acquiring lock: LockIdentity, on state: ThreadState) -> Diagnostics.Finding? {
-    let generation = UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphGeneration.pointer, ordering: .relaxed)
-    state.dropCheckedOrders(unlessGeneration: generation)
-    let unchecked = state.uncheckedOrders(before: lock.id)
-    if unchecked.isEmpty { return nil }
+    // The cache's generation: the graph's plus one, so a slot never filled (generation 0)
+    // never matches.
+    let generation =
+      UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphGeneration.pointer, ordering: .relaxed) &+ 1
+    // The steady state: every held lock's order before `lock` is in the thread's cache.
+    var firstUnchecked = -1
+    for index in 0..<state.heldCount {
+      let earlier = state.heldLock(at: index).id
+      if earlier != lock.id && !state.hasChecked(from: earlier, to: lock.id, generation: generation) {
+        firstUnchecked = index
+        break
+      }
+    }
+    if firstUnchecked < 0 { return nil }
     var finding: Diagnostics.Finding? = nil
     WordLock.withLock(word) {
       UInt64.atomicStore(1, at: Diagnostics.OptionSlot.graphUsed.pointer, ordering: .relaxed)
-      for earlier in unchecked {
+      for index in firstUnchecked..<state.heldCount {
+        let earlier = state.heldLock(at: index)
+        if earlier.id == lock.id { continue }
         let key = EdgeKey(from: earlier.id, to: lock.id)
-        defer { state.markChecked(key) }
+        defer { state.markChecked(from: earlier.id, to: lock.id, generation: generation) }
         if nodes[earlier.id]?.out[lock.id] != nil || reported.contains(key) { continue }
         if let path = path(from: lock.id, to: earlier.id) {
           reported.insert(key)

@@ -6,40 +6,80 @@ import CThreadingShims
 
 /// Who a diagnosed lock is: a never-reused number (the detectors' key, so a lock created at
 /// a destroyed lock's address is a new lock) and what reports call it (the name given at
-/// creation, or its creation site `fileID:line`). Creating one costs one relaxed atomic
-/// increment and no allocation: the creation site is formatted only when a report or a
-/// statistic needs it.
+/// creation, or its creation site `fileID:line`). A trivial value (no reference), so the
+/// detectors copy it into a thread's held list and their caches with plain stores, never a
+/// retain: a given name is kept in ``LockNames`` under the number, from creation until
+/// ``LockDiagnostics/lockWillBeDestroyed(_:)``. Creating an unnamed one costs one relaxed
+/// atomic increment and no allocation (the creation site is formatted only when a report or
+/// a statistic needs it); a named one also enters the name table.
 @usableFromInline
 package struct LockIdentity: Sendable {
   /// The process-wide number, never 0, never reused.
   @usableFromInline
   package let id: UInt64
-  /// The name given at creation, if any.
-  package let givenName: String?
   /// The creation site.
   package let fileID: StaticString
   package let line: UInt
+  /// Whether a name was given (it is in ``LockNames``).
+  package let isNamed: Bool
 
   /// A new identity for a lock named `name`, created at `fileID:line`.
   package init(name: String?, fileID: StaticString, line: UInt) {
     id = tk_lock_diagnostics_new_id()
-    givenName = name
     self.fileID = fileID
     self.line = line
+    isNamed = name != nil
+    if let name { LockNames.shared.add(name, for: id) }
   }
 
   /// The identity numbered `id` (from an earlier identity), unnamed, created at
   /// `fileID:line`: for a lock that keeps its identity's parts apart (`synchronized`'s
-  /// entries, whose other fields are trivial).
+  /// entries).
   package init(id: UInt64, fileID: StaticString, line: UInt) {
     self.id = id
-    givenName = nil
     self.fileID = fileID
     self.line = line
+    isNamed = false
   }
+
+  /// The name given at creation, if any (nil too once the lock was destroyed).
+  package var givenName: String? { isNamed ? LockNames.shared.name(of: id) : nil }
 
   /// What reports and statistics call the lock: its name, else its creation site.
   package var label: String { givenName ?? "\(fileID):\(line)" }
+}
+
+/// The names given to live diagnosed locks, by identity number. A name enters when its lock
+/// is created and leaves when it is destroyed; only reports and `name` read it.
+package final class LockNames: @unchecked Sendable {
+  // @unchecked: `names` is protected by `word`.
+  private let word: UnsafeMutablePointer<UInt32>
+  private var names: [UInt64: String] = [:]
+
+  private init() {
+    word = .allocate(capacity: 1)
+    word.initialize(to: 0)
+  }
+
+  /// Never freed: the process's one table.
+  package static let shared = LockNames()
+
+  func add(_ name: String, for id: UInt64) {
+    WordLock.withLock(word) { names[id] = name }
+  }
+
+  func remove(_ id: UInt64) {
+    // The name is released after the lock.
+    let removed = WordLock.withLock(word) { names.removeValue(forKey: id) }
+    withExtendedLifetime(removed) {}
+  }
+
+  func name(of id: UInt64) -> String? {
+    WordLock.withLock(word) { names[id] }
+  }
+
+  /// How many names are kept (tests: destroyed locks leave the table).
+  package var count: Int { WordLock.withLock(word) { names.count } }
 }
 
 /// The hooks a diagnosed lock type calls, and the per-thread record behind the lock
@@ -234,10 +274,12 @@ package enum LockDiagnostics {
     return result
   }
 
-  /// Forgets `lock`'s entries in the lock-order graph. Lock types call it from `deinit`
-  /// unconditionally: it costs one relaxed load unless the graph was ever used.
+  /// Forgets `lock`'s entries in the lock-order graph and its name. Lock types call it from
+  /// `deinit` unconditionally: for an unnamed lock it costs one relaxed load unless the
+  /// graph was ever used.
   @inline(__always)
   package static func lockWillBeDestroyed(_ lock: LockIdentity) {
+    if lock.isNamed { LockNames.shared.remove(lock.id) }
     if UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphUsed.pointer, ordering: .relaxed) != 0 {
       OrderGraph.shared.forget(lock.id)
     }
@@ -248,7 +290,7 @@ package enum LockDiagnostics {
   /// How many diagnosed locks the calling thread holds (0 while the lock detectors are off,
   /// or before its first tracked operation).
   package static func heldCount() -> Int {
-    ThreadState.existing()?.heldCount() ?? 0
+    ThreadState.existing()?.heldCount ?? 0
   }
 
   /// The labels of the locks the calling thread holds, from position `start` of its held
@@ -279,7 +321,7 @@ struct WaitRecord {
   let since = MonotonicInstant.now
 }
 
-/// One entry of a thread's held list.
+/// One entry of a thread's held list: trivial, so pushing and popping are plain stores.
 struct HeldLock {
   let lock: LockIdentity
   /// When a sampled hold began (nanoseconds, monotonic), 0 when not sampled.
@@ -288,17 +330,43 @@ struct HeldLock {
   let weight: Int
 }
 
+/// One slot of a thread's cache of checked lock orders: the order `from -> to` is in the
+/// graph (or was reported) as of graph generation `generation`.
+struct CheckedOrder {
+  var from: UInt64 = 0
+  var to: UInt64 = 0
+  var generation: UInt64 = 0
+}
+
 /// One thread's lock-diagnostics state (see ``LockDiagnostics``).
+///
+/// **Owner-private, lock-free per operation.** The held list is a buffer the owning thread
+/// alone reads and writes (plain loads and stores, no lock, no allocation once it has the
+/// thread's deepest nesting: it starts with room for `initialCapacity` locks and doubles
+/// when full). The cache of checked orders is a fixed direct-mapped table the owner alone
+/// uses. What the watchdog needs, it gets only from a thread that is about to wait:
+/// `setWaiting` publishes a copy of the held list with the wait record under the state's
+/// word lock (a blocking path, where a copy costs nothing next to the sleep), and
+/// `setWaiting(nil)` withdraws it. A deadlock cycle consists of waiting threads only, so
+/// the watchdog sees every thread and lock of a cycle.
 final class ThreadState: @unchecked Sendable {
   // Dynamic exclusivity checks are off for the mutable properties: the access rules below
-  // (one owning thread, the word lock for what the watchdog reads) already exclude
+  // (one owning thread; the word lock for what the watchdog reads) already exclude
   // overlapping accesses, and the checks would cost every diagnosed lock operation.
-  // @unchecked: `held` and `waiting` are protected by `word` (the owning thread writes
-  // them, the watchdog reads them); `epoch`, `checkedEdges` and
-  // `sampledHolds` are touched by the owning thread only; the rest is immutable.
+  // @unchecked: `published` and `waiting` are protected by `word` (the owning thread
+  // writes them, the watchdog reads them); everything else mutable is touched by the
+  // owning thread only; the rest is immutable.
   let word: UnsafeMutablePointer<UInt32>
+  /// The held locks, oldest first: `heldCount` entries of a buffer of `heldCapacity`.
   @exclusivity(unchecked)
-  private var held: [HeldLock] = []
+  private var held: UnsafeMutablePointer<HeldLock>
+  @exclusivity(unchecked)
+  private var heldCapacity: Int
+  @exclusivity(unchecked)
+  private(set) var heldCount = 0
+  /// The held list as of the current wait (empty when not waiting), for the watchdog.
+  @exclusivity(unchecked)
+  private var published: [LockIdentity] = []
   @exclusivity(unchecked)
   private var waiting: WaitRecord? = nil
   /// The lock epoch the held list belongs to (see `Diagnostics.OptionSlot.lockEpoch`).
@@ -307,16 +375,14 @@ final class ThreadState: @unchecked Sendable {
   /// Sampled holds outside the held list (contention statistics alone keep no list).
   @exclusivity(unchecked)
   private var sampledHolds: [HeldLock] = []
-  /// Lock-order edges this thread knows are in the graph (or were reported): a hit is the
-  /// steady state's only cost (while no lock with orders is destroyed). Emptied when such a
-  /// lock is destroyed (``dropCheckedOrders(unlessGeneration:)``), so it never keeps a
-  /// destroyed lock's entries, and when it grows past `edgeCacheLimit`.
-  @exclusivity(unchecked)
-  var checkedEdges = Set<EdgeKey>()
-  /// The graph generation `checkedEdges` was filled in (see `dropCheckedOrders`).
-  @exclusivity(unchecked)
-  private var cacheGeneration: UInt64 = 0
-  static let edgeCacheLimit = 65_536
+  /// Lock-order edges this thread knows are in the graph (or were reported): a
+  /// direct-mapped table of `orderCacheSize` slots, each stamped with the graph generation
+  /// it was filled in, so a lock with orders being destroyed (a new generation) empties it
+  /// without touching it, and it never keeps a destroyed lock's entries. A hit is the
+  /// steady state's only cost: one multiply for the slot, three compares.
+  private let checkedOrders: UnsafeMutablePointer<CheckedOrder>
+  static let orderCacheSize = 512
+  static let initialCapacity = 16
   /// The thread's identity (`tk_thread_identity`) and its name when the state was made.
   let identity: UInt64
   let name: String
@@ -324,6 +390,12 @@ final class ThreadState: @unchecked Sendable {
   private init() {
     word = .allocate(capacity: 1)
     word.initialize(to: 0)
+    held = .allocate(capacity: ThreadState.initialCapacity)
+    heldCapacity = ThreadState.initialCapacity
+    checkedOrders = .allocate(capacity: ThreadState.orderCacheSize)
+    // Generation 0 never matches: the graph's generation starts at 1 for the cache (see
+    // `check`), so an empty slot is never a hit.
+    checkedOrders.initialize(repeating: CheckedOrder(), count: ThreadState.orderCacheSize)
     epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
     identity = tk_thread_identity()
     var buffer = [CChar](repeating: 0, count: 16)
@@ -335,6 +407,10 @@ final class ThreadState: @unchecked Sendable {
 
   deinit {
     word.deallocate()
+    held.deinitialize(count: heldCount)
+    held.deallocate()
+    checkedOrders.deinitialize(count: ThreadState.orderCacheSize)
+    checkedOrders.deallocate()
   }
 
   var description: String { LockDiagnostics.describeThread(name: name, identity: identity) }
@@ -351,7 +427,8 @@ final class ThreadState: @unchecked Sendable {
     let epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
     if epoch != state.epoch {
       state.epoch = epoch
-      WordLock.withLock(state.word) { state.held.removeAll() }
+      state.held.deinitialize(count: state.heldCount)
+      state.heldCount = 0
       tk_lock_diagnostics_add_sampled_holds(-Int64(state.sampledHolds.count))
       state.sampledHolds.removeAll()
     }
@@ -393,36 +470,41 @@ final class ThreadState: @unchecked Sendable {
 
   // MARK: The owning thread
 
-  // The owning thread reads `held` without the word lock: it is the only writer, and the
-  // watchdog only reads, so no access races with a write.
-
   /// Whether the held list has `id` (a re-entry of a recursive lock).
   func holds(_ id: UInt64) -> Bool {
-    held.contains { $0.lock.id == id }
-  }
-
-  /// The held locks (oldest first, `id` left out) whose order before `id` this thread has
-  /// not checked yet; empty (no allocation) in the steady state.
-  func uncheckedOrders(before id: UInt64) -> [LockIdentity] {
-    var unchecked: [LockIdentity] = []
-    for entry in held where entry.lock.id != id && !checkedEdges.contains(EdgeKey(from: entry.lock.id, to: id)) {
-      if !unchecked.contains(where: { $0.id == entry.lock.id }) { unchecked.append(entry.lock) }
+    var index = heldCount
+    while index > 0 {
+      index -= 1
+      if held[index].lock.id == id { return true }
     }
-    return unchecked
+    return false
   }
 
-  /// Empties the cache of checked orders if a lock was forgotten since it was filled (its
-  /// entries would otherwise stay until the cache is full).
-  func dropCheckedOrders(unlessGeneration generation: UInt64) {
-    if generation == cacheGeneration { return }
-    cacheGeneration = generation
-    if !checkedEdges.isEmpty { checkedEdges.removeAll() }
+  /// The held lock at `index` (oldest first).
+  func heldLock(at index: Int) -> LockIdentity {
+    held[index].lock
   }
 
-  /// Remembers that the order `key` is in the graph (or was reported).
-  func markChecked(_ key: EdgeKey) {
-    if checkedEdges.count >= ThreadState.edgeCacheLimit { checkedEdges.removeAll() }
-    checkedEdges.insert(key)
+  /// The slot of the order `from -> to` in the cache of checked orders.
+  @inline(__always)
+  private func orderSlot(from: UInt64, to: UInt64) -> UnsafeMutablePointer<CheckedOrder> {
+    // A multiplicative hash of both ends (the odd constants of Fibonacci hashing), its top
+    // bits picking the slot.
+    let mixed = (from &* 0x9E37_79B9_7F4A_7C15) ^ (to &* 0xC2B2_AE3D_27D4_EB4F)
+    return checkedOrders + Int(truncatingIfNeeded: mixed >> 55) & (ThreadState.orderCacheSize - 1)
+  }
+
+  /// Whether this thread knows the order `from -> to` was checked in graph `generation`.
+  @inline(__always)
+  func hasChecked(from: UInt64, to: UInt64, generation: UInt64) -> Bool {
+    let slot = orderSlot(from: from, to: to)
+    return slot.pointee.from == from && slot.pointee.to == to && slot.pointee.generation == generation
+  }
+
+  /// Remembers that the order `from -> to` is in the graph (or was reported) as of
+  /// `generation`, replacing whatever order shared its slot.
+  func markChecked(from: UInt64, to: UInt64, generation: UInt64) {
+    orderSlot(from: from, to: to).pointee = CheckedOrder(from: from, to: to, generation: generation)
   }
 
   /// The contention sample's weight for this acquisition, or 0 when it is not sampled.
@@ -438,11 +520,23 @@ final class ThreadState: @unchecked Sendable {
   func push(_ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool) {
     let entry = HeldLock(lock: lock, holdStart: holdStart, weight: weight)
     if tracksHeld {
-      WordLock.withLock(word) { held.append(entry) }
+      if heldCount == heldCapacity { grow() }
+      (held + heldCount).initialize(to: entry)
+      heldCount += 1
     } else if holdStart != 0 {
       sampledHolds.append(entry)
       tk_lock_diagnostics_add_sampled_holds(1)
     }
+  }
+
+  /// Doubles the held list's buffer (a thread holding more locks at once than ever before).
+  @inline(never)
+  private func grow() {
+    let bigger = UnsafeMutablePointer<HeldLock>.allocate(capacity: heldCapacity * 2)
+    bigger.moveInitialize(from: held, count: heldCount)
+    held.deallocate()
+    held = bigger
+    heldCapacity *= 2
   }
 
   func pop(_ id: UInt64) -> HeldLock? {
@@ -450,31 +544,41 @@ final class ThreadState: @unchecked Sendable {
       tk_lock_diagnostics_add_sampled_holds(-1)
       return sampledHolds.remove(at: index)
     }
-    // Nothing to pop: no lock taken (an owner-only read, see above).
-    if held.isEmpty { return nil }
-    return WordLock.withLock(word) {
-      guard let index = held.lastIndex(where: { $0.lock.id == id }) else { return nil }
-      return held.remove(at: index)
+    // The latest entry for `id` (releases need not be in reverse order): usually the last.
+    var index = heldCount
+    while index > 0 {
+      index -= 1
+      if held[index].lock.id == id {
+        let entry = (held + index).move()
+        (held + index).moveInitialize(from: held + index + 1, count: heldCount - index - 1)
+        heldCount -= 1
+        return entry
+      }
     }
+    return nil
   }
 
+  /// Marks the thread as waiting (`record`) with its held locks, for the watchdog, or as no
+  /// longer waiting (nil).
   func setWaiting(_ record: WaitRecord?) {
-    WordLock.withLock(word) { waiting = record }
-  }
-
-  func heldCount() -> Int {
-    held.count
+    var locks = record == nil ? [] : (0..<heldCount).map { held[$0].lock }
+    WordLock.withLock(word) {
+      waiting = record
+      swap(&published, &locks)
+    }
+    // `locks` (now the previous list) is released here, after the lock.
   }
 
   func heldLabels(from start: Int) -> [String] {
-    start < held.count ? held[start...].map(\.lock.label) : []
+    start < heldCount ? (start..<heldCount).map { held[$0].lock.label } : []
   }
 
   // MARK: Any thread
 
-  /// What the watchdog reads: the held locks and the wait record, taken together.
+  /// What the watchdog reads: the wait record and the locks held at that wait, taken
+  /// together (no locks while the thread does not wait).
   func snapshot() -> (held: [LockIdentity], waiting: WaitRecord?) {
-    WordLock.withLock(word) { (held.map(\.lock), waiting) }
+    WordLock.withLock(word) { (published, waiting) }
   }
 }
 
