@@ -201,9 +201,23 @@ package enum LockDiagnostics {
     acquire: () -> Bool
   ) -> Bool {
     let settings = Diagnostics.settings()
-    let state = ThreadState.current(settings: settings)
+    // Guaranteed without a retain: the thread's state lives until the thread exits (its
+    // key's destructor), so it outlives this call.
+    return ThreadState.current(settings: settings)._withUnsafeGuaranteedRef { state in
+      acquireTracked(
+        lock, before: deadline, settings: settings, state: state, holder: holder, tryAcquire: tryAcquire,
+        acquire: acquire)
+    }
+  }
+
+  /// ``acquire(_:before:holder:tryAcquire:acquire:)`` on the calling thread's `state`.
+  private static func acquireTracked(
+    _ lock: LockIdentity, before deadline: MonotonicInstant, settings: UInt32, state: ThreadState,
+    holder: () -> UInt64, tryAcquire: () -> Bool, acquire: () -> Bool
+  ) -> Bool {
     let tracksHeld = settings & Diagnostics.lockKindsMask != 0
-    if Diagnostics.isOn(.lockOrder, in: settings) && !state.holds(lock.id) {
+    // `Kind.lockOrder`'s bits (index 1), as a mask.
+    if settings & 0xC != 0 && !state.holds(lock.id) {
       if let finding = OrderGraph.shared.check(acquiring: lock, on: state) {
         Diagnostics.report(finding)
       }
@@ -239,8 +253,9 @@ package enum LockDiagnostics {
   package static func tryAcquire(_ lock: LockIdentity, tryAcquire: () -> Bool) -> Bool {
     guard tryAcquire() else { return false }
     let settings = Diagnostics.settings()
-    let state = ThreadState.current(settings: settings)
-    state.push(lock, holdStart: 0, weight: 0, tracksHeld: settings & Diagnostics.lockKindsMask != 0)
+    ThreadState.current(settings: settings)._withUnsafeGuaranteedRef { state in
+      state.push(lock, holdStart: 0, weight: 0, tracksHeld: settings & Diagnostics.lockKindsMask != 0)
+    }
     return true
   }
 
@@ -249,8 +264,10 @@ package enum LockDiagnostics {
   /// `release`. A lock the list does not have (taken while the hooks were off) is just
   /// released.
   package static func release(_ lock: LockIdentity, release: () -> Void) {
-    if let state = ThreadState.existing() {
-      if let popped = state.pop(lock.id), popped.holdStart != 0 {
+    if let raw = tk_lock_diagnostics_state() {
+      // Guaranteed without a retain: see `acquire`.
+      let popped = Unmanaged<ThreadState>.fromOpaque(raw)._withUnsafeGuaranteedRef { $0.pop(lock.id) }
+      if popped.holdStart != 0 {
         let held = MonotonicInstant.now.nanoseconds - popped.holdStart
         ContentionTable.shared.recordHold(of: lock, nanoseconds: held, weight: popped.weight)
       }
@@ -267,7 +284,7 @@ package enum LockDiagnostics {
   {
     let settings = Diagnostics.settings()
     guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
-    let state = ThreadState.current(settings: settings)
+    let state = ThreadState.current(settings: settings).takeUnretainedValue()
     state.setWaiting(WaitRecord(lock: lock, isCondition: true, deadline: deadline))
     let result = wait()
     state.setWaiting(nil)
@@ -417,22 +434,28 @@ final class ThreadState: @unchecked Sendable {
 
   /// The calling thread's state, made and registered on first use; its held list emptied
   /// if the lock detectors were switched off since it was last used.
-  static func current(settings: UInt32) -> ThreadState {
-    let state: ThreadState
+  @inline(__always)
+  static func current(settings: UInt32) -> Unmanaged<ThreadState> {
+    let state: Unmanaged<ThreadState>
     if let raw = tk_lock_diagnostics_state() {
-      state = Unmanaged<ThreadState>.fromOpaque(raw).takeUnretainedValue()
+      state = Unmanaged<ThreadState>.fromOpaque(raw)
     } else {
-      state = make()
+      state = Unmanaged.passUnretained(make())
     }
     let epoch = UInt64.atomicLoad(at: Diagnostics.OptionSlot.lockEpoch.pointer, ordering: .relaxed)
-    if epoch != state.epoch {
-      state.epoch = epoch
-      state.held.deinitialize(count: state.heldCount)
-      state.heldCount = 0
-      tk_lock_diagnostics_add_sampled_holds(-Int64(state.sampledHolds.count))
-      state.sampledHolds.removeAll()
-    }
+    state._withUnsafeGuaranteedRef { if epoch != $0.epoch { $0.restart(epoch: epoch) } }
     return state
+  }
+
+  /// Empties the held list and the sampled holds: the lock detectors were switched off
+  /// since they were recorded.
+  @inline(never)
+  private func restart(epoch: UInt64) {
+    self.epoch = epoch
+    held.deinitialize(count: heldCount)
+    heldCount = 0
+    tk_lock_diagnostics_add_sampled_holds(-Int64(sampledHolds.count))
+    sampledHolds.removeAll()
   }
 
   /// The calling thread's state if it has one.
@@ -539,12 +562,14 @@ final class ThreadState: @unchecked Sendable {
     heldCapacity *= 2
   }
 
-  func pop(_ id: UInt64) -> HeldLock? {
-    if !sampledHolds.isEmpty, let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
-      tk_lock_diagnostics_add_sampled_holds(-1)
-      return sampledHolds.remove(at: index)
+  /// Removes the latest entry for `id` (releases need not be in reverse order; usually it
+  /// is the last) and returns its sampled hold's start and weight ((0, 0) when the hold was
+  /// not sampled or `id` is not held).
+  func pop(_ id: UInt64) -> (holdStart: Int64, weight: Int) {
+    if heldCount > 0 && held[heldCount - 1].lock.id == id {
+      heldCount -= 1
+      return (held[heldCount].holdStart, held[heldCount].weight)
     }
-    // The latest entry for `id` (releases need not be in reverse order): usually the last.
     var index = heldCount
     while index > 0 {
       index -= 1
@@ -552,10 +577,15 @@ final class ThreadState: @unchecked Sendable {
         let entry = (held + index).move()
         (held + index).moveInitialize(from: held + index + 1, count: heldCount - index - 1)
         heldCount -= 1
-        return entry
+        return (entry.holdStart, entry.weight)
       }
     }
-    return nil
+    if !sampledHolds.isEmpty, let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
+      tk_lock_diagnostics_add_sampled_holds(-1)
+      let entry = sampledHolds.remove(at: index)
+      return (entry.holdStart, entry.weight)
+    }
+    return (0, 0)
   }
 
   /// Marks the thread as waiting (`record`) with its held locks, for the watchdog, or as no
