@@ -206,4 +206,34 @@ struct LockHooksTests {
     #expect(text.contains("\"the lock\""))
     #expect(text.contains("\"the value\""))
   }
+
+  @Test("a thread holding 40 locks at once keeps them all: taking the first while holding the last reports")
+  func fortyHeldLocks() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      onlyDetector(.lockOrder)
+      let locks = (0..<40).map { Lock(name: "nested \($0)") }
+      blocking {
+        // More than a held list's first buffer: it grows, and every order is recorded.
+        for lock in locks { lock.lock() }
+        for lock in locks.reversed() { lock.unlock() }
+        locks[39].withLock { locks[0].withLock {} }
+      }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [lock-order]").count == 1)
+    #expect(text.contains("takes \"nested 0\" while holding \"nested 39\""))
+  }
+
+  @Test("a destroyed named lock's name leaves the name table")
+  func namesLeaveWithTheirLocks() async {
+    await #expect(processExitsWith: .success) {
+      let before = LockNames.shared.count
+      do {
+        let locks = (0..<100).map { Lock(name: "short-lived \($0)") }
+        guard LockNames.shared.count == before + 100, locks[7].name == "short-lived 7" else { exit(2) }
+      }
+      guard LockNames.shared.count == before else { exit(3) }
+    }
+  }
 }
+

@@ -21,6 +21,7 @@ let registrations: [(Harness) -> Void] = [
   registerReadWriteFairnessBenchmarks,
   registerPoolBenchmarks,
   registerLockDiagnosticsBenchmarks,
+  registerLockHooksBenchmarks,
   registerExecutorBenchmarks,
 ]
 
