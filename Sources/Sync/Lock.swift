@@ -27,6 +27,11 @@
 ///
 /// Timed acquisition (`lock(before:)`, `lock(timeout:)`) uses the monotonic clock.
 ///
+/// **Diagnostics.** A lock has a name for ``Diagnostics`` reports (`Lock(name:)`, by
+/// default its creation site `fileID:line`) and is watched by the lock-order detector, the
+/// deadlock watchdog and contention statistics when they are on. While they are all off,
+/// each `lock()`/`unlock()` adds one relaxed load and a branch that is not taken.
+///
 /// ```swift
 /// let lock = Lock()
 /// var total = 0                       // protected by `lock`

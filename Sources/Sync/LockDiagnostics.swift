@@ -123,9 +123,10 @@ package final class LockNames: @unchecked Sendable {
 ///
 /// **Thread state.** Each thread that runs a hook gets a ``ThreadState`` (reached through an
 /// initial-exec thread-local, released at thread exit by a pthread key destructor) and is
-/// listed in the registry the watchdog reads. Its held list and wait record are protected
-/// by the state's own word lock, taken by the owning thread on every tracked operation
-/// (uncontended unless the watchdog is reading) and by the watchdog.
+/// listed in the registry the watchdog reads. Its held list and its cache of checked orders
+/// are the owning thread's alone (no lock, no atomic read-modify-write, no allocation per
+/// operation); only a thread about to wait publishes its held list, with its wait record,
+/// under the state's own word lock, which the watchdog takes to read them.
 @usableFromInline
 package enum LockDiagnostics {
   /// Whether a lock operation leaves its inlined fast path for its outlined hooked path:
