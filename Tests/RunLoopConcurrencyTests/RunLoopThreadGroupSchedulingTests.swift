@@ -103,7 +103,8 @@ import Threads
     let (group, timers) = Self.makeRecordingGroup(threadCount: 2)
     let groupThreads = group.threads
     let duration = Duration.seconds(1)
-    let sleeper = Task(executorPreference: group) { () -> (start: MonotonicInstant, end: MonotonicInstant, thread: Thread) in
+    let sleeper = Task(executorPreference: group) {
+      () -> (start: MonotonicInstant, end: MonotonicInstant, thread: Thread) in
       let start = MonotonicInstant.now
       try? await Task.sleep(for: duration, clock: .suspending)
       return (start, MonotonicInstant.now, Thread.current)
