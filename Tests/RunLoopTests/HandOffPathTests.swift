@@ -23,6 +23,7 @@ import Testing
       #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .stopped)
       #expect(count.value == 5)
       source.invalidate()
+      sourceBox.value = nil  // the handler captures the box: break the cycle
     }
   }
 
@@ -72,6 +73,7 @@ import Testing
       runLoop.add(source, forMode: .default)
       source.signal()
       #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      sourceBox.value = nil  // the handler captures the box: break the cycle
     }
   }
 
@@ -106,5 +108,6 @@ import Testing
     signalled.signal()
     loopThread.join()
     #expect(fired.load(ordering: .full) == 2)
+    sourceBox.value = nil
   }
 }
