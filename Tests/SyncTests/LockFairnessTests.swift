@@ -220,9 +220,12 @@ struct LockFairnessTests {
     }
   }
 
+  // Not the mixed ReadWriteLock subject: its waiter takes a read lock first, and readers
+  // have no bounded wait (documented on ReadWriteLock): a writer that re-takes the lock at
+  // once can hold a reader back until it stops.
   @Test(
     "a waiter gets the lock within a bounded time while another thread re-takes it at once",
-    arguments: BoundedWaitSubject.allCases)
+    arguments: BoundedWaitSubject.allCases.filter { $0 != .readWriteLockMixed })
   func waiterIsNotStarvedByABargingHolder(subject: BoundedWaitSubject) {
     let lock = subject.make()
     let holderIsInside = Gate()
