@@ -39,6 +39,12 @@ import CThreadingShims
 /// locks; while all are off, the operation pays one relaxed load and a branch. Locks held
 /// while they are switched on are tracked from their next acquisition.
 ///
+/// **Fork.** In the child of a `fork()` the lock detectors and contention statistics are off,
+/// whatever the environment variable or an API call says: the child has only the forking
+/// thread, and the detectors' internal locks may have been copied while another thread held
+/// them, so using them there could hang the child. The run-loop kinds keep their settings
+/// (run loops themselves are not usable in the child; see the run loop's fork rule).
+///
 /// Run-loop metrics (`RunLoop.metrics` in the RunLoop module) are not findings: each loop
 /// switches them on with `metricsEnabled`; ``collectsRunLoopMetrics`` switches them on for
 /// every loop created afterwards.
@@ -351,11 +357,26 @@ public enum Diagnostics {
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }
 
+  /// `switches` without the lock detectors and contention statistics in the child of a fork
+  /// (their internal locks may have been copied held there; see ``Diagnostics``). Stops the
+  /// process if a lock detector is asked for and the fork handler that makes this so could
+  /// not be registered at load time.
+  static func allowedInThisProcess(_ switches: UInt32) -> UInt32 {
+    if tk_diagnostics_in_forked_child() != 0 { return switches & ~lockTrackingMask }
+    if switches & lockTrackingMask != 0 {
+      mustSucceed("Diagnostics: cannot register the fork handler the lock detectors need") {
+        () throws(SystemCallError) in
+        try pthreadCall("pthread_atfork") { tk_diagnostics_fork_handler_status() }
+      }
+    }
+    return switches
+  }
+
   /// Applies `change` to the decided switches word (a compare-and-swap loop).
   static func update(_ change: (UInt32) -> UInt32) {
     var current = switches()
     while true {
-      let desired = change(current) & ~undecidedBit
+      let desired = allowedInThisProcess(change(current) & ~undecidedBit)
       // Relaxed: the word publishes nothing but itself.
       let seen = UInt32.atomicCompareExchange(
         expected: current, desired: desired, at: tk_diagnostics_switches(), ordering: .relaxed)
@@ -401,6 +422,7 @@ public enum Diagnostics {
         reportMisuse("Diagnostics", "\(environmentVariable)=\(text): \(problem.message)")
       }
     }
+    decided = allowedInThisProcess(decided)
     let previous = UInt32.atomicCompareExchange(
       expected: undecidedBit, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
     if previous != undecidedBit { return previous }

@@ -65,4 +65,24 @@ static inline void *tk_lock_diagnostics_state(void) { return tk_lock_diagnostics
 /// Sets the calling thread's state pointer.
 static inline void tk_lock_diagnostics_set_state(void *state) { tk_lock_diagnostics_state_value = state; }
 
+/// The switches word's bits of the lock detectors and contention statistics (Sync's
+/// `Diagnostics.lockTrackingMask`), which the child of a fork clears.
+#define TK_DIAGNOSTICS_LOCK_TRACKING_MASK 0x200000FCu
+
+/// 1 in the child of a fork (set by a fork handler registered at load time), else 0.
+extern int tk_diagnostics_in_forked_child_flag;
+
+/// pthread_atfork's result for that handler (0: registered).
+extern int tk_diagnostics_fork_handler_result;
+
+/// pthread_atfork's result for that handler, read (written once, at load time).
+static inline int tk_diagnostics_fork_handler_status(void) {
+  return __atomic_load_n(&tk_diagnostics_fork_handler_result, __ATOMIC_RELAXED);
+}
+
+/// Whether this process is the child of a fork of a process that loaded the toolkit.
+static inline int tk_diagnostics_in_forked_child(void) {
+  return __atomic_load_n(&tk_diagnostics_in_forked_child_flag, __ATOMIC_RELAXED);
+}
+
 #endif

@@ -1,0 +1,80 @@
+import Glibc
+import ProcessTestSupport
+import Sync
+import Testing
+
+/// The lock detectors across `fork()`: their internal locks may be copied held by a thread
+/// the child does not have, so the child runs with them off.
+@Suite("Diagnostics across fork", .timeLimit(.minutes(1)))
+struct DiagnosticsForkTests {
+  // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the
+  // child of a multithreaded fork, and the children here take locks and allocate.
+  @Test(
+    "children forked while another thread takes diagnosed locks run with the lock detectors off and can use every lock",
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"))
+  func childrenRunWithLockDetectorsOff() async {
+    await #expect(processExitsWith: .success) {
+      blocking { forkWhileLockDetectorsWork() }
+    }
+  }
+}
+
+/// Exit-test body: lock order, the deadlock watchdog and contention statistics on, one
+/// thread nesting diagnosed locks without pause while this thread forks 20 children. Each
+/// child checks that the lock detectors are off and stay off (the environment or an API call
+/// cannot turn them on), then nests new locks of every kind; an alarm ends a child that
+/// hangs.
+/// Exits 0 if every child exited 0, 2 if one hung (killed by its alarm), 3 otherwise.
+func forkWhileLockDetectorsWork() {
+  Diagnostics.setMode(.report, for: .lockOrder)
+  Diagnostics.setMode(.report, for: .deadlocks)
+  Diagnostics.collectsLockContention = true
+  let outer = Lock(name: "outer")
+  let inner = RecursiveLock(name: "inner")
+  let value = LockedValue(0, name: "value")
+  let object = Lock(name: "synchronized key")
+  // Every one-time initialization on these paths runs before the other thread starts.
+  outer.withLock { inner.withLock { value.withLock { $0 += 1 } } }
+  synchronized(object) {}
+  let stop = Gate()
+  let started = Gate()
+  let worst = AtomicInteger<Int>(0)
+  runConcurrently(2) { index in
+    if index == 0 {
+      started.open()
+      while !stop.isOpen {
+        outer.withLock { inner.withLock { value.withLock { $0 += 1 } } }
+        synchronized(object) { value.withLock { $0 += 1 } }
+      }
+      return
+    }
+    started.wait()
+    var failed = 0
+    for _ in 0..<20 {
+      let child = fork()
+      if child == 0 {
+        armAlarm(seconds: 10)
+        guard !Diagnostics.isOn(.lockOrder), !Diagnostics.isOn(.deadlocks), !Diagnostics.collectsLockContention
+        else { _exit(4) }
+        Diagnostics.setMode(.report, for: .lockOrder)
+        guard !Diagnostics.isOn(.lockOrder) else { _exit(5) }
+        // Only locks the other thread never took: one it held at the fork stays held here.
+        let fresh = Lock(name: "fresh")
+        let freshValue = LockedValue(0, name: "fresh value")
+        let freshRecursive = RecursiveLock(name: "fresh recursive")
+        let key = Lock()
+        for _ in 0..<100 {
+          fresh.withLock { freshRecursive.withLock { freshValue.withLock { $0 += 1 } } }
+          synchronized(key) {}
+        }
+        _exit(0)
+      }
+      precondition(child > 0, "fork failed: \(errno)")
+      let status = waitForChild(child)
+      if status != 0 { failed = max(failed, status & 0x7F != 0 ? 2 : 3) }
+    }
+    worst.store(failed, ordering: .relaxed)
+    stop.open()
+  }
+  _exit(Int32(worst.load(ordering: .relaxed)))
+}
