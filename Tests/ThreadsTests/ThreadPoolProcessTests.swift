@@ -56,8 +56,10 @@ struct ThreadPoolProcessTests {
   }
 
   /// 10,000 pools (1,000 under ThreadSanitizer), each running work on a thread or two and
-  /// shut down: afterwards the process has no more threads, descriptors or memory mappings
-  /// than before (an ended thread never joined keeps its stack mapped) and no pool thread.
+  /// shut down: afterwards the process has no pool thread, no more descriptors, and no more
+  /// threads or memory mappings than the runtime and the allocator account for (an ended
+  /// thread never joined keeps its stack mapped). Exit status 2: pool threads left; 3:
+  /// threads; 4: descriptors; 5: mappings.
   @Test func submitAndShutdownCyclesLeakNoThreadOrDescriptor() async throws {
     let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let cycles = isRunningUnderThreadSanitizer ? 1_000 : 10_000
@@ -73,12 +75,15 @@ struct ThreadPoolProcessTests {
       print(
         "\(cycles) cycles: threads \(threadsBefore) -> \(threadsAfter), descriptors \(descriptorsBefore) -> \(descriptorsAfter), mappings \(mappingsBefore) -> \(mappingsAfter), pool threads left \(leftWorkers)"
       )
-      // The allocator may map an arena or two meanwhile; leaked stacks would be thousands.
-      if threadsAfter > threadsBefore || descriptorsAfter != descriptorsBefore || leftWorkers != 0
-        || mappingsAfter > mappingsBefore + 16
-      {
-        exit(1)
-      }
+      // A failing exit test's output is not returned, so the status says which check
+      // failed. Pool threads are counted by name, exactly; the process's thread count may
+      // grow by the runtime's own threads (Dispatch starts a few under load). glibc may
+      // map up to 8 arenas per CPU meanwhile (a couple of mappings each); leaked stacks
+      // would be thousands.
+      if leftWorkers != 0 { exit(2) }
+      if threadsAfter > threadsBefore + 4 { exit(3) }
+      if descriptorsAfter != descriptorsBefore { exit(4) }
+      if mappingsAfter > mappingsBefore + 64 { exit(5) }
     }
     print("leak test: \(String(decoding: result?.standardOutputContent ?? [], as: UTF8.self))")
   }
