@@ -28,7 +28,7 @@ struct ReadmeExamplesTests {
     let flags = AtomicInteger<Int32>(0)
     flags.testAndSet(bit: 0, ordering: .full)    // the guide's bit numbering: flags == 128
 
-    let visits = LockedValue([String: Int]())    // the state inside its lock, one cache line
+    let visits = LockedValue([String: Int]())    // the state inside its lock's allocation
     visits.withLock { $0["/", default: 0] += 1 }  // reachable only while locked
     let seen = visits.withLock(when: { $0["/"] != nil }, timeout: .seconds(1)) { $0["/"] }
     // waits (at most a second) until a `withLock` elsewhere makes the condition true: Abseil's LockWhen
