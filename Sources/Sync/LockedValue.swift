@@ -6,7 +6,8 @@
 /// word. Waiters poll the lock word before they sleep; on the value's line they would pull
 /// it away from the holder at every write the holder makes inside the section. Measured in
 /// `cost-tables` (`mutex.contended-*`, 2-16 threads), keeping them apart made a contended
-/// counter 17-31% faster than sharing one line (median of three runs per row), at the price of 64 bytes per `LockedValue`.
+/// counter 17-31% faster than sharing one line (median of three runs per row), at the price
+/// of 64 bytes per `LockedValue`.
 ///
 /// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
 /// then sleeping in the kernel), with the same **bounded wait**: once a waiter has slept
