@@ -363,6 +363,10 @@ struct ThreadPoolTests {
     let pool = makePool("all-at-once", maximumThreads: count)
     let started = TestBox(0)
     let everyoneStarted = TestLatch()
+    // Held until the threads are counted: jobs that ended would leave their threads idle,
+    // and a checking task delayed past the idle timeout (a busy cooperative pool under a
+    // sanitizer) would count the retired threads as missing.
+    let release = TestLatch()
     let jobs = (0..<count).map { _ in
       Task {
         try await pool.run {
@@ -373,12 +377,14 @@ struct ThreadPoolTests {
           }
           if isLast { everyoneStarted.open() }
           everyoneStarted.wait()
+          release.wait()
         }
       }
     }
     #expect(await eventually { started.value == count })
     #expect(pool.statistics.threads == count, "\(pool.statistics) started \(started.value)")
     everyoneStarted.open()  // lets the jobs end even when the expectation failed
+    release.open()
     for job in jobs { try await job.value }
     await pool.shutdown()
   }
