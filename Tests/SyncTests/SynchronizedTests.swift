@@ -72,12 +72,15 @@ struct SynchronizedTests {
     }
   }
 
-  // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the
-  // child of a multithreaded fork, and the child here allocates table entries.
+  // Not under ThreadSanitizer or AddressSanitizer: their runtimes support only async-signal-safe
+  // calls in the child of a multithreaded fork, and the child here allocates table entries.
   // Exit status 2: a child hung (its 10 s alarm killed it); 3: a child failed otherwise.
   @Test(
     "a child forked while other threads enter sections can use synchronized on any object",
-    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"),
+    .disabled(
+      if: isRunningUnderAddressSanitizer,
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"))
   func usableInForkedChild() async {
     await #expect(processExitsWith: .success) {
       blocking { forkWhileAnotherThreadEntersSections() }
@@ -195,6 +198,9 @@ func forkWhileAnotherThreadEntersSections() {
   }
   _exit(Int32(failures.load(ordering: .relaxed)))
 }
+
+/// Whether the test process runs with AddressSanitizer's runtime.
+let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 
 /// Whether the test process runs with ThreadSanitizer's runtime.
 let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
