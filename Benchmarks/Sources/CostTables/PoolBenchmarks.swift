@@ -1,6 +1,9 @@
 // ThreadPool rows: the round trip of an empty job awaited from a task, and the throughput of
-// eight tasks submitting small jobs, each beside Dispatch's global queue resumed through a
-// checked continuation (what async code reaches for today), measured in the same run.
+// eight tasks submitting small jobs, each beside two peers measured in the same run:
+// Dispatch's global queue resumed through a checked continuation (what async code reaches
+// for today; on Linux its block often runs on the very thread the awaiting task left, so it
+// crosses no thread) and dedicated threads behind a mutex and a condition variable (the
+// like-for-like design, which crosses to another thread and back as the toolkit's pool does).
 //
 // Allocations per job (counted with a malloc-counting preload around 100,000 round trips of
 // a warmed-up detached task, not timed): the pool allocates one job record per round trip
@@ -15,6 +18,11 @@ import Threads
 #if canImport(Glibc)
   import Glibc
 #endif
+
+/// The like-for-like peer: dedicated threads fed through a mutex and a condition variable
+/// (see `CondvarThreadPool`), as many as the CPUs this process may use.
+private let condvarPoolSubject = "dedicated threads, pthread mutex + condition (NIOThreadPool's design)"
+private let condvarPoolThreads = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
 /// Registers the ThreadPool benchmark rows.
 func registerPoolBenchmarks(_ harness: Harness) {
@@ -56,6 +64,7 @@ private func benchmarkPoolRoundTrip(_ harness: Harness) {
   let id = "pool.round-trip.empty-job"
   guard harness.wants(id) else { return }
   let pool = ThreadPool(name: "bench-pool")
+  let condvarPool = CondvarThreadPool(threadCount: condvarPoolThreads)
   harness.sampleInterleaved(
     id: id, group: "ThreadPool", operations: 20_000,
     [
@@ -83,8 +92,23 @@ private func benchmarkPoolRoundTrip(_ harness: Harness) {
           }
         }
       ),
+      (
+        subject: .peer(condvarPoolSubject),
+        body: { n in
+          timedInTask {
+            let start = Harness.now()
+            for _ in 0..<n {
+              await withCheckedContinuation { continuation in
+                condvarPool.submit { continuation.resume() }
+              }
+            }
+            return Harness.now() - start
+          }
+        }
+      ),
     ])
   timedShutdown(pool)
+  condvarPool.shutdown()
 }
 
 // MARK: Throughput of eight submitting tasks
@@ -93,6 +117,7 @@ private func benchmarkPoolThroughput(_ harness: Harness) {
   let id = "pool.throughput.8-tasks-small-jobs"
   guard harness.wants(id) else { return }
   let pool = ThreadPool(name: "bench-pool")
+  let condvarPool = CondvarThreadPool(threadCount: condvarPoolThreads)
   let tasks = 8
   harness.sampleInterleaved(
     id: id, group: "ThreadPool", operations: 40_000,
@@ -133,8 +158,29 @@ private func benchmarkPoolThroughput(_ harness: Harness) {
           }
         }
       ),
+      (
+        subject: .peer(condvarPoolSubject),
+        body: { n in
+          timedInTask {
+            let start = Harness.now()
+            await withTaskGroup(of: Void.self) { group in
+              for task in 0..<tasks {
+                group.addTask {
+                  for index in 0..<(n / tasks) {
+                    _ = await withCheckedContinuation { continuation in
+                      condvarPool.submit { continuation.resume(returning: smallJob(task &+ index)) }
+                    }
+                  }
+                }
+              }
+            }
+            return Harness.now() - start
+          }
+        }
+      ),
     ])
   timedShutdown(pool)
+  condvarPool.shutdown()
 }
 
 /// Shuts a benchmark pool down from the benchmark thread.
