@@ -1,0 +1,351 @@
+import Sync
+import Testing
+
+@testable import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// Scenarios of GLib's threading tests (glib/tests: thread.c, private.c, thread-pool.c,
+// thread-pool-slow.c), translated to the Threads module's API. Each test names the GLib
+// scenario it covers.
+
+private struct EarlyExit: Error, Equatable {
+  var value: Int
+}
+
+@Suite("GLib peer scenarios: threads", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibThreadTests {
+  @Test("join returns the body's value (thread1)")
+  func joinReturnsValue() throws {
+    let worker = try Thread.spawn(name: "glib-thread1") { "hello" }
+    #expect(worker.join() == "hello")
+  }
+
+  @Test("Thread.current inside the body is the object the spawner holds (thread2, g_thread_self)")
+  func currentIsTheSpawnedThread() throws {
+    let worker = try Thread.spawn { () -> Thread in Thread.current }
+    let spawned = worker.thread
+    let seenInside = worker.join()
+    #expect(seenInside === spawned)
+    #expect(seenInside != Thread.current)
+    #expect(!seenInside.isMainThread)
+    #expect(spawned.isFinished)
+  }
+
+  @Test("leaving a thread early: a thrown error ends the body and reaches the joiner; handlers still run (thread3, g_thread_exit)")
+  func exitingEarly() throws {
+    // GLib's g_thread_exit(value) unwinds the thread with a value; a Swift body leaves
+    // early by returning or throwing (no thread exit that skips Swift frames).
+    let exitHandlerRan = TestBox(false)
+    let worker = try Thread.spawn { () throws(EarlyExit) -> Int in
+      Thread.current.onExit { exitHandlerRan.value = true }
+      for step in 0..<10 where step == 3 {
+        throw EarlyExit(value: step)
+      }
+      return -1
+    }
+    do throws(EarlyExit) {
+      _ = try worker.join()
+      Issue.record("join returned instead of rethrowing")
+    } catch {
+      #expect(error == EarlyExit(value: 3))
+    }
+    #expect(exitHandlerRan.value, "join returns only after the exit handlers ran")
+  }
+
+  @Test("an exit request ends a worker's loop; its value reaches the joiner")
+  func exitRequestEndsLoop() throws {
+    let running = TestLatch()
+    let worker = try Thread.spawn { () -> Int in
+      var rounds = 0
+      running.open()
+      while !Thread.current.isExitRequested {
+        rounds += 1
+        Thread.yield()
+      }
+      return rounds
+    }
+    running.wait()
+    worker.thread.requestExit()
+    #expect(worker.thread.isExitRequested)
+    #expect(worker.join() >= 0)
+  }
+
+  @Test("names: the full name is kept, the kernel gets at most 15 bytes (thread5, g_thread_get_name)")
+  func names() throws {
+    let short = try Thread.spawn(name: "glib-short") { () throws(SystemCallError) in
+      (Thread.current.name, try Thread.currentKernelName())
+    }
+    let (shortName, shortKernelName) = try short.join()
+    #expect(shortName == "glib-short")
+    #expect(shortKernelName == "glib-short")
+
+    let long = try Thread.spawn(name: "a-rather-long-thread-name") { () throws(SystemCallError) in
+      (Thread.current.name, try Thread.currentKernelName())
+    }
+    let (longName, longKernelName) = try long.join()
+    #expect(longName == "a-rather-long-thread-name")
+    #expect(longKernelName == "a-rather-long-t")
+    #expect(longKernelName.utf8.count == ThreadConfiguration.kernelNameLimit)
+
+    let unnamed = try Thread.spawn { Thread.current.name }
+    #expect(unnamed.join() == nil)
+  }
+
+  @Test("a thread created outside the toolkit gets a Thread object of its own, kept for its life (thread6, foreign g_thread_self)")
+  func foreignThreadGetsAnObject() throws {
+    final class Report: @unchecked Sendable {
+      var sameTwice = false
+      var isMain = true
+      var name: String? = "unset"
+      var id: UInt64 = 0
+      var exitHandlerRan = false
+    }
+    let report = Report()
+    let box = Unmanaged.passRetained(report).toOpaque()
+    var thread = pthread_t()
+    let created = pthread_create(
+      &thread, nil,
+      { raw in
+        let report = Unmanaged<Report>.fromOpaque(raw!).takeRetainedValue()
+        let first = Thread.current
+        report.sameTwice = first === Thread.current
+        report.isMain = first.isMainThread
+        report.name = first.name
+        report.id = first.id
+        first.onExit { report.exitHandlerRan = true }
+        return nil
+      }, box)
+    #expect(created == 0)
+    #expect(pthread_join(thread, nil) == 0)
+    #expect(report.sameTwice)
+    #expect(!report.isMain)
+    #expect(report.name == nil)
+    #expect(report.id != Thread.current.id)
+    #expect(report.exitHandlerRan, "exit handlers run when a foreign thread ends")
+  }
+}
+
+@Suite("GLib peer scenarios: ThreadLocal (GPrivate)", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibThreadLocalTests {
+  @Test("a fresh thread-local starts from its initial value; set and get work repeatedly (private1)")
+  func setAndGetRepeatedly() throws {
+    let local = ThreadLocal<Int?>(initialValue: { nil })
+    let seen = try Thread.spawn { () -> [Int?] in
+      var seen: [Int?] = [local.hasValue ? -1 : nil]
+      seen.append(local.value)
+      local.value = 1
+      seen.append(local.value)
+      local.value = 2
+      seen.append(local.value)
+      return seen
+    }.join()
+    #expect(seen == [nil, nil, 1, 2])
+  }
+
+  @Test("threads do not see each other's copies; the destructor runs once per thread, at its end, on the final value (private2)")
+  func destructorOncePerThread() throws {
+    let destroyed = TestBox<[Int]>([])
+    let local = ThreadLocal<Int>(initialValue: { -1 }, destructor: { value in destroyed.update { $0.append(value) } })
+    let threads = 10
+    let rounds = 200
+    let mismatches = try spawnAll(0..<threads) { index -> Int in
+      var mismatches = 0
+      for round in 0..<rounds {
+        let value = index * 100 + round % 5
+        local.value = value
+        if round % 7 == 0 { Thread.yield() }
+        if local.value != value { mismatches += 1 }
+      }
+      // Set, not replaced: the destructor has not run for the values overwritten above.
+      if !destroyed.value.isEmpty, destroyed.value.contains(where: { $0 / 100 == index }) { mismatches += 1000 }
+      return mismatches
+    }
+    #expect(mismatches == Array(repeating: 0, count: threads))
+    // One call per thread (joined: its key destructors have run), each with that thread's last value.
+    let finalValues = (0..<threads).map { $0 * 100 + (rounds - 1) % 5 }
+    #expect(destroyed.value.sorted() == finalValues)
+  }
+
+  @Test("the destructor also runs for a thread that leaves early by throwing (private2, g_thread_exit)")
+  func destructorRunsOnEarlyExit() throws {
+    let destroyed = TestBox<[Int]>([])
+    let local = ThreadLocal<Int>(initialValue: { 0 }, destructor: { value in destroyed.update { $0.append(value) } })
+    let worker = try Thread.spawn { () throws(EarlyExit) -> Void in
+      local.value = 7
+      throw EarlyExit(value: 7)
+    }
+    do throws(EarlyExit) {
+      try worker.join()
+      Issue.record("join returned instead of rethrowing")
+    } catch {
+      #expect(error == EarlyExit(value: 7))
+    }
+    #expect(destroyed.value == [7])
+  }
+
+  @Test("setting a value does not destroy the one it replaces, nor does removeValue; GLib's g_private_replace would (replace vs set)")
+  func setDoesNotDestroyReplacedValue() throws {
+    let destroyed = TestBox<[String]>([])
+    let local = ThreadLocal<String>(
+      initialValue: { "initial" }, destructor: { value in destroyed.update { $0.append(value) } })
+    let seenBeforeExit = try Thread.spawn { () -> [String] in
+      local.value = "first"
+      local.value = "second"  // g_private_set: "first" is not passed to the destructor
+      let afterSets = destroyed.value
+      local.removeValue()  // dropped without the destructor
+      let afterRemove = destroyed.value
+      let restarted = local.value  // starts again from the initial value
+      local.value = "last"
+      return afterSets + afterRemove + [restarted]
+    }.join()
+    #expect(seenBeforeExit == ["initial"])
+    #expect(destroyed.value == ["last"], "only the value held at the thread's end is destroyed")
+  }
+
+  @Test("a thread that never touched the thread-local runs no destructor")
+  func untouchedThreadRunsNoDestructor() throws {
+    let destroyed = TestBox(0)
+    let local = ThreadLocal<Int>(initialValue: { 0 }, destructor: { _ in destroyed.update { $0 += 1 } })
+    let hadValue = try Thread.spawn { local.hasValue }.join()
+    #expect(!hadValue)
+    #expect(destroyed.value == 0)
+  }
+}
+
+@Suite("GLib peer scenarios: ThreadPool", .timeLimit(.minutes(2)))
+struct PeerScenariosGLibThreadPoolTests {
+  @Test("never more closures at once than the maximum, and every job runs (max threads)")
+  func maximumThreadsIsNeverExceeded() async throws {
+    let pool = makePool("glib-max", maximumThreads: 2)
+    let running = AtomicInteger<Int>(0)
+    let highest = AtomicInteger<Int>(0)
+    let ran = AtomicInteger<Int>(0)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for _ in 0..<40 {
+        group.addTask {
+          try await pool.run {
+            let now = running.add(1, ordering: .relaxed)
+            var seen = highest.load(ordering: .relaxed)
+            while now > seen {
+              let result = highest.compareExchange(expected: seen, desired: now, ordering: .relaxed)
+              if result.exchanged { break }
+              seen = result.original
+            }
+            for _ in 0..<20 { Thread.yield() }
+            running.decrement(ordering: .relaxed)
+            ran.increment(ordering: .relaxed)
+          }
+        }
+      }
+      try await group.waitForAll()
+    }
+    #expect(ran.load(ordering: .relaxed) == 40)
+    #expect(highest.load(ordering: .relaxed) <= 2)
+    #expect(pool.statistics.threads <= 2)
+    await pool.shutdown()
+  }
+
+  @Test("jobs of one priority run in submission order with one thread (default queue order)")
+  func firstInFirstOutWithinALevel() async throws {
+    let pool = makePool("glib-fifo", maximumThreads: 1)
+    let release = TestLatch()
+    let order = TestBox<[Int]>([])
+    let blocker = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    var jobs: [Task<Void, any Error>] = []
+    for index in 0..<8 {
+      jobs.append(Task(priority: .medium) { try await pool.run { order.update { $0.append(index) } } })
+      // One job queued at a time, so the submission order is the index order.
+      #expect(await eventually { pool.statistics.queuedJobs == index + 1 })
+    }
+    release.open()
+    try await blocker.value
+    for job in jobs { try await job.value }
+    #expect(order.value == Array(0..<8))
+    await pool.shutdown()
+  }
+
+  @Test("queued work runs high, then medium, then low priority, each level in order (sort function)")
+  func priorityLevelsOrderQueuedWork() async throws {
+    let pool = makePool("glib-sort", maximumThreads: 1)
+    let release = TestLatch()
+    let order = TestBox<[String]>([])
+    let blocker = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    var jobs: [Task<Void, any Error>] = []
+    let submissions: [(String, TaskPriority)] = [
+      ("low0", .background), ("medium0", .medium), ("high0", .high), ("low1", .utility),
+      ("high1", .userInitiated), ("medium1", .medium),
+    ]
+    for (index, (label, priority)) in submissions.enumerated() {
+      jobs.append(Task(priority: priority) { try await pool.run { order.update { $0.append(label) } } })
+      #expect(await eventually { pool.statistics.queuedJobs == index + 1 })
+    }
+    release.open()
+    try await blocker.value
+    for job in jobs { try await job.value }
+    #expect(order.value == ["high0", "high1", "medium0", "medium1", "low0", "low1"])
+    await pool.shutdown()
+  }
+
+  @Test("a job may submit more work to its own pool, even with one thread, without deadlock (push from a job)")
+  func submittingFromInsideAJob() async throws {
+    let pool = makePool("glib-nested", maximumThreads: 1)
+    let inner = try await pool.run { () -> Task<Int, any Error> in
+      // The job cannot wait for the work it submits (its thread is the only one); it hands
+      // the submission to a task, which gets the value once this job has returned.
+      Task { try await pool.run { 21 * 2 } }
+    }
+    #expect(try await inner.value == 42)
+    await pool.shutdown()
+  }
+
+  @Test("threads kept as the minimum are not retired when idle (exclusive pool)")
+  func minimumThreadsStayThroughIdlePeriods() async throws {
+    let pool = makePool("glib-exclusive", maximumThreads: 2, minimumThreads: 2, idleTimeout: .milliseconds(10))
+    let release = TestLatch()
+    let started = TestBox(0)
+    let jobs = (0..<2).map { _ in
+      Task {
+        try await pool.run {
+          started.update { $0 += 1 }
+          block(on: release)
+        }
+      }
+    }
+    #expect(await eventually { started.value == 2 })
+    release.open()
+    for job in jobs { try await job.value }
+    #expect(await eventually { pool.statistics.idleThreads == 2 })
+    // Several idle timeouts pass: a retirement would show here (a pause cannot make this
+    // test fail wrongly, only miss a retirement).
+    try await Task.sleep(for: .milliseconds(100))
+    #expect(pool.statistics.threads == 2)
+    #expect(pool.statistics.idleThreads == 2)
+    await pool.shutdown()
+    #expect(pool.statistics.threads == 0)
+  }
+
+  @Test("stop and wait: queued jobs all run before shutdown returns; later work is refused (g_thread_pool_free(pool, FALSE, TRUE))")
+  func shutdownWaitsForQueuedWork() async throws {
+    let pool = makePool("glib-stop", maximumThreads: 1)
+    let release = TestLatch()
+    let ran = AtomicInteger<Int>(0)
+    let blocker = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    let queued = (0..<5).map { _ in Task { try await pool.run { ran.increment(ordering: .relaxed) } } }
+    #expect(await eventually { pool.statistics.queuedJobs == 5 })
+    let stopping = Task { await pool.shutdown() }
+    #expect(await eventually { pool.statistics.isShutDown })
+    release.open()
+    await stopping.value
+    #expect(ran.load(ordering: .relaxed) == 5)
+    #expect(pool.statistics.threads == 0)
+    try await blocker.value
+    for job in queued { _ = try await job.value }
+    await #expect(throws: ThreadPoolError<Never>.self) { try await pool.run { 1 } }
+  }
+}
