@@ -702,3 +702,139 @@ struct PeerScenariosGLibAtomicTests {
     #expect(token.load(ordering: .relaxed) != 0)
   }
 }
+
+@Suite("GLib peer scenarios: far deadlines and writer preference", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibDeadlineEdgeTests {
+  /// Deadlines GLib callers compute as `g_get_monotonic_time () + huge` or pass as
+  /// `G_MAXINT64`: far in the future, but not the toolkit's `distantFuture` sentinel.
+  static let farDeadlines: [MonotonicInstant] = [
+    MonotonicInstant(nanoseconds: .max - 1),
+    MonotonicInstant.now + .seconds(Int64.max),
+    MonotonicInstant.now + .seconds(300 * 365 * 24 * 3600),
+  ]
+
+  @Test("a timed lock with a far deadline or a huge timeout waits for the release and takes the lock")
+  func lockWithFarDeadline() {
+    for deadline in Self.farDeadlines + [.distantFuture] {
+      let lock = Lock()
+      let holding = Gate()
+      let results = GuardedValue<[Bool]>([])
+      runConcurrently(2) { index in
+        if index == 0 {
+          holding.wait()
+          let got = lock.lock(before: deadline)
+          results.value.append(got)
+          if got { lock.unlock() }
+          let gotAgain = lock.lock(timeout: .seconds(Int64.max))
+          results.value.append(gotAgain)
+          if gotAgain { lock.unlock() }
+        } else {
+          lock.lock()
+          holding.open()
+          usleep(5_000)  // not synchronization: lets the waiters reach the kernel wait with their deadline
+          lock.unlock()
+        }
+      }
+      #expect(results.value == [true, true], "deadline \(deadline)")
+    }
+  }
+
+  @Test("condition, semaphore and atomic waits with a far deadline end when woken, with true")
+  func waitsWithFarDeadline() {
+    for deadline in Self.farDeadlines {
+      let condition = Condition()
+      let flag = GuardedValue(false)
+      let semaphore = Semaphore(value: 0)
+      let word = AtomicInteger<UInt32>(0)
+      let results = GuardedValue<[Bool]>([])
+      let resultsLock = Lock()
+      runConcurrently(4) { index in
+        switch index {
+        case 0:
+          let woke = condition.withLock { condition.wait(until: { flag.value }, before: deadline) }
+          resultsLock.withLock { results.value.append(woke) }
+        case 1:
+          let got = semaphore.wait(before: deadline)
+          resultsLock.withLock { results.value.append(got) }
+        case 2:
+          while word.load(ordering: .acquiring) == 0 {
+            if !word.wait(whileEqualTo: 0, before: deadline) {
+              resultsLock.withLock { results.value.append(false) }
+              return
+            }
+          }
+          resultsLock.withLock { results.value.append(true) }
+        default:
+          usleep(5_000)  // not synchronization: lets the waiters reach the kernel wait with their deadline
+          condition.withLock {
+            flag.value = true
+            condition.broadcast()
+          }
+          semaphore.signal()
+          word.store(1, ordering: .releasing)
+          word.wakeAll()
+        }
+      }
+      #expect(resultsLock.withLock { results.value } == [true, true, true], "deadline \(deadline)")
+    }
+  }
+
+  @Test("read-write timed locks with a far deadline wait for the release")
+  func readWriteLockWithFarDeadline() {
+    for deadline in Self.farDeadlines {
+      let lock = ReadWriteLock()
+      let holding = Gate()
+      let results = GuardedValue<[Bool]>([])
+      runConcurrently(2) { index in
+        if index == 0 {
+          holding.wait()
+          let read = lock.readLock(before: deadline)
+          results.value.append(read)
+          if read { lock.unlock() }
+          let write = lock.writeLock(timeout: .seconds(Int64.max))
+          results.value.append(write)
+          if write { lock.unlock() }
+        } else {
+          lock.writeLock()
+          holding.open()
+          usleep(5_000)  // not synchronization: lets the waiters reach the kernel wait with their deadline
+          lock.unlock()
+        }
+      }
+      #expect(results.value == [true, true], "deadline \(deadline)")
+    }
+  }
+
+  @Test("while a writer waits, new readers are refused, unlike glibc's default reader-preferring GRWLock (documented)")
+  func waitingWriterHoldsBackNewReaders() {
+    let lock = ReadWriteLock()
+    lock.readLock()
+    let writerResult = GuardedValue<Bool?>(nil)
+    let readerResults = GuardedValue<[Bool]>([])
+    let writerWaiting = Gate()
+    runConcurrently(2) { index in
+      if index == 0 {
+        writerWaiting.open()
+        let got = lock.writeLock(timeout: .seconds(30))
+        writerResult.value = got
+        if got { lock.unlock() }
+      } else {
+        writerWaiting.wait()
+        // The writer announces itself before it sleeps; wait until a reader is refused.
+        let giveUp = monotonicSeconds() + 30
+        while lock.tryReadLock() {
+          lock.unlock()
+          if monotonicSeconds() > giveUp { break }
+          sched_yield()
+        }
+        readerResults.value.append(lock.tryReadLock())
+        readerResults.value.append(lock.readLock(timeout: .milliseconds(10)))
+        lock.unlock()  // the first read lock, taken on the test's thread: readers are not tagged
+      }
+    }
+    #expect(readerResults.value == [false, false])
+    #expect(writerResult.value == true)
+    #expect(lock.tryReadLock())
+    lock.unlock()
+  }
+}

@@ -349,3 +349,63 @@ struct PeerScenariosGLibThreadPoolTests {
     await #expect(throws: ThreadPoolError<Never>.self) { try await pool.run { 1 } }
   }
 }
+
+@Suite("GLib peer scenarios: thread-exit edges", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibThreadExitEdgeTests {
+  @Test("a value set in one thread-local's destructor is destroyed too, before join returns (values set during thread exit)")
+  func valueSetInAnotherDestructorIsDestroyed() throws {
+    let destroyed = TestBox<[String]>([])
+    let second = ThreadLocal<String>(initialValue: { "second-initial" }, destructor: { value in
+      destroyed.update { $0.append(value) }
+    })
+    let first = ThreadLocal<String>(initialValue: { "first-initial" }, destructor: { value in
+      destroyed.update { $0.append(value) }
+      second.value = "set-by-first's-destructor"
+    })
+    try Thread.spawn {
+      first.value = "first"
+      second.value = "second"
+    }.join()
+    // POSIX runs destructors again for values set by destructors; the order of keys is
+    // unspecified, so "second" may be destroyed before or after "first".
+    let seen = destroyed.value
+    #expect(seen.contains("first"))
+    #expect(seen.last == "set-by-first's-destructor")
+    #expect(seen.count == 3 || seen.count == 2, "\(seen)")
+  }
+
+  @Test("an exit request made before start is seen by the body at once")
+  func exitRequestBeforeStart() throws {
+    let seen = TestBox<Bool?>(nil)
+    let done = TestLatch()
+    let thread = Thread(name: "glib-early-request") {
+      seen.value = Thread.current.isExitRequested
+      done.open()
+    }
+    thread.requestExit()
+    #expect(thread.isExitRequested)
+    try thread.start()
+    done.wait()
+    #expect(seen.value == true)
+  }
+
+  @Test("a handler added after the request runs at once; a request to an ended thread runs nothing")
+  func exitRequestHandlersAroundTheEnd() throws {
+    let worker = try Thread.spawn { () -> Bool in
+      let me = Thread.current
+      me.requestExit()
+      let ran = TestBox(false)
+      _ = me.addExitRequestHandler { ran.value = true }
+      return ran.value
+    }
+    #expect(worker.join() == true)
+
+    let ended = try Thread.spawn { Thread.current }.join()
+    #expect(ended.isFinished)
+    let ran = TestBox(false)
+    _ = ended.addExitRequestHandler { ran.value = true }
+    #expect(!ran.value, "a handler added to an ended thread is not kept")
+    ended.requestExit()
+    #expect(!ran.value)
+  }
+}
