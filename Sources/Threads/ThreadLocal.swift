@@ -26,6 +26,14 @@
 ///   stops the process. Make thread-locals long-lived constants, not per-object values.
 /// - Inside a destructor, ``Thread/current`` may already be a fresh object (the order in
 ///   which POSIX runs key destructors is unspecified).
+/// - Only the copy a thread holds when it ends goes to `destructor`: assigning ``value``
+///   replaces the copy without passing the old one to it, and ``removeValue()`` drops the
+///   copy without it (GLib's `g_private_set`, not `g_private_replace`). Clean up a value
+///   yourself before replacing it when it needs that.
+/// - A copy created while the thread is ending (by a destructor reading or setting a
+///   thread-local, its own included) is destroyed in a further round; POSIX runs at most 4
+///   rounds (`PTHREAD_DESTRUCTOR_ITERATIONS`), and a copy created in the last one is leaked.
+///   So a destructor that sets its own thread-local runs 4 times, then leaks that copy.
 public final class ThreadLocal<Value>: @unchecked Sendable {
   // @unchecked: the key is immutable; each thread's slot is reached only from its thread;
   // the closures are Sendable.
@@ -56,7 +64,8 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
     checkOrDie(pthread_key_delete(key), "pthread_key_delete")
   }
 
-  /// The calling thread's copy, created from `initialValue` on first access.
+  /// The calling thread's copy, created from `initialValue` on first access. Assigning
+  /// replaces it; the replaced value is not passed to `destructor` (see the notes above).
   public var value: Value {
     get { slot().value }
     set { slot().value = newValue }
