@@ -838,3 +838,72 @@ struct PeerScenariosGLibDeadlineEdgeTests {
     lock.unlock()
   }
 }
+
+@Suite("GLib peer scenarios: wake-ups", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibWakeUpTests {
+  @Test("a signal or broadcast with nobody waiting is not kept for a later wait (GCond is not a semaphore)")
+  func signalIsNotSticky() {
+    let condition = Condition()
+    condition.withLock {
+      condition.signal()
+      condition.broadcast()
+    }
+    let start = MonotonicInstant.now
+    let woke = condition.withLock { condition.wait(timeout: .milliseconds(20)) }
+    // A spurious wake-up is allowed by the contract; a kept signal would return at once.
+    if woke {
+      #expect(start.duration(to: .now) >= .milliseconds(1), "returned at once: the earlier signal was kept")
+    } else {
+      #expect(start.duration(to: .now) >= .milliseconds(20))
+    }
+
+    let mutex = Lock()
+    let variable = ConditionVariable()
+    mutex.withLock { variable.signal() }
+    let start2 = MonotonicInstant.now
+    let woke2 = mutex.withLock { variable.wait(mutex, timeout: .milliseconds(20)) }
+    if woke2 {
+      #expect(start2.duration(to: .now) >= .milliseconds(1), "returned at once: the earlier signal was kept")
+    } else {
+      #expect(start2.duration(to: .now) >= .milliseconds(20))
+    }
+  }
+
+  @Test("when the running initializer throws, a waiting thread runs it next; exactly one run succeeds")
+  func waitersTakeOverAfterAThrow() {
+    struct Failed: Error {}
+    for _ in 0..<5 {
+      let once = Once()
+      let attempts = AtomicInteger<Int>(0)
+      let successes = AtomicInteger<Int>(0)
+      let failures = AtomicInteger<Int>(0)
+      let firstRunning = Gate()
+      let othersArrived = AtomicInteger<Int>(0)
+      runConcurrently(4) { index in
+        if index != 0 {
+          firstRunning.wait()
+          othersArrived.increment(ordering: .relaxed)
+        }
+        do throws(Failed) {
+          try once.run { () throws(Failed) in
+            let attempt = attempts.increment(ordering: .relaxed)
+            if attempt == 1 {
+              firstRunning.open()
+              // Fail only once the others are about to wait on this run.
+              while othersArrived.load(ordering: .relaxed) < 3 { sched_yield() }
+              for _ in 0..<50 { sched_yield() }
+              throw Failed()
+            }
+            successes.increment(ordering: .relaxed)
+          }
+        } catch {
+          failures.increment(ordering: .relaxed)
+        }
+      }
+      #expect(failures.load(ordering: .relaxed) == 1)
+      #expect(successes.load(ordering: .relaxed) == 1)
+      #expect(attempts.load(ordering: .relaxed) == 2)
+      #expect(once.isCompleted)
+    }
+  }
+}
