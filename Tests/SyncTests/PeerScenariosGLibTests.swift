@@ -339,7 +339,7 @@ struct PeerScenariosGLibConditionTests {
             if value % 10 == 0 { condition.broadcast() } else { condition.signal() }
           }
         }
-        sums.value[0] = total
+        condition.withLock { sums.value[0] = total }
       } else {
         var accumulated = 0
         while true {
