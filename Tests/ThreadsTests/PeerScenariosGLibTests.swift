@@ -469,3 +469,49 @@ struct PeerScenariosGLibJoinAndFreeTests {
     #expect(destroyed.value == 100 * threads, "only the new thread-local's copies were destroyed")
   }
 }
+
+@Suite("GLib peer scenarios: pool thread start failure", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibPoolStartFailureTests {
+  @Test("a pool that cannot start a thread rejects the job with the start error, never runs it, and shuts down (g_thread_pool_push error)")
+  func threadStartFailureRejectsTheJob() async {
+    var configuration = ThreadPool.Configuration()
+    configuration.maximumThreads = 2
+    configuration.threadConfiguration.stackSize = 1 << 46  // 64 TiB: the stack mmap fails
+    let pool = ThreadPool(name: "glib-nostart", configuration: configuration)
+    let ran = AtomicInteger<Int>(0)
+    for _ in 0..<2 {  // "Later calls try again"
+      do throws(ThreadPoolError<Never>) {
+        _ = try await pool.run { ran.increment(ordering: .relaxed) }
+        Issue.record("the job ran on a thread that cannot exist")
+      } catch .threadStartFailed(let error) {
+        #expect(error.systemError?.call == "pthread_create")
+        #expect(error.systemError?.code == .tryAgain, "\(error)")
+      } catch {
+        Issue.record("unexpected \(error)")
+      }
+    }
+    // Many submitters at once: every one is rejected, none is left waiting.
+    let rejections = await withTaskGroup(of: Bool.self) { group in
+      for _ in 0..<16 {
+        group.addTask {
+          do throws(ThreadPoolError<Never>) {
+            _ = try await pool.run { ran.increment(ordering: .relaxed) }
+            return false
+          } catch {
+            if case .threadStartFailed = error { return true }
+            return false
+          }
+        }
+      }
+      var count = 0
+      for await rejected in group where rejected { count += 1 }
+      return count
+    }
+    #expect(rejections == 16)
+    #expect(ran.load(ordering: .relaxed) == 0)
+    let statistics = pool.statistics
+    #expect(statistics.threads == 0 && statistics.queuedJobs == 0 && statistics.runningJobs == 0)
+    await pool.shutdown()
+    #expect(pool.statistics.isShutDown)
+  }
+}
