@@ -31,7 +31,9 @@
 /// lock is held, taking the write lock (or a read lock) while holding the write lock,
 /// unlocking the write lock from another thread, and holding more than 2,097,150 read locks
 /// at once (a sign of leaked read locks). (A read lock is not tagged with its thread, so one
-/// reader releasing on behalf of another is not detected.)
+/// reader releasing on behalf of another is not detected, nor is taking the write lock while
+/// holding a read lock: that upgrade waits for its own read lock forever, as with
+/// `pthread_rwlock_t` and GLib's `GRWLock`. Release the read lock first, then re-check.)
 ///
 /// Timed acquisition uses the monotonic clock. The `Locking` surface (`lock()`,
 /// `withLock`...) takes the *write* lock.
