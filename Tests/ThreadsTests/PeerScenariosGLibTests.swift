@@ -515,3 +515,57 @@ struct PeerScenariosGLibPoolStartFailureTests {
     #expect(pool.statistics.isShutDown)
   }
 }
+
+@Suite("GLib peer scenarios: pool retirement races", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibPoolRetirementTests {
+  /// GLib's thread-pool-slow idle-time scenario pushed to the edge: with an idle timeout of
+  /// zero or a millisecond, workers retire between nearly every pair of jobs, so a job
+  /// submitted as the last worker retires must still get a thread (none is stranded).
+  @Test("work submitted while workers retire after a tiny idle timeout always runs (max idle time)", arguments: [
+    Duration.zero, .microseconds(200), .milliseconds(1),
+  ])
+  func submissionsRacingRetirementNeverStrand(idleTimeout: Duration) async throws {
+    let pool = makePool("glib-retire", maximumThreads: 2, idleTimeout: idleTimeout)
+    // Fewer rounds under a sanitizer (each thread start costs far more there).
+    let rounds = isRunningUnderSanitizer ? 60 : 300
+    var total = 0
+    for round in 0..<rounds {
+      if round % 3 == 0 {
+        // Give the worker about the idle timeout to decide to retire.
+        try await Task.sleep(for: .microseconds(Int64(round % 7) * 150))
+      }
+      if round % 5 == 0 {
+        async let first = pool.run { 1 }
+        async let second = pool.run { 2 }
+        total += try await first + second - 2
+      } else {
+        total += try await pool.run { round } - round + 1
+      }
+    }
+    #expect(total == rounds)
+    await pool.shutdown()
+    #expect(pool.statistics.threads == 0)
+  }
+}
+
+@Suite("GLib peer scenarios: thread-locals on pool threads", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibPoolThreadLocalTests {
+  @Test("a pool thread keeps its thread-local copy across jobs; the copy is destroyed when the thread ends (GPrivate in pool threads)")
+  func poolThreadLocalsLiveAsLongAsTheWorker() async throws {
+    let destroyed = TestBox<[Int]>([])
+    let jobsSeen = ThreadLocal<Int>(initialValue: { 0 }, destructor: { count in destroyed.update { $0.append(count) } })
+    let pool = makePool("glib-private", maximumThreads: 1, minimumThreads: 1)
+    var counts: [Int] = []
+    for _ in 0..<5 {
+      counts.append(try await pool.run { () -> Int in
+        jobsSeen.value += 1
+        return jobsSeen.value
+      })
+    }
+    #expect(counts == [1, 2, 3, 4, 5], "one worker (kept as the minimum) ran every job")
+    #expect(destroyed.value.isEmpty)
+    await pool.shutdown()
+    // shutdown() returns once the worker is joined: its key destructors have run.
+    #expect(destroyed.value == [5])
+  }
+}
