@@ -569,3 +569,32 @@ struct PeerScenariosGLibPoolThreadLocalTests {
     #expect(destroyed.value == [5])
   }
 }
+
+@Suite("GLib peer scenarios: stopping a pool without waiting", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibPoolStopWithoutWaitingTests {
+  @Test("a pool dropped without shutdown lets its idle threads, minimum ones included, end on their own (g_thread_pool_free(pool, FALSE, FALSE))")
+  func droppedPoolThreadsEnd() async throws {
+    let workers = TestBox<[Thread]>([])
+    do {
+      let pool = makePool("glib-dropped", maximumThreads: 2, minimumThreads: 2)
+      let release = TestLatch()
+      let started = TestBox(0)
+      async let first: Void = pool.run {
+        workers.update { $0.append(Thread.current) }
+        started.update { $0 += 1 }
+        block(on: release)
+      }
+      async let second: Void = pool.run {
+        workers.update { $0.append(Thread.current) }
+        started.update { $0 += 1 }
+        block(on: release)
+      }
+      #expect(await eventually { started.value == 2 })
+      release.open()
+      _ = try await (first, second)
+      #expect(await eventually { pool.statistics.idleThreads == 2 })
+    }  // the last reference goes: the pool shuts down without anyone waiting
+    #expect(workers.value.count == 2)
+    #expect(await eventually { workers.value.allSatisfy(\.isFinished) }, "the idle minimum threads ended")
+  }
+}
