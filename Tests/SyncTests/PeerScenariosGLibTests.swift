@@ -100,7 +100,9 @@ struct PeerScenariosGLibLockTests {
     #expect(counter.value == threads * contentionRounds * 5)
   }
 
-  @Test("a recursive lock counts levels; tryLock by the holder adds one; others wait for the last unlock (rec_mutex1, rec_mutex3)")
+  @Test(
+    "a recursive lock counts levels; tryLock by the holder adds one; others wait for the last unlock (rec_mutex1, rec_mutex3)"
+  )
   func recursiveLevels() {
     let lock = RecursiveLock()
     lock.lock()
@@ -158,7 +160,10 @@ struct PeerScenariosGLibLockTests {
       }
     }
     #expect(violations.load(ordering: .relaxed) == 0)
-    for lock in locks { #expect(lock.tryLock()); lock.unlock() }
+    for lock in locks {
+      #expect(lock.tryLock())
+      lock.unlock()
+    }
   }
 }
 
@@ -546,7 +551,9 @@ struct PeerScenariosGLibOnceTests {
     }
   }
 
-  @Test("an initializer that throws leaves the Once not done; the next caller runs it again (toolkit rule; GLib has no failure)")
+  @Test(
+    "an initializer that throws leaves the Once not done; the next caller runs it again (toolkit rule; GLib has no failure)"
+  )
   func throwingBodyRunsAgain() {
     struct Failed: Error {}
     let once = Once()
@@ -693,7 +700,9 @@ struct PeerScenariosGLibAtomicTests {
           if bits.fetchAnd(~mask, ordering: .relaxed) & mask == 0 { winners.increment(ordering: .relaxed) }
         }
       }
-      if token.compareAndSwap(expected: 0, desired: index + 1, ordering: .full) { winners.add(1000, ordering: .relaxed) }
+      if token.compareAndSwap(expected: 0, desired: index + 1, ordering: .full) {
+        winners.add(1000, ordering: .relaxed)
+      }
     }
     #expect(sum.load(ordering: .relaxed) == Int32(rounds * threads * (threads + 1) / 2))
     #expect(balance.load(ordering: .relaxed) == 0)

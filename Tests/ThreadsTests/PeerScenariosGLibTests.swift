@@ -34,7 +34,9 @@ struct PeerScenariosGLibThreadTests {
     #expect(spawned.isFinished)
   }
 
-  @Test("leaving a thread early: a thrown error ends the body and reaches the joiner; handlers still run (thread3, g_thread_exit)")
+  @Test(
+    "leaving a thread early: a thrown error ends the body and reaches the joiner; handlers still run (thread3, g_thread_exit)"
+  )
   func exitingEarly() throws {
     // GLib's g_thread_exit(value) unwinds the thread with a value; a Swift body leaves
     // early by returning or throwing (no thread exit that skips Swift frames).
@@ -94,7 +96,9 @@ struct PeerScenariosGLibThreadTests {
     #expect(unnamed.join() == nil)
   }
 
-  @Test("a thread created outside the toolkit gets a Thread object of its own, kept for its life (thread6, foreign g_thread_self)")
+  @Test(
+    "a thread created outside the toolkit gets a Thread object of its own, kept for its life (thread6, foreign g_thread_self)"
+  )
   func foreignThreadGetsAnObject() throws {
     final class Report: @unchecked Sendable {
       var sameTwice = false
@@ -145,7 +149,9 @@ struct PeerScenariosGLibThreadLocalTests {
     #expect(seen == [nil, nil, 1, 2])
   }
 
-  @Test("threads do not see each other's copies; the destructor runs once per thread, at its end, on the final value (private2)")
+  @Test(
+    "threads do not see each other's copies; the destructor runs once per thread, at its end, on the final value (private2)"
+  )
   func destructorOncePerThread() throws {
     let destroyed = TestBox<[Int]>([])
     let local = ThreadLocal<Int>(initialValue: { -1 }, destructor: { value in destroyed.update { $0.append(value) } })
@@ -186,7 +192,9 @@ struct PeerScenariosGLibThreadLocalTests {
     #expect(destroyed.value == [7])
   }
 
-  @Test("setting a value does not destroy the one it replaces, nor does removeValue; GLib's g_private_replace would (replace vs set)")
+  @Test(
+    "setting a value does not destroy the one it replaces, nor does removeValue; GLib's g_private_replace would (replace vs set)"
+  )
   func setDoesNotDestroyReplacedValue() throws {
     let destroyed = TestBox<[String]>([])
     let local = ThreadLocal<String>(
@@ -329,7 +337,9 @@ struct PeerScenariosGLibThreadPoolTests {
     #expect(pool.statistics.threads == 0)
   }
 
-  @Test("stop and wait: queued jobs all run before shutdown returns; later work is refused (g_thread_pool_free(pool, FALSE, TRUE))")
+  @Test(
+    "stop and wait: queued jobs all run before shutdown returns; later work is refused (g_thread_pool_free(pool, FALSE, TRUE))"
+  )
   func shutdownWaitsForQueuedWork() async throws {
     let pool = makePool("glib-stop", maximumThreads: 1)
     let release = TestLatch()
@@ -352,16 +362,22 @@ struct PeerScenariosGLibThreadPoolTests {
 
 @Suite("GLib peer scenarios: thread-exit edges", .timeLimit(.minutes(1)))
 struct PeerScenariosGLibThreadExitEdgeTests {
-  @Test("a value set in one thread-local's destructor is destroyed too, before join returns (values set during thread exit)")
+  @Test(
+    "a value set in one thread-local's destructor is destroyed too, before join returns (values set during thread exit)"
+  )
   func valueSetInAnotherDestructorIsDestroyed() throws {
     let destroyed = TestBox<[String]>([])
-    let second = ThreadLocal<String>(initialValue: { "second-initial" }, destructor: { value in
-      destroyed.update { $0.append(value) }
-    })
-    let first = ThreadLocal<String>(initialValue: { "first-initial" }, destructor: { value in
-      destroyed.update { $0.append(value) }
-      second.value = "set-by-first's-destructor"
-    })
+    let second = ThreadLocal<String>(
+      initialValue: { "second-initial" },
+      destructor: { value in
+        destroyed.update { $0.append(value) }
+      })
+    let first = ThreadLocal<String>(
+      initialValue: { "first-initial" },
+      destructor: { value in
+        destroyed.update { $0.append(value) }
+        second.value = "set-by-first's-destructor"
+      })
     try Thread.spawn {
       first.value = "first"
       second.value = "second"
@@ -418,10 +434,11 @@ struct PeerScenariosGLibJoinAndFreeTests {
   @Test("a thread other than the spawner may join, and gets the value (g_thread_join from any thread)")
   func joinFromAnotherThread() throws {
     let release = TestLatch()
-    let slot = HandleSlot<Int>(try Thread.spawn { () -> Int in
-      release.wait()
-      return 99
-    })
+    let slot = HandleSlot<Int>(
+      try Thread.spawn { () -> Int in
+        release.wait()
+        return 99
+      })
     let joiner = try Thread.spawn { () -> Int in
       guard let handle = slot.handle.take() else { return -1 }
       return handle.join()
@@ -472,7 +489,9 @@ struct PeerScenariosGLibJoinAndFreeTests {
 
 @Suite("GLib peer scenarios: pool thread start failure", .timeLimit(.minutes(1)))
 struct PeerScenariosGLibPoolStartFailureTests {
-  @Test("a pool that cannot start a thread rejects the job with the start error, never runs it, and shuts down (g_thread_pool_push error)")
+  @Test(
+    "a pool that cannot start a thread rejects the job with the start error, never runs it, and shuts down (g_thread_pool_push error)"
+  )
   func threadStartFailureRejectsTheJob() async {
     var configuration = ThreadPool.Configuration()
     configuration.maximumThreads = 2
@@ -521,9 +540,11 @@ struct PeerScenariosGLibPoolRetirementTests {
   /// GLib's thread-pool-slow idle-time scenario pushed to the edge: with an idle timeout of
   /// zero or a millisecond, workers retire between nearly every pair of jobs, so a job
   /// submitted as the last worker retires must still get a thread (none is stranded).
-  @Test("work submitted while workers retire after a tiny idle timeout always runs (max idle time)", arguments: [
-    Duration.zero, .microseconds(200), .milliseconds(1),
-  ])
+  @Test(
+    "work submitted while workers retire after a tiny idle timeout always runs (max idle time)",
+    arguments: [
+      Duration.zero, .microseconds(200), .milliseconds(1),
+    ])
   func submissionsRacingRetirementNeverStrand(idleTimeout: Duration) async throws {
     let pool = makePool("glib-retire", maximumThreads: 2, idleTimeout: idleTimeout)
     // Fewer rounds under a sanitizer (each thread start costs far more there).
@@ -550,17 +571,20 @@ struct PeerScenariosGLibPoolRetirementTests {
 
 @Suite("GLib peer scenarios: thread-locals on pool threads", .timeLimit(.minutes(1)))
 struct PeerScenariosGLibPoolThreadLocalTests {
-  @Test("a pool thread keeps its thread-local copy across jobs; the copy is destroyed when the thread ends (GPrivate in pool threads)")
+  @Test(
+    "a pool thread keeps its thread-local copy across jobs; the copy is destroyed when the thread ends (GPrivate in pool threads)"
+  )
   func poolThreadLocalsLiveAsLongAsTheWorker() async throws {
     let destroyed = TestBox<[Int]>([])
     let jobsSeen = ThreadLocal<Int>(initialValue: { 0 }, destructor: { count in destroyed.update { $0.append(count) } })
     let pool = makePool("glib-private", maximumThreads: 1, minimumThreads: 1)
     var counts: [Int] = []
     for _ in 0..<5 {
-      counts.append(try await pool.run { () -> Int in
-        jobsSeen.value += 1
-        return jobsSeen.value
-      })
+      counts.append(
+        try await pool.run { () -> Int in
+          jobsSeen.value += 1
+          return jobsSeen.value
+        })
     }
     #expect(counts == [1, 2, 3, 4, 5], "one worker (kept as the minimum) ran every job")
     #expect(destroyed.value.isEmpty)
@@ -572,7 +596,9 @@ struct PeerScenariosGLibPoolThreadLocalTests {
 
 @Suite("GLib peer scenarios: stopping a pool without waiting", .timeLimit(.minutes(1)))
 struct PeerScenariosGLibPoolStopWithoutWaitingTests {
-  @Test("a pool dropped without shutdown lets its idle threads, minimum ones included, end on their own (g_thread_pool_free(pool, FALSE, FALSE))")
+  @Test(
+    "a pool dropped without shutdown lets its idle threads, minimum ones included, end on their own (g_thread_pool_free(pool, FALSE, FALSE))"
+  )
   func droppedPoolThreadsEnd() async throws {
     let workers = TestBox<[Thread]>([])
     do {
