@@ -624,3 +624,32 @@ struct PeerScenariosGLibPoolStopWithoutWaitingTests {
     #expect(await eventually { workers.value.allSatisfy(\.isFinished) }, "the idle minimum threads ended")
   }
 }
+
+@Suite("GLib peer scenarios: priority of waiting work", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibWaitingPriorityTests {
+  @Test(
+    "with the queue full, the highest waiting level is admitted first, oldest first within it (sort function under back-pressure)"
+  )
+  func waitingWorkIsAdmittedByLevel() async throws {
+    let pool = makePool("glib-waiting", maximumThreads: 1, queueCapacity: 1)
+    let release = TestLatch()
+    let order = TestBox<[String]>([])
+    let blocker = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    var jobs: [Task<Void, any Error>] = []
+    let submissions: [(String, TaskPriority)] = [
+      ("low-queued", .background), ("low-waiting", .background), ("medium-waiting", .medium),
+      ("high-waiting-0", .high), ("high-waiting-1", .high),
+    ]
+    for (index, (label, priority)) in submissions.enumerated() {
+      jobs.append(Task(priority: priority) { try await pool.run { order.update { $0.append(label) } } })
+      #expect(await eventually { pool.statistics.queuedJobs + pool.statistics.waitingJobs == index + 1 })
+    }
+    #expect(pool.statistics.queuedJobs == 1 && pool.statistics.waitingJobs == 4)
+    release.open()
+    try await blocker.value
+    for job in jobs { try await job.value }
+    #expect(order.value == ["low-queued", "high-waiting-0", "high-waiting-1", "medium-waiting", "low-waiting"])
+    await pool.shutdown()
+  }
+}
