@@ -916,3 +916,38 @@ struct PeerScenariosGLibWakeUpTests {
     }
   }
 }
+
+@Suite("GLib peer scenarios: passed deadlines make one attempt", .timeLimit(.minutes(1)))
+struct PeerScenariosGLibPassedDeadlineTests {
+  @Test(
+    "semaphore, atomic and predicate waits with a passed deadline succeed when they need not wait, else fail at once")
+  func passedDeadlinesMakeOneAttempt() {
+    let semaphore = Semaphore(value: 1)
+    #expect(semaphore.wait(before: .distantPast))
+    #expect(!semaphore.wait(before: .distantPast))
+    #expect(!semaphore.wait(timeout: .zero))
+    semaphore.signal()
+    #expect(semaphore.wait(timeout: .milliseconds(-3)))
+    #expect(semaphore.value == 0)
+
+    let word = AtomicInteger<UInt32>(5)
+    #expect(word.wait(whileEqualTo: 4, before: .distantPast), "the value differs: no wait, not a timeout")
+    #expect(!word.wait(whileEqualTo: 5, before: .distantPast))
+    #expect(!word.wait(whileEqualTo: 5, timeout: .zero))
+
+    let condition = Condition()
+    condition.withLock {
+      #expect(condition.wait(until: { true }, before: .distantPast))
+      #expect(!condition.wait(until: { false }, before: .distantPast))
+      #expect(!condition.wait(until: { false }, timeout: .zero))
+      #expect(condition.isHeldByCurrentThread)
+    }
+    let mutex = Lock()
+    let variable = ConditionVariable()
+    mutex.withLock {
+      #expect(variable.wait(mutex, until: { true }, before: .distantPast))
+      #expect(!variable.wait(mutex, until: { false }, timeout: .milliseconds(-1)))
+      #expect(mutex.isHeldByCurrentThread)
+    }
+  }
+}
