@@ -152,3 +152,27 @@ struct PeerScenariosNIOExecutorTests {
     held.stop()
   }
 }
+
+@Suite("SwiftNIO event-loop-group scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOGroupTests {
+  @Test func aGroupsThreadsAreNamedAfterItAndEachRunsItsOwnLoop() async throws {
+    let group = try await RunLoopThreadGroup.start(threadCount: 3, name: "nio-loops")
+    #expect(group.threads.map(\.name) == ["nio-loops-0", "nio-loops-1", "nio-loops-2"])
+    for (index, runLoop) in group.runLoops.enumerated() {
+      let (thread, current) = try await runLoop.performAndAwait { (Thread.current, RunLoop.current) }
+      #expect(thread === group.threads[index])
+      #expect(current === runLoop)
+    }
+    await group.shutDown()
+    #expect(group.isShutDown)
+  }
+
+  @Test func assumeIsolatedOnAnotherLoopOfTheGroupStopsTheProcess() async {
+    await #expect(processExitsWith: .failure) {
+      let group = makeGroup(threadCount: 2)
+      let actor = LoopBound(executor: RunLoopExecutor(runLoop: group.runLoops[0]))
+      _ = await actor.counter  // the executor knows its thread from here on
+      _ = try? await group.runLoops[1].performAndAwait { actor.assumeInLoop() }
+    }
+  }
+}

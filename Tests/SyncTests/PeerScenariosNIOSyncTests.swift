@@ -541,3 +541,50 @@ private func joinThread(_ thread: pthread_t) {
   let result = pthread_join(thread, nil)
   precondition(result == 0, "pthread_join failed: \(result)")
 }
+
+@Suite("SwiftNIO condition-lock edge cases", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOConditionLockEdgeTests {
+  @Test("the extreme Int values survive as conditions and are waited for exactly")
+  func extremeValues() {
+    let lock = ConditionLock(condition: Int.min)
+    #expect(lock.condition == Int.min)
+    #expect(lock.lock(whenCondition: Int.min, timeout: .zero))
+    lock.unlock(withCondition: Int.max)
+    #expect(!lock.lock(whenCondition: Int.min, timeout: .zero))
+    #expect(!lock.lock(whenCondition: -1, timeout: .zero), "Int.max is not read back as -1")
+    #expect(lock.lock(whenCondition: Int.max, timeout: .zero))
+    lock.unlock(withCondition: -1)
+    #expect(lock.condition == -1)
+    #expect(lock.tryLock(whenCondition: -1))
+    lock.unlock()
+  }
+
+  @Test("the holder's tryLock forms fail without blocking or stopping the process")
+  func holderTries() {
+    let lock = ConditionLock(condition: 1)
+    lock.lock()
+    #expect(!lock.tryLock())
+    #expect(!lock.tryLock(whenCondition: 1))
+    #expect(lock.isHeldByCurrentThread, "a failed try by the holder leaves the lock held")
+    lock.unlock()
+    #expect(!lock.isHeldByCurrentThread)
+  }
+
+  @Test("the holder waiting for a value on its own lock is reported as a self-deadlock")
+  func holderWaitsForValue() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ConditionLock(condition: 0)
+        lock.lock()
+        lock.lock(whenCondition: 0)
+      }
+    }
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ConditionLock(condition: 0)
+        lock.lock()
+        _ = lock.lock(whenCondition: 1, timeout: .milliseconds(10))
+      }
+    }
+  }
+}

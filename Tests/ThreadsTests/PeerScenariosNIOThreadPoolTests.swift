@@ -196,6 +196,32 @@ struct PeerScenariosNIOThreadPoolTests {
     #expect(weakPool == nil, "something still holds the shut-down pool")
   }
 
+  @Test func aPoolReleasedWithoutShutdownEndsItsIdleThreadsKeptByTheMinimum() async throws {
+    // NIO asserts that a pool is shut down before it is released; this pool shuts itself
+    // down without waiting (documented on ``ThreadPool``'s Shutdown).
+    var threads: [Thread] = []
+    do {
+      let pool = makePool("nio-unreleased", maximumThreads: 2, minimumThreads: 2)
+      let release = TestLatch()
+      try await withThrowingTaskGroup(of: Thread.self) { group in
+        for _ in 0..<2 {
+          group.addTask {
+            try await pool.run { () -> Thread in
+              block(on: release)
+              return Thread.current
+            }
+          }
+        }
+        #expect(await eventually { pool.statistics.runningJobs == 2 })
+        release.open()
+        for try await thread in group { threads.append(thread) }
+      }
+      #expect(await eventually { pool.statistics.idleThreads == 2 })
+    }
+    #expect(threads.count == 2)
+    #expect(await eventually { threads.allSatisfy(\.isFinished) })
+  }
+
   @Test func aClosuresCapturesAreReleasedBeforeRunReturns() async throws {
     let pool = makePool("nio-captures", maximumThreads: 1)
     let released = AtomicInteger<Int>(0)
