@@ -31,6 +31,12 @@ private actor LoopBound {
     assumeIsolated { $0.counter }
   }
 
+  /// Increments the counter and returns it, checking the thread.
+  func increment(expecting thread: Thread) -> Int {
+    counter += Thread.current === thread ? 1 : 1_000
+    return counter
+  }
+
   /// Counts this job, then queues the next link of the chain on the actor.
   func chain(remaining: Int, ran: AtomicInteger<Int>) {
     ran.increment(ordering: .relaxed)
@@ -174,5 +180,55 @@ struct PeerScenariosNIOGroupTests {
       _ = await actor.counter  // the executor knows its thread from here on
       _ = try? await group.runLoops[1].performAndAwait { actor.assumeInLoop() }
     }
+  }
+}
+
+@Suite("SwiftNIO thread take-over and shutdown scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOTakeOverTests {
+  @Test func aPlainThreadLendsItselfToAnActorByRunningItsOwnLoopThenTakesItselfBack() async {
+    // NIO's `withCurrentThreadAsEventLoop`: a thread runs its own loop for an actor's jobs
+    // while it waits for them, and goes on without it after.
+    let result = LockedValue<Int?>(nil)
+    let lender = TestThread.spawn {
+      let runLoop = RunLoop.current
+      let actor = LoopBound(executor: RunLoopExecutor(runLoop: runLoop))
+      let done = AtomicBool(false)
+      let thread = Thread.current
+      Task {
+        _ = await actor.increment(expecting: thread)
+        let value = await actor.increment(expecting: thread)
+        result.withLock { $0 = value }
+        done.store(true, ordering: .releasing)
+        runLoop.stop()  // ends the current run; the check below catches a stop between runs
+      }
+      while !done.load(ordering: .acquiring) { _ = runLoop.run(mode: .default, timeout: .seconds(1)) }
+    }
+    lender.join()
+    #expect(result.withLock { $0 } == 2)
+  }
+
+  @Test func aTaskStillYieldingWhenItsGroupShutsDownRunsToItsEnd() async {
+    let group = makeGroup(threadCount: 1)
+    let groupThread = group.threads[0]
+    let yields = 200
+    let started = Latch(count: 1)
+    let onGroup = AtomicInteger<Int>(0)
+    let task = Task(executorPreference: group) { () -> Int in
+      started.countDown()
+      for _ in 0..<yields {
+        await Task.yield()
+        if Thread.current === groupThread { onGroup.increment(ordering: .relaxed) }
+      }
+      return yields
+    }
+    await Task.detached {
+      blockingWait(started)
+      shutDownInPlace(group)
+    }.value
+    #expect(await task.value == yields)
+    #expect(group.isShutDown)
+    #expect(groupThread.isFinished)
+    // Some jobs may have run on the group before it closed; the rest moved elsewhere.
+    #expect(onGroup.load(ordering: .relaxed) <= yields)
   }
 }
