@@ -588,3 +588,70 @@ struct PeerScenariosNIOConditionLockEdgeTests {
     }
   }
 }
+
+@Suite("SwiftNIO timed waits under wake-ups for other values", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOTimedWaitChurnTests {
+  /// Runs `wait` on this thread while another thread keeps changing the value to others
+  /// (`churn`, each change waking the waiter), and returns its outcome and how long it took.
+  private func underChurn(
+    churn: @escaping @Sendable (Int) -> Void, wait: () -> Bool
+  ) -> (Bool, Duration) {
+    let stop = AtomicBool(false)
+    let churner = spawnThread {
+      var round = 0
+      while !stop.load(ordering: .acquiring) {
+        churn(1 + round % 4)
+        round += 1
+        sched_yield()
+      }
+    }
+    let start = MonotonicInstant.now
+    let outcome = wait()
+    let elapsed = MonotonicInstant.now - start
+    stop.store(true, ordering: .releasing)
+    joinThread(churner)
+    return (outcome, elapsed)
+  }
+
+  @Test("a condition-lock wait for a value never set times out at its deadline, not before, however often it is woken")
+  func conditionLockTimesOutUnderChurn() {
+    let lock = ConditionLock(condition: 0)
+    let (acquired, elapsed) = underChurn(churn: { value in
+      lock.lock()
+      lock.unlock(withCondition: value)
+    }) {
+      lock.lock(whenCondition: 5, timeout: .milliseconds(200))
+    }
+    #expect(!acquired)
+    #expect(elapsed >= .milliseconds(200))
+    #expect(elapsed < .seconds(20), "the wait did not end near its deadline")
+    #expect(!lock.isHeldByCurrentThread)
+  }
+
+  @Test("a LockedValue predicate wait never satisfied times out at its deadline, not before, however often it is woken")
+  func lockedValueTimesOutUnderChurn() {
+    let locked = LockedValue(0)
+    let (ran, elapsed) = underChurn(churn: { value in locked.withLock { $0 = value } }) {
+      locked.withLock(when: { $0 == 5 }, timeout: .milliseconds(200)) { _ in true } ?? false
+    }
+    #expect(!ran)
+    #expect(elapsed >= .milliseconds(200))
+    #expect(elapsed < .seconds(20), "the wait did not end near its deadline")
+    #expect(locked.withLockIfAvailable { _ in true } == true, "the lock is free")
+  }
+
+  @Test("a condition-lock wait gets its value once set after many others before the deadline")
+  func conditionLockSucceedsUnderChurn() {
+    let lock = ConditionLock(condition: 0)
+    let rounds = AtomicInteger<Int>(0)
+    let (acquired, _) = underChurn(churn: { value in
+      lock.lock()
+      lock.unlock(withCondition: rounds.increment(ordering: .relaxed) >= 100 ? 5 : value)
+    }) {
+      lock.lock(whenCondition: 5, timeout: .seconds(30))
+    }
+    #expect(acquired)
+    #expect(lock.condition == 5)
+    lock.unlock()
+  }
+}
