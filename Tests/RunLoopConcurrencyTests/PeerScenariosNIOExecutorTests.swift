@@ -5,6 +5,10 @@ import TestSupport
 import Testing
 import Threads
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 // Scenarios of SwiftNIO's serial-executor and task-executor tests (SerialExecutorTests,
 // TaskExecutorTests, the ordering and shutdown tests of its event loops), asked of the
 // toolkit's executors. An NIO event loop used as an actor's executor is a
@@ -230,5 +234,41 @@ struct PeerScenariosNIOTakeOverTests {
     #expect(groupThread.isFinished)
     // Some jobs may have run on the group before it closed; the rest moved elsewhere.
     #expect(onGroup.load(ordering: .relaxed) <= yields)
+  }
+}
+
+@Suite("SwiftNIO shutdown-on-the-loop scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOShutDownOnLoopTests {
+  // NIO stops the process when a loop is shut down synchronously from its own thread. The
+  // executor does too, also before the loop has made the pass that tells it its thread.
+
+  @Test func shutDownOnTheLoopsThreadBeforeItsFirstPassStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      loop.onLoop {
+        let executor = RunLoopExecutor(runLoop: RunLoop.current)
+        executor.shutDown()
+      }
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "shutDown() called on the run loop's own thread") == true)
+  }
+
+  @Test func shutDownOnTheLoopsThreadWithJobsQueuedBeforeItsFirstPassStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      loop.onLoop {
+        let executor = RunLoopExecutor(runLoop: RunLoop.current)
+        let actor = LoopBound(executor: executor)
+        Task { _ = await actor.counter }
+        while executor.queuedJobCount == 0 { sched_yield() }
+        // The jobs cannot run while this block runs: waiting for them here would never end.
+        executor.shutDown()
+      }
+    }
+    #expect(
+      result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) }?.contains(
+        "shutDown() called on the run loop's own thread") == true)
   }
 }
