@@ -225,14 +225,23 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     shutDownBlocking()
   }
 
-  /// The shutdown's waiting (see `shutDown()`), on a thread other than the loop's.
+  /// The shutdown's waiting (see `shutDown()`), meant for a thread other than the loop's.
   private func shutDownBlocking() {
+    let caller = tk_thread_identity()
     while true {
       let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
       do throws(PerformError) {
         // Runs at the loop's block step; when jobs are still queued, the source step of the
         // same or the next pass drains them and the next request checks again.
         try runLoop.performAndWait(inModes: modes) { [self] in
+          // Run at once when the caller is the loop's thread (a wait on one's own loop does
+          // not wait): the misuse `shutDown()` checks for, not caught there while the loop
+          // has made no pass since the executor was created (its thread was not known yet).
+          // Waiting here would never end: the queued jobs cannot run while this block runs.
+          if tk_thread_identity() == caller {
+            outcome.withLock { $0 = .calledOnLoopThread }
+            return
+          }
           let check: ShutDownCheck = lock.withLock {
             if isShutDown { return .closed }
             if !queue.isEmpty { return .jobsQueued }
@@ -252,6 +261,8 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       }
       switch outcome.withLock({ $0 }) {
       case .closed: return
+      case .calledOnLoopThread:
+        concurrencyMisuse("RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
       case .jobsQueued: continue
       case .delayedJobsPending(let latch): latch.wait()
       }
@@ -277,6 +288,8 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// What a shutdown's check on the loop's thread found.
   private enum ShutDownCheck: Sendable {
     case closed
+    /// The check ran on the caller's own thread: the caller is the loop's thread.
+    case calledOnLoopThread
     case jobsQueued
     /// Opens when the last delayed job has been enqueued.
     case delayedJobsPending(Latch)
