@@ -262,7 +262,8 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       switch outcome.withLock({ $0 }) {
       case .closed: return
       case .calledOnLoopThread:
-        concurrencyMisuse("RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
+        concurrencyMisuse(
+          "RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
       case .jobsQueued: continue
       case .delayedJobsPending(let latch): latch.wait()
       }

@@ -336,7 +336,8 @@ struct PeerScenariosNIOAtomicReferenceTests {
   func compareExchangeHammering() {
     hammer(iterations: underSanitizer ? 300 : 1_000, readers: 3) { reference, value, deallocations in
       guard let old = reference.load(), old.value == value - 1 else { return false }
-      return reference.compareExchange(expected: old, desired: TrackedInt(value, deallocations: deallocations)).exchanged
+      return reference.compareExchange(expected: old, desired: TrackedInt(value, deallocations: deallocations))
+        .exchanged
     }
   }
 
