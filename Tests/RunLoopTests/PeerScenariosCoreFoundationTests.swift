@@ -799,3 +799,225 @@ struct PeerCFRunLoopIdentityTests {
     }
   }
 }
+
+@Suite("CF scenarios: cross-thread changes and re-entrancy", .timeLimit(.minutes(1)))
+struct PeerCFCrossThreadAndReentrancyTests {
+  @Test func handledSourceWinsOverAStopAndATimeoutWinsOverAStop() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let source = RunLoopSource(perform: { RunLoop.current.stop() })
+      runLoop.add(source, forMode: .default)
+      source.signal()
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true) == .handledSource)
+      source.signal()
+      #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
+      // The stops were per run: a later run is not stopped.
+      #expect(runLoop.run(mode: .default, timeout: .milliseconds(10)) == .timedOut)
+    }
+  }
+
+  @Test func aStopFromAnEntryObserverEndsTheRunBeforeItsFirstPass() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      let stopper = RunLoopObserver(activities: .entry, order: -1) { _, _ in RunLoop.current.stop() }
+      runLoop.add(stopper, forMode: .default)
+      recordActivities(of: runLoop, into: log)
+      let source = recordingSource("source", into: log)
+      runLoop.add(source, forMode: .default)
+      source.signal()
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .stopped)
+      #expect(log.snapshot == ["entry", "exit"])
+      #expect(source.isSignalled)
+    }
+  }
+
+  @Test func aSourcesPerformMayRunTheLoopNestedInTheSameModeAndFireAgain() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let calls = Box(0)
+      let nested = Box<RunLoopRunResult?>(nil)
+      let holder = Box<RunLoopSource?>(nil)
+      let source = RunLoopSource(perform: {
+        guard calls.update({ $0 += 1; return $0 }) == 1 else { return }
+        holder.value!.signal()
+        nested.value = RunLoop.current.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true)
+      })
+      holder.value = source
+      runLoop.add(source, forMode: .default)
+      source.signal()
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true) == .handledSource)
+      #expect(calls.value == 2)
+      #expect(nested.value == .handledSource)
+      holder.value = nil
+    }
+  }
+
+  @Test func aRepeatingTimerIsNotFiredByARunNestedInItsOwnCalloutButOtherTimersAre() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      let other = RunLoopTimer(after: .seconds(3600)) { _ in log.append("other") }
+      runLoop.add(other, forMode: .default)
+      let timer = RunLoopTimer(after: .milliseconds(1), interval: .milliseconds(1)) { timer in
+        log.append("outer")
+        if log.count > 1 {
+          timer.invalidate()
+          return
+        }
+        other.setNextFireDate(.after(.milliseconds(5)))
+        // The repeating timer is due again many times meanwhile: it must not re-enter.
+        let nested = RunLoop.current.run(mode: .default, timeout: .milliseconds(20))
+        log.append("nested \(nested)")
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["outer", "other", "nested timedOut", "outer"])
+    }
+  }
+
+  @Test func aTimerAddedByABeforeWaitingObserverIsNotSleptThrough() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      runLoop.add(RunLoopSource(perform: {}), forMode: .default)
+      let fired = Box(false)
+      let observer = RunLoopObserver(activities: .beforeWaiting, repeats: false) { _, _ in
+        let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
+          fired.value = true
+          RunLoop.current.stop()
+        }
+        RunLoop.current.add(timer, forMode: .default)
+      }
+      runLoop.add(observer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(20)) == .stopped)
+      #expect(fired.value)
+    }
+  }
+
+  @Test func aTimerAddedFromAnotherThreadWakesALoopSleepingWithoutATimer() {
+    let loopBox = Box<RunLoop?>(nil)
+    let result = Box<RunLoopRunResult?>(nil)
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      runLoop.add(RunLoopSource(perform: {}), forMode: .default)
+      loopBox.value = runLoop
+      result.value = runLoop.run(mode: .default, before: .distantFuture)
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    let timer = RunLoopTimer(after: .milliseconds(1)) { _ in RunLoop.current.stop() }
+    loopBox.value!.add(timer, forMode: .default)
+    loopThread.join()
+    #expect(result.value == .stopped)
+    #expect(!timer.isValid)
+  }
+
+  @Test func aModeMadeCommonFromAnotherThreadBringsACommonTimerIntoASleepingRun() {
+    let tracking: RunLoopMode = "tracking"
+    let loopBox = Box<RunLoop?>(nil)
+    let result = Box<RunLoopRunResult?>(nil)
+    let firedIn = Box<RunLoopMode?>(nil)
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
+        firedIn.value = RunLoop.current.currentMode
+        RunLoop.current.stop()
+      }
+      runLoop.add(timer, forMode: .common)
+      runLoop.add(RunLoopSource(perform: {}), forMode: tracking)
+      loopBox.value = runLoop
+      result.value = runLoop.run(mode: tracking, before: .distantFuture)
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    loopBox.value!.addCommonMode(tracking)
+    loopThread.join()
+    #expect(result.value == .stopped)
+    #expect(firedIn.value == tracking)
+  }
+
+  @Test func aBlockForAnotherModeWakesTheLoopForOnePassOnly() {
+    let loopBox = Box<RunLoop?>(nil)
+    let log = Recorder<String>()
+    let result = Box<RunLoopRunResult?>(nil)
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      runLoop.add(RunLoopSource(perform: {}), forMode: .default)
+      let observer = RunLoopObserver(activities: [.beforeWaiting, .afterWaiting]) { _, activity in
+        log.append(activity.description)
+      }
+      runLoop.add(observer, forMode: .default)
+      loopBox.value = runLoop
+      result.value = runLoop.run(mode: .default, before: .distantFuture)
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    let runLoop = loopBox.value!
+    let ran = Box(false)
+    runLoop.performAndWakeUp(inModes: ["other"]) { ran.value = true }
+    waitUntil { log.count == 3 && runLoop.isWaiting }
+    runLoop.stop()
+    loopThread.join()
+    #expect(result.value == .stopped)
+    #expect(!ran.value)
+    #expect(log.snapshot == ["beforeWaiting", "afterWaiting", "beforeWaiting", "afterWaiting"])
+  }
+
+  @Test func anOuterModesSourceSignalledDuringANestedRunFiresWhenTheNestedRunReturns() {
+    let loopBox = Box<RunLoop?>(nil)
+    let nestedAsleep = Box(false)
+    let log = Recorder<String>()
+    let outerSource = recordingSource("outer source", into: log)
+    let result = Box<RunLoopRunResult?>(nil)
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      let inner: RunLoopMode = "inner"
+      runLoop.add(outerSource, forMode: .default)
+      runLoop.add(RunLoopSource(perform: {}), forMode: inner)
+      let asleep = RunLoopObserver(activities: .beforeWaiting) { _, _ in nestedAsleep.value = true }
+      runLoop.add(asleep, forMode: inner)
+      let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
+        let nested = RunLoop.current.run(mode: inner, timeout: .milliseconds(50))
+        log.append("nested \(nested)")
+      }
+      runLoop.add(timer, forMode: .default)
+      loopBox.value = runLoop
+      result.value = runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true)
+    }
+    waitUntil { nestedAsleep.value && loopBox.value?.isWaiting == true }
+    outerSource.signalAndWakeUp()
+    loopThread.join()
+    #expect(result.value == .handledSource)
+    #expect(log.snapshot == ["nested timedOut", "outer source"])
+  }
+
+  @Test func aPortMessageCountsAsAHandledSource() throws {
+    let port = Port()
+    let received = Recorder<Int32>()
+    port.setHandler { message in received.append(message.msgid) }
+    try port.send(PortMessage(msgid: 100), timeout: .seconds(10))
+    TestThread.run {
+      let runLoop = RunLoop.current
+      runLoop.add(port, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .zero, returnAfterSourceHandled: true) == .handledSource)
+      #expect(received.snapshot == [100])
+      #expect(runLoop.run(mode: .default, timeout: .zero, returnAfterSourceHandled: true) == .timedOut)
+    }
+    _ = port.invalidate()
+  }
+
+  @Test func aLoopsThreadEndingCancelsItsSourcesAndFreesItsTimers() {
+    let cancelled = Recorder<String>()
+    let source = RunLoopSource(cancel: { _, mode in cancelled.append(mode.rawValue) }, perform: {})
+    let timer = RunLoopTimer(after: .milliseconds(1)) { _ in }
+    TestThread.run {
+      RunLoop.current.add(source, forMode: .default)
+      RunLoop.current.add(source, forMode: "other")
+      RunLoop.current.add(timer, forMode: .default)
+    }
+    #expect(cancelled.snapshot.sorted() == [RunLoopMode.default.rawValue, "other"].sorted())
+    #expect(timer.isValid)
+    TestThread.run {
+      #expect(RunLoop.current.add(timer, forMode: .default))
+      #expect(RunLoop.current.run(mode: .default, timeout: .seconds(30)) == .finished)
+    }
+    #expect(!timer.isValid)
+  }
+}
