@@ -65,9 +65,12 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       let value = newValue > .zero && newValue < .nanoseconds(1) ? .nanoseconds(1) : newValue
       let loop: RunLoop? = lock.withLock {
         intervalValue = value
-        guard valid, !firing, value > .zero, let last = lastScheduledFireDate else { return nil }
-        fireDate = last.advanced(by: value)
-        rearmed = true
+        guard valid, !firing else { return nil }
+        if value > .zero, let last = lastScheduledFireDate {
+          fireDate = last.advanced(by: value)
+          rearmed = true
+        }
+        // Renewed even when the fire date stays: the tolerance in effect follows the interval.
         return runLoop
       }
       loop?.timerScheduleDidChange(self)
@@ -89,8 +92,13 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   var callback: (@Sendable (RunLoopTimer) -> Void)?
   /// The scheduled instant of the next firing. Protected by `lock`.
   var fireDate: MonotonicInstant
-  /// Protected by `lock`.
+  /// The tolerance as set (see ``tolerance``). Protected by `lock`.
   var toleranceValue: Duration
+  /// The tolerance the loop applies: `toleranceValue`, capped at half the interval for a
+  /// repeating timer (see ``tolerance``). Read with `lock` held.
+  var effectiveTolerance: Duration {
+    intervalValue > .zero ? Swift.min(toleranceValue, intervalValue / 2) : toleranceValue
+  }
   /// Protected by `lock`.
   var valid = true
   /// True while the callback runs, so a nested run does not fire it again. Protected by `lock`.
@@ -229,9 +237,13 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   }
 
   /// How late the loop may fire the timer to save wake-ups (never earlier). Negative values
-  /// become zero. (`CFRunLoopTimerSetTolerance`)
+  /// become zero. A repeating timer's tolerance is at most half its interval, as in Core
+  /// Foundation: a larger value reads (and acts) as half the interval, since the loop may
+  /// use all of it and a firing that late would slip past the next period, making an idle
+  /// timer skip periods. The value set is kept: it applies in full if the interval grows or
+  /// the timer becomes one-shot. (`CFRunLoopTimerSetTolerance`)
   public var tolerance: Duration {
-    get { lock.withLock { toleranceValue } }
+    get { lock.withLock { effectiveTolerance } }
     set {
       let loop: RunLoop? = lock.withLock {
         toleranceValue = newValue < .zero ? .zero : newValue
@@ -311,7 +323,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// The fire date and tolerance, or nil once invalid or when the timer is not `runLoop`'s
   /// (it may have moved to another loop meanwhile, whose lock guards its schedule fields).
   func scheduleSnapshot(in loop: RunLoop) -> (MonotonicInstant, Duration)? {
-    lock.withLock { valid && runLoop === loop ? (fireDate, toleranceValue) : nil }
+    lock.withLock { valid && runLoop === loop ? (fireDate, effectiveTolerance) : nil }
   }
 
   /// Like `scheduleSnapshot(in:)`, for renewing the schedule: also says whether the timer
@@ -320,7 +332,7 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock {
       guard valid && runLoop === loop else { return nil }
       defer { rearmed = false }
-      return (fireDate, toleranceValue, rearmed)
+      return (fireDate, effectiveTolerance, rearmed)
     }
   }
 
