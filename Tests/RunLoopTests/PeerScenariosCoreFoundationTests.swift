@@ -1021,3 +1021,40 @@ struct PeerCFCrossThreadAndReentrancyTests {
     #expect(!timer.isValid)
   }
 }
+
+@Suite("CF scenarios: timer tolerance", .timeLimit(.minutes(1)))
+struct PeerCFTimerToleranceTests {
+  @Test func aRepeatingTimersToleranceIsCappedAtHalfItsInterval() {
+    let repeating = RunLoopTimer(after: .seconds(3600), interval: .milliseconds(20), tolerance: .seconds(1)) { _ in }
+    #expect(repeating.tolerance == .milliseconds(10))
+    repeating.tolerance = .milliseconds(4)
+    #expect(repeating.tolerance == .milliseconds(4))
+    repeating.tolerance = .milliseconds(60)
+    #expect(repeating.tolerance == .milliseconds(10))
+    repeating.interval = .milliseconds(100)
+    #expect(repeating.tolerance == .milliseconds(50))
+    repeating.interval = .zero
+    #expect(repeating.tolerance == .milliseconds(60))
+    let oneShot = RunLoopTimer(after: .seconds(3600), tolerance: .seconds(1)) { _ in }
+    #expect(oneShot.tolerance == .seconds(1))
+  }
+
+  @Test func aRepeatingTimerWithAToleranceAboveItsIntervalDoesNotSkipPeriods() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let interval = Duration.milliseconds(20)
+      let scheduled = Recorder<MonotonicInstant>()
+      let timer = RunLoopTimer(after: .milliseconds(1), interval: interval, tolerance: .seconds(1)) { timer in
+        scheduled.append(timer.scheduledFireDate!)
+        if scheduled.count == 5 { timer.invalidate() }
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      let dates = scheduled.snapshot
+      let gaps = zip(dates, dates.dropFirst()).map { $1 - $0 }
+      // An idle loop fires every period, or nearly: a tolerance may delay a firing, not
+      // drop periods (a tolerance past the interval would wake after the next period).
+      #expect(gaps.contains(interval))
+    }
+  }
+}
