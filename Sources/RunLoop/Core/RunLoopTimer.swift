@@ -226,6 +226,12 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// sleeping. Among timers due at the same instant, a re-armed timer fires after those
   /// already there, so timers re-armed to one instant fire in the order they were re-armed.
   /// No effect on an invalidated timer. (`CFRunLoopTimerSetNextFireDate`)
+  ///
+  /// While the callback runs (called from it or from another thread), a repeating timer
+  /// honours a date later than the instant this firing was due at (``scheduledFireDate``),
+  /// which replaces the next period; an earlier or equal date is ignored and the timer goes
+  /// on to its next grid point, as in Core Foundation. A one-shot timer is invalidated after
+  /// its callback whatever date was set (``rearm(fireAt:_:)`` from the callback keeps it).
   public func setNextFireDate(_ date: MonotonicInstant) {
     let loop: RunLoop? = lock.withLock {
       guard valid else { return nil }
@@ -364,8 +370,9 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
       guard rearmCount == rearmsBefore else { return false }
       let interval = intervalValue
       guard interval > .zero else { return true }
-      // setNextFireDate from the callback wins over the grid (as in Core Foundation).
-      guard fireDate == scheduled else { return false }
+      // A date set during the callback wins over the grid when it is later than the due
+      // date; an earlier one is ignored (Core Foundation's `__CFRunLoopDoTimer` rule).
+      guard fireDate <= scheduled else { return false }
       fireDate = RunLoopTimer.nextGridPoint(after: .now, from: scheduled, interval: interval)
       rearmed = true
       return false
