@@ -1058,3 +1058,47 @@ struct PeerCFTimerToleranceTests {
     }
   }
 }
+
+@Suite("CF scenarios: moving a repeating timer from its callout", .timeLimit(.minutes(1)))
+struct PeerCFTimerCalloutFireDateTests {
+  /// `__CFRunLoopDoTimer`: a date set from the callout is honoured only when later than the
+  /// date the firing was due at; otherwise the timer continues on its grid.
+  @Test func aDateBeforeTheFiringsDueDateSetFromTheCalloutIsIgnored() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let ticks = Box(0)
+      let first = MonotonicInstant.after(.milliseconds(1))
+      let timer = RunLoopTimer(fireAt: first, interval: .seconds(3600)) { timer in
+        if ticks.update({ $0 += 1; return $0 }) == 1 {
+          timer.setNextFireDate(timer.scheduledFireDate! - .seconds(1))
+        }
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .milliseconds(50)) == .timedOut)
+      #expect(ticks.value == 1)
+      #expect(timer.nextFireDate == first + .seconds(3600))
+      timer.invalidate()
+    }
+  }
+
+  @Test func aDateAfterTheFiringsDueDateSetFromTheCalloutIsHonoured() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let ticks = Box(0)
+      let moved = Box<MonotonicInstant?>(nil)
+      let timer = RunLoopTimer(after: .milliseconds(1), interval: .seconds(3600)) { timer in
+        if ticks.update({ $0 += 1; return $0 }) == 1 {
+          let date = timer.scheduledFireDate! + .milliseconds(2)
+          moved.value = date
+          timer.setNextFireDate(date)
+        } else {
+          #expect(timer.scheduledFireDate == moved.value)
+          timer.invalidate()
+        }
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(ticks.value == 2)
+    }
+  }
+}
