@@ -778,6 +778,41 @@ struct PeerCFRunLoopIdentityTests {
     if Thread.isMainThread { #expect(RunLoop.current === main) }
   }
 
+  /// TestRunLoop.test_addingRemovingPorts: the port is deallocated once invalidated, though
+  /// it was scheduled in two modes.
+  @Test func anInvalidatedPortIsReleasedByTheRunLoop() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      weak var weakPort: Port?
+      do {
+        let port = Port()
+        weakPort = port
+        runLoop.add(port, forMode: .default)
+        runLoop.add(port, forMode: "Custom")
+        #expect(port.invalidate())
+      }
+      #expect(weakPort == nil)
+      weak var weakSource: RunLoopSource?
+      weak var weakTimer: RunLoopTimer?
+      weak var weakObserver: RunLoopObserver?
+      do {
+        let source = RunLoopSource(perform: {})
+        let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
+        let observer = RunLoopObserver(activities: .entry) { _, _ in }
+        (weakSource, weakTimer, weakObserver) = (source, timer, observer)
+        for mode: RunLoopMode in [.default, "Custom", .common] {
+          runLoop.add(source, forMode: mode)
+          runLoop.add(timer, forMode: mode)
+          runLoop.add(observer, forMode: mode)
+        }
+        source.invalidate()
+        timer.invalidate()
+        observer.invalidate()
+      }
+      #expect(weakSource == nil && weakTimer == nil && weakObserver == nil)
+    }
+  }
+
   @Test func aPortFollowsTheModesItIsAddedToAndInvalidationRemovesItEverywhere() {
     TestThread.run {
       let runLoop = RunLoop.current
@@ -1099,6 +1134,41 @@ struct PeerCFTimerCalloutFireDateTests {
       runLoop.add(timer, forMode: .default)
       #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
       #expect(ticks.value == 2)
+    }
+  }
+}
+
+@Suite("CF scenarios: work handed over at before-waiting", .timeLimit(.minutes(1)))
+struct PeerCFBeforeWaitingTests {
+  @Test func aSignalAndWakeUpFromABeforeWaitingObserverKeepsTheLoopFromSleeping() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let fired = Box(0)
+      let source = RunLoopSource(perform: { fired.update { $0 += 1 } })
+      runLoop.add(source, forMode: .default)
+      let observer = RunLoopObserver(activities: .beforeWaiting, repeats: false) { _, _ in
+        source.signal()
+        RunLoop.current.wakeUp()
+      }
+      runLoop.add(observer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(20), returnAfterSourceHandled: true) == .handledSource)
+      #expect(fired.value == 1)
+    }
+  }
+
+  @Test func commonObserversJoinAModeMadeCommonLaterInOrderAmongItsOwn() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let tracking: RunLoopMode = "tracking"
+      let log = Recorder<String>()
+      runLoop.add(RunLoopObserver(activities: .entry, order: 10) { _, _ in log.append("own 10") }, forMode: tracking)
+      runLoop.add(RunLoopObserver(activities: .entry, order: -1) { _, _ in log.append("own -1") }, forMode: tracking)
+      runLoop.add(RunLoopObserver(activities: .entry, order: 1) { _, _ in log.append("common 1") }, forMode: .common)
+      runLoop.add(RunLoopObserver(activities: .entry, order: 20) { _, _ in log.append("common 20") }, forMode: .common)
+      runLoop.addCommonMode(tracking)
+      runLoop.add(RunLoopSource(perform: {}), forMode: tracking)
+      _ = runLoop.run(mode: tracking, timeout: .zero)
+      #expect(log.snapshot == ["own -1", "common 1", "own 10", "common 20"])
     }
   }
 }
