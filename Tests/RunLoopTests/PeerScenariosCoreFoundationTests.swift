@@ -764,6 +764,11 @@ struct PeerCFRunLoopIdentityTests {
   @Test func modeNamesAreCoreFoundationsConstants() {
     #expect(RunLoopMode.common.rawValue == "kCFRunLoopCommonModes")
     #expect(RunLoopMode.default.rawValue == "kCFRunLoopDefaultMode")
+    // CFRunLoopRunResult and CFRunLoopActivity values.
+    #expect([RunLoopRunResult.finished, .stopped, .timedOut, .handledSource].map(\.rawValue) == [1, 2, 3, 4])
+    let activities: [RunLoopActivity] = [.entry, .beforeTimers, .beforeSources, .beforeWaiting, .afterWaiting, .exit]
+    #expect(activities.map(\.rawValue) == [1, 2, 4, 32, 64, 128])
+    #expect(RunLoopActivity.allActivities.rawValue == 0x0FFF_FFFF)
   }
 
   @Test func mainAndCurrentAreTheSameObjectsEachTime() {
