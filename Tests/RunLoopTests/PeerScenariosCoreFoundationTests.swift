@@ -136,6 +136,26 @@ struct PeerCFRunResultTests {
     #expect(wakes.value == 2)
   }
 
+  /// A deliberate difference (the type's documentation): Core Foundation would sleep until
+  /// the deadline once the mode's last source is gone; here the run returns finished.
+  @Test func invalidatingASleepingRunsLastSourceFromAnotherThreadFinishesTheRun() {
+    let loopBox = Box<RunLoop?>(nil)
+    let result = Box<RunLoopRunResult?>(nil)
+    let cancelled = Box(false)
+    let source = RunLoopSource(cancel: { _, _ in cancelled.value = true }, perform: {})
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      runLoop.add(source, forMode: .default)
+      loopBox.value = runLoop
+      result.value = runLoop.run(mode: .default, before: .distantFuture)
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    source.invalidate()
+    loopThread.join()
+    #expect(result.value == .finished)
+    #expect(cancelled.value)
+  }
+
   @Test func isWaitingIsFalseWhenAskedFromTheLoopsOwnThread() {
     TestThread.run {
       let runLoop = RunLoop.current
@@ -681,10 +701,13 @@ struct PeerCFTimerTests {
     TestThread.run {
       let runLoop = RunLoop.current
       let ticks = Box(0)
-      let timer = RunLoopTimer(fireAt: .now - .seconds(1), interval: .seconds(3600)) { _ in ticks.update { $0 += 1 } }
+      let first = MonotonicInstant.now - .seconds(1)
+      let timer = RunLoopTimer(fireAt: first, interval: .seconds(3600)) { _ in ticks.update { $0 += 1 } }
       runLoop.add(timer, forMode: .default)
       #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
       #expect(ticks.value == 1)
+      // Added late, it fired once and stays on the grid of its first date.
+      #expect(timer.nextFireDate == first + .seconds(3600))
       #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
       #expect(ticks.value == 1)
       timer.invalidate()
