@@ -1200,3 +1200,36 @@ struct PeerCFBeforeWaitingTests {
     }
   }
 }
+
+@Suite("CF scenarios: modes", .timeLimit(.minutes(1)))
+struct PeerCFModeTests {
+  /// CFRunLoopRunInMode looks the mode up without creating it; adding an item or queueing a
+  /// block for a mode creates it (CFRunLoopPerformBlock "ensures the mode exists").
+  @Test func runningAnUnknownModeDoesNotCreateItButAddingOrQueueingDoes() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      #expect(runLoop.allModes == [.default])
+      #expect(runLoop.run(mode: "ran", timeout: .zero) == .finished)
+      #expect(!runLoop.allModes.contains("ran"))
+      runLoop.add(RunLoopSource(perform: {}), forMode: "added")
+      runLoop.perform(inModes: ["queued"]) {}
+      #expect(runLoop.allModes == [.default, "added", "queued"])
+      #expect(runLoop.commonModes == [.default])
+    }
+  }
+
+  @Test func currentModeIsSetDuringEntryAndExitNotifications() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let seen = Recorder<String>()
+      let observer = RunLoopObserver(activities: [.entry, .exit]) { _, activity in
+        seen.append("\(activity) \(RunLoop.current.currentMode?.rawValue ?? "nil")")
+      }
+      runLoop.add(observer, forMode: "custom")
+      runLoop.add(RunLoopSource(perform: {}), forMode: "custom")
+      _ = runLoop.run(mode: "custom", timeout: .zero)
+      #expect(seen.snapshot == ["entry custom", "exit custom"])
+      #expect(runLoop.currentMode == nil)
+    }
+  }
+}

@@ -1,8 +1,10 @@
 /// The name of a run-loop mode: a named set of sources, timers and observers.
 ///
 /// A run always happens in one concrete mode; items of other modes keep their events until a
-/// run in their mode. Modes come into existence when something is added to them or they are
-/// run. ``default`` is where most work goes. ``common`` is not a mode but a per-run-loop set
+/// run in their mode. Modes come into existence when something is added to them or a block is
+/// queued for them (``RunLoop/allModes``); running a mode that does not exist creates nothing
+/// and returns ``RunLoopRunResult/finished``, as in Core Foundation. ``default`` is where most
+/// work goes. ``common`` is not a mode but a per-run-loop set
 /// of modes (initially only ``default``, extended with ``RunLoop/addCommonMode(_:)``): an item
 /// added to `common` is present in every common mode, including modes added to the set later.
 /// Running in `common` itself is a programming error (the process stops with a message).
