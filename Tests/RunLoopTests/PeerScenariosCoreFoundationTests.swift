@@ -1218,6 +1218,31 @@ struct PeerCFModeTests {
     }
   }
 
+  @Test func aSourceSignalledWhileTheLoopRunsAnotherModeWaitsForARunInItsMode() {
+    let loopBox = Box<RunLoop?>(nil)
+    let wakes = Box(0)
+    let fired = Box(0)
+    let source = RunLoopSource(perform: { fired.update { $0 += 1 } })
+    let loopThread = TestThread.spawn {
+      let runLoop = RunLoop.current
+      runLoop.add(source, forMode: .default)
+      runLoop.add(RunLoopSource(perform: {}), forMode: "other")
+      runLoop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in wakes.update { $0 += 1 } }, forMode: "other")
+      loopBox.value = runLoop
+      #expect(runLoop.run(mode: "other", before: .distantFuture) == .stopped)
+      #expect(fired.value == 0)
+      #expect(runLoop.run(mode: .default, timeout: .zero, returnAfterSourceHandled: true) == .handledSource)
+    }
+    waitUntil { loopBox.value?.isWaiting == true }
+    let runLoop = loopBox.value!
+    source.signalAndWakeUp()
+    waitUntil { wakes.value == 1 && runLoop.isWaiting }
+    #expect(source.isSignalled)
+    runLoop.stop()
+    loopThread.join()
+    #expect(fired.value == 1)
+  }
+
   @Test func currentModeIsSetDuringEntryAndExitNotifications() {
     TestThread.run {
       let runLoop = RunLoop.current
