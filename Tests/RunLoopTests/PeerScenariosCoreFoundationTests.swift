@@ -1258,3 +1258,52 @@ struct PeerCFModeTests {
     }
   }
 }
+
+@Suite("CF scenarios: many timers", .timeLimit(.minutes(1)))
+struct PeerCFManyTimersTests {
+  @Test func aDueTimerMovedLaterByAnEarlierTimersCalloutDoesNotFireInThatPass() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let log = Recorder<String>()
+      let due = MonotonicInstant.after(.milliseconds(2))
+      let later = RunLoopTimer(fireAt: due) { _ in log.append("later") }
+      let moved = Box<MonotonicInstant?>(nil)
+      let first = RunLoopTimer(fireAt: due) { _ in
+        log.append("first")
+        let date = MonotonicInstant.after(.milliseconds(20))
+        moved.value = date
+        later.setNextFireDate(date)
+      }
+      runLoop.add(first, forMode: .default)
+      runLoop.add(later, forMode: .default)
+      let firedAt = Box<MonotonicInstant?>(nil)
+      runLoop.add(RunLoopObserver(activities: .exit) { _, _ in firedAt.value = .now }, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      #expect(log.snapshot == ["first", "later"])
+      #expect(later.scheduledFireDate == moved.value)
+      #expect(firedAt.value! >= moved.value!)
+    }
+  }
+
+  @Test func manyTimersEachFireOnceInFireDateOrderWithTiesInTheOrderAdded() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let count = 300
+      let start = MonotonicInstant.after(.milliseconds(5))
+      // Scrambled offsets with many ties: (index * 7) % 23 milliseconds.
+      let fired = Recorder<(offset: Int, index: Int)>()
+      for index in 0..<count {
+        let offset = (index * 7) % 23
+        let timer = RunLoopTimer(fireAt: start + .milliseconds(offset)) { _ in fired.append((offset, index)) }
+        runLoop.add(timer, forMode: index.isMultiple(of: 3) ? .common : .default)
+      }
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .finished)
+      let order = fired.snapshot
+      #expect(order.count == count)
+      #expect(Set(order.map(\.index)).count == count)
+      for (earlier, later) in zip(order, order.dropFirst()) {
+        #expect(earlier.offset < later.offset || (earlier.offset == later.offset && earlier.index < later.index))
+      }
+    }
+  }
+}
