@@ -196,6 +196,24 @@ struct PeerCFRunResultTests {
     }
   }
 
+  @Test func aStopForTheOuterRunSurvivesANestedRunStartedAfterIt() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let inner: RunLoopMode = "inner"
+      let log = Recorder<String>()
+      runLoop.add(RunLoopSource(perform: {}), forMode: .default)
+      runLoop.add(RunLoopTimer(after: .milliseconds(1)) { _ in log.append("inner timer") }, forMode: inner)
+      let source = RunLoopSource(perform: {
+        RunLoop.current.stop()  // meant for the outer run, the innermost now
+        log.append("nested \(RunLoop.current.run(mode: inner, timeout: .seconds(30)))")
+      })
+      runLoop.add(source, forMode: .default)
+      source.signal()
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .stopped)
+      #expect(log.snapshot == ["inner timer", "nested finished"])
+    }
+  }
+
   @Test func aNestedRunInAnotherModeLeavesTheOuterModesSourcesAlone() {
     TestThread.run {
       let runLoop = RunLoop.current
