@@ -77,7 +77,12 @@ struct PeerCFRunResultTests {
       let runLoop = RunLoop.current
       let fired = Box(0)
       let timer = RunLoopTimer(after: .milliseconds(1), interval: .milliseconds(1)) { timer in
-        if fired.update({ $0 += 1; return $0 }) == 3 { RunLoop.current.stop() }
+        if fired.update({
+          $0 += 1
+          return $0
+        }) == 3 {
+          RunLoop.current.stop()
+        }
       }
       runLoop.add(timer, forMode: .default)
       #expect(runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true) == .stopped)
@@ -295,7 +300,8 @@ struct PeerCFObserverTests {
       let runLoop = RunLoop.current
       let inner: RunLoopMode = "inner"
       let log = Recorder<String>()
-      runLoop.add(RunLoopObserver(activities: [.entry, .exit]) { _, a in log.append("default \(a)") }, forMode: .default)
+      runLoop.add(
+        RunLoopObserver(activities: [.entry, .exit]) { _, a in log.append("default \(a)") }, forMode: .default)
       runLoop.add(RunLoopObserver(activities: [.entry, .exit]) { _, a in log.append("inner \(a)") }, forMode: inner)
       runLoop.add(RunLoopSource(perform: {}), forMode: inner)
       let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
@@ -366,7 +372,10 @@ struct PeerCFSourceTests {
       #expect(!source.isValid)
       #expect(!runLoop.add(source, forMode: .default))
       #expect(log.count == 7)  // 4 schedules, perform, then a cancel per mode left
-      #expect(Array(log.snapshot.prefix(4)) == ["schedule \(RunLoopMode.default)", "schedule Custom", "cancel Custom", "schedule Custom"])
+      #expect(
+        Array(log.snapshot.prefix(4)) == [
+          "schedule \(RunLoopMode.default)", "schedule Custom", "cancel Custom", "schedule Custom",
+        ])
       #expect(log.snapshot[4] == "perform")
     }
   }
@@ -628,7 +637,10 @@ struct PeerCFTimerTests {
       let runLoop = RunLoop.current
       let ticks = Box(0)
       let timer = RunLoopTimer(after: .milliseconds(1), interval: .seconds(3600)) { timer in
-        if ticks.update({ $0 += 1; return $0 }) == 1 {
+        if ticks.update({
+          $0 += 1
+          return $0
+        }) == 1 {
           timer.setNextFireDate(.after(.milliseconds(2)))
         } else {
           timer.invalidate()
@@ -670,7 +682,9 @@ struct PeerCFTimerTests {
       #expect(runLoop.run(mode: tracking, timeout: .seconds(30)) == .stopped)
       // Fires in a tracking run nested in a default one.
       let nestedResult = Box<RunLoopRunResult?>(nil)
-      runLoop.perform(inModes: [.default]) { nestedResult.value = RunLoop.current.run(mode: tracking, timeout: .seconds(30)) }
+      runLoop.perform(inModes: [.default]) {
+        nestedResult.value = RunLoop.current.run(mode: tracking, timeout: .seconds(30))
+      }
       _ = runLoop.run(mode: .default, timeout: .seconds(30))
       #expect(modes.snapshot == ["tracking", "tracking"])
       #expect(nestedResult.value == .finished)
@@ -920,7 +934,12 @@ struct PeerCFCrossThreadAndReentrancyTests {
       let nested = Box<RunLoopRunResult?>(nil)
       let holder = Box<RunLoopSource?>(nil)
       let source = RunLoopSource(perform: {
-        guard calls.update({ $0 += 1; return $0 }) == 1 else { return }
+        guard
+          calls.update({
+            $0 += 1
+            return $0
+          }) == 1
+        else { return }
         holder.value!.signal()
         nested.value = RunLoop.current.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true)
       })
@@ -1150,7 +1169,10 @@ struct PeerCFTimerCalloutFireDateTests {
       let ticks = Box(0)
       let first = MonotonicInstant.after(.milliseconds(1))
       let timer = RunLoopTimer(fireAt: first, interval: .seconds(3600)) { timer in
-        if ticks.update({ $0 += 1; return $0 }) == 1 {
+        if ticks.update({
+          $0 += 1
+          return $0
+        }) == 1 {
           timer.setNextFireDate(timer.scheduledFireDate! - .seconds(1))
         }
       }
@@ -1168,7 +1190,10 @@ struct PeerCFTimerCalloutFireDateTests {
       let ticks = Box(0)
       let moved = Box<MonotonicInstant?>(nil)
       let timer = RunLoopTimer(after: .milliseconds(1), interval: .seconds(3600)) { timer in
-        if ticks.update({ $0 += 1; return $0 }) == 1 {
+        if ticks.update({
+          $0 += 1
+          return $0
+        }) == 1 {
           let date = timer.scheduledFireDate! + .milliseconds(2)
           moved.value = date
           timer.setNextFireDate(date)
