@@ -9,9 +9,9 @@
 /// Needed where an ordering goes through code ThreadSanitizer does not see: a continuation
 /// resumed on a pool thread wakes its task through the concurrency runtime's own atomics,
 /// and when the task had not suspended yet it goes on without the runtime's enqueue/run
-/// annotations. The pool's thread releases the job's address before resuming; the task
-/// acquires it when its wait returns.
-enum SanitizerAnnotations {
+/// annotations. The resuming thread (a pool thread, a run loop's thread) releases the
+/// request's address after resuming; the task acquires it when its wait returns.
+package enum SanitizerAnnotations {
   private typealias Annotation = @convention(c) (UnsafeRawPointer?) -> Void
 
   private static let acquireFunction: Annotation? = lookUp("__tsan_acquire")
@@ -25,16 +25,16 @@ enum SanitizerAnnotations {
   /// Marks everything the calling thread did so far as happening before a later `acquire`
   /// of the same address.
   @inline(__always)
-  static func release(_ object: AnyObject) {
+  package static func release(_ object: AnyObject) {
     if let releaseFunction { releaseFunction(UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque())) }
   }
 
   /// Whether the process runs with ThreadSanitizer's runtime.
-  static var isActive: Bool { releaseFunction != nil }
+  package static var isActive: Bool { releaseFunction != nil }
 
   /// Orders the calling thread after every `release` of the same address.
   @inline(__always)
-  static func acquire(_ object: AnyObject) {
+  package static func acquire(_ object: AnyObject) {
     if let acquireFunction { acquireFunction(UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque())) }
   }
 }
