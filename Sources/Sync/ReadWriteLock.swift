@@ -2,7 +2,9 @@
 /// lock (`pthread_rwlock_t`), on a Linux futex.
 ///
 /// **Writers are not starved.** While a writer waits, new readers wait too (the guide's
-/// rule), so a steady stream of readers cannot lock a writer out. That also means a thread
+/// rule), so a steady stream of readers cannot lock a writer out. A writer that gives up (a
+/// timed `writeLock` that times out) stops holding them back at once, as with
+/// `pthread_rwlock_timedwrlock`. That also means a thread
 /// holding a read lock must not take it again for reading while a writer may be waiting:
 /// read locks are not recursive (the second `readLock()` would wait behind the writer, which
 /// waits behind the first).
@@ -65,9 +67,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   //
   // The rules that keep the wake-ups from getting lost:
   // - A release that leaves the lock free (bits 0-20 zero) with a waiting bit set calls
-  //   `wakeWriterOrReaders`, the only place that clears those bits, and it wakes whom the
-  //   cleared bit stood for. That covers a writer's release, the last reader's release, a
-  //   hand-over taken back, and the last starving writer giving up while the lock is free.
+  //   `wakeWriterOrReaders`, which clears those bits and wakes whom the cleared bit stood
+  //   for. That covers a writer's release, the last reader's release, a hand-over taken
+  //   back, and the last starving writer giving up while the lock is free. The only other
+  //   place that clears them is `withdrawWritersWaiting`, a writer giving up while readers
+  //   hold the lock, and it too wakes everyone they stood for.
   // - While the starving count is not zero, a writer's release and the last reader's release
   //   never free the lock: they set `writeLocked | handedOver`, bump `handOff` (releasing)
   //   and wake one starving writer. If that woke nobody, every starving writer is running
@@ -403,9 +407,15 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       let sequence = UInt32.atomicLoad(at: writerNotify, ordering: .acquiring)
       current = UInt32.atomicLoad(at: state, ordering: .relaxed)
       if Self.isUnlocked(current) || current & Self.writersWaiting == 0 { continue }
-      if deadline != .distantFuture, deadline.hasPassed { return false }
+      if deadline != .distantFuture, deadline.hasPassed {
+        withdrawWritersWaiting()
+        return false
+      }
       if firstSleep == .distantPast { firstSleep = .now }
-      if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) { return false }
+      if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) {
+        withdrawWritersWaiting()
+        return false
+      }
       if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
       current = spin()
     }
@@ -433,10 +443,45 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
           desired & (Self.readersWaiting | Self.writersWaiting) != 0
         {
           wakeWriterOrReaders(desired)
+        } else {
+          withdrawWritersWaiting()
         }
         return false
       }
       current = seen
+    }
+  }
+
+  /// A writer whose deadline passed while readers hold the lock: the `writersWaiting` bit it
+  /// set (one bit for every waiting writer) would otherwise keep new readers queued behind a
+  /// writer that is gone until the last reader leaves, where `pthread_rwlock_t` lets them in
+  /// (and a reader the holders wait for would deadlock). Clears both waiting bits and wakes
+  /// everyone they stood for: every sleeping writer (bump `writerNotify`, wake all), which
+  /// finds the lock still held and sets its bit again, and the sleeping readers, which get in
+  /// unless such a writer set it first. Only while nobody starves (a starving writer's bit is
+  /// its own, and its hand-over serves the rest) and the lock is read-held (the release of a
+  /// write hold serves the bits). The timeout path only; the cost is the wake-ups.
+  @usableFromInline
+  func withdrawWritersWaiting() {
+    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    while current & Self.writersWaiting != 0, current & Self.starvingWriters == 0, !Self.isUnlocked(current),
+      !Self.isWriteLocked(current)
+    {
+      let seen = UInt32.atomicCompareExchange(
+        expected: current, desired: current & ~(Self.readersWaiting | Self.writersWaiting), at: state,
+        ordering: .relaxed)
+      if seen != current {
+        current = seen
+        continue
+      }
+      // Releasing bump after the clear: a writer that loads the bumped
+      // counter (acquiring) then reads the cleared state and sets its bit again instead of
+      // sleeping; one that loaded it before has its futex wait refused.
+      _ = UInt32.atomicFetchAdd(1, at: writerNotify, ordering: .releasing)
+      Futex.wake(writerNotify, count: Int32.max)
+      // A reader sleeps expecting the state with `readersWaiting` set: it changed.
+      if current & Self.readersWaiting != 0 { Futex.wake(state, count: Int32.max) }
+      return
     }
   }
 
@@ -560,8 +605,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   }
 
   /// Called with the lock free and a waiting bit set: wakes one writer if any, else all
-  /// readers. Clearing a bit and waking whom it stood for go together (the only place either
-  /// bit is cleared). Stops as soon as someone takes the lock: its release serves the rest.
+  /// readers. Clearing a bit and waking whom it stood for go together (here and in
+  /// `withdrawWritersWaiting`, the only places either bit is cleared). Stops as soon as
+  /// someone takes the lock: its release serves the rest.
   @usableFromInline
   func wakeWriterOrReaders(_ observed: UInt32) {
     var current = observed
