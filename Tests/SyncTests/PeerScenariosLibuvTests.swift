@@ -141,6 +141,120 @@ struct PeerLibuvMutexTests {
     #expect(rwlock.tryWriteLock())
     rwlock.unlock()
   }
+
+  @Test("a read lock is re-entrant while no writer waits: a reader takes another read lock and try-lock succeeds")
+  func readLockTakenTwiceWithoutWriters() {
+    let rwlock = ReadWriteLock()
+    rwlock.readLock()
+    #expect(rwlock.tryReadLock())
+    #expect(rwlock.readLock(timeout: .zero))
+    #expect(!rwlock.tryWriteLock())
+    #expect(!rwlock.writeLock(timeout: .zero))
+    rwlock.unlock()
+    rwlock.unlock()
+    rwlock.unlock()
+    #expect(rwlock.tryWriteLock())
+    rwlock.unlock()
+  }
+
+  @Test("a writer that gave up waiting (pthread_rwlock_timedwrlock timing out) does not keep new readers out")
+  func timedOutWriterLetsReadersIn() {
+    let rwlock = ReadWriteLock()
+    rwlock.readLock()
+    let writerTimedOut = AtomicBool(false)
+    runConcurrently(1) { _ in writerTimedOut.store(!rwlock.writeLock(timeout: .milliseconds(20)), ordering: .relaxed) }
+    #expect(writerTimedOut.load(ordering: .relaxed))
+    // No writer waits any more: another reader gets in at once, as with pthread's lock.
+    let readerGotIn = AtomicBool(false)
+    runConcurrently(1) { _ in
+      let took = rwlock.tryReadLock()
+      if took { rwlock.unlock() }
+      readerGotIn.store(took, ordering: .relaxed)
+    }
+    #expect(readerGotIn.load(ordering: .relaxed))
+    rwlock.unlock()
+  }
+
+  @Test("writers that all gave up, one after waking the other and having it starve, do not keep new readers out")
+  func timedOutWritersLetReadersIn() {
+    let rwlock = ReadWriteLock()
+    rwlock.readLock()
+    let timedOut = AtomicInteger<Int>(0)
+    runConcurrently(2) { index in
+      // The first to give up wakes the other, which has slept past the starvation threshold.
+      if !rwlock.writeLock(timeout: index == 0 ? .milliseconds(20) : .milliseconds(60)) {
+        timedOut.increment(ordering: .relaxed)
+      }
+    }
+    #expect(timedOut.load(ordering: .relaxed) == 2)
+    let readerGotIn = AtomicBool(false)
+    runConcurrently(1) { _ in
+      let took = rwlock.readLock(timeout: .milliseconds(200))
+      if took { rwlock.unlock() }
+      readerGotIn.store(took, ordering: .relaxed)
+    }
+    #expect(readerGotIn.load(ordering: .relaxed))
+    rwlock.unlock()
+    #expect(rwlock.tryWriteLock())
+    rwlock.unlock()
+  }
+
+  @Test("stress: timed writers giving up among readers and untimed writers: exclusion holds, nobody is left asleep")
+  func timedWritersAmongReadersAndWriters() {
+    let rwlock = ReadWriteLock()
+    // Bits 0-15 count readers inside, bit 16 a writer inside.
+    let inside = AtomicInteger<Int>(0)
+    let violations = AtomicInteger<Int>(0)
+    let iterations = isRunningUnderSanitizer ? 300 : 3_000
+    runConcurrently(6) { index in
+      for round in 0..<iterations {
+        switch index {
+        case 0, 1, 2:
+          let took = index == 2 ? rwlock.readLock(timeout: .microseconds(50 * (round % 4))) : { rwlock.readLock(); return true }()
+          guard took else { continue }
+          if inside.add(1, ordering: .relaxed) >= 1 << 16 { violations.increment(ordering: .relaxed) }
+          _ = inside.subtract(1, ordering: .relaxed)
+          rwlock.unlock()
+        default:
+          let took = index == 5 ? { rwlock.writeLock(); return true }() : rwlock.writeLock(timeout: .microseconds(20 * (round % 5)))
+          guard took else { continue }
+          if inside.add(1 << 16, ordering: .relaxed) != 1 << 16 { violations.increment(ordering: .relaxed) }
+          _ = inside.subtract(1 << 16, ordering: .relaxed)
+          rwlock.unlock()
+        }
+      }
+    }
+    #expect(violations.load(ordering: .relaxed) == 0)
+    #expect(rwlock.tryWriteLock())
+    rwlock.unlock()
+    #expect(rwlock.tryReadLock())
+    rwlock.unlock()
+  }
+
+  @Test("while a timed writer still waits, new readers queue; once it gives up they get in")
+  func readersQueueBehindATimedWriterUntilItGivesUp() {
+    let rwlock = ReadWriteLock()
+    rwlock.readLock()
+    let writerWaiting = Gate()
+    let results = [AtomicBool(true), AtomicBool(false)]
+    runConcurrently(2) { index in
+      if index == 0 {
+        writerWaiting.open()
+        results[0].store(rwlock.writeLock(timeout: .milliseconds(100)), ordering: .relaxed)
+      } else {
+        writerWaiting.wait()
+        // Queued behind the writer, admitted once it gives up (bounded so that a reader
+        // kept out for good fails instead of hanging: the main thread's read lock is
+        // released only after this thread is joined).
+        let took = rwlock.readLock(timeout: .seconds(5))
+        results[1].store(took, ordering: .relaxed)
+        if took { rwlock.unlock() }
+      }
+    }
+    #expect(!results[0].load(ordering: .relaxed))
+    #expect(results[1].load(ordering: .relaxed))
+    rwlock.unlock()
+  }
 }
 
 /// libuv's `worker_config`: two flags, each set once by one side and awaited by the other.
