@@ -107,7 +107,8 @@ extension RunLoop {
   }
 
   /// Removes `timer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless if
-  /// it is not there. Once in no mode, the timer may be added to another run loop.
+  /// it is not there. Once in no mode, the timer may be added to another run loop. Removed
+  /// by a callback of the pass that was about to fire it, it does not fire in that pass.
   /// (`CFRunLoopRemoveTimer`)
   public func remove(_ timer: RunLoopTimer, forMode mode: RunLoopMode) {
     lock.withLock {

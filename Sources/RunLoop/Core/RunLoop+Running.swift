@@ -269,7 +269,13 @@ extension RunLoop {
       }
       if !poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0 { notify(.afterWaiting, mode) }
       if !after.due.isEmpty {
-        for timer in after.due { fire(timer, in: mode) }
+        for timer in after.due {
+          // A timer an earlier callback of this pass removed from the mode does not fire
+          // (as a stopped timer in libuv, or a timer removed from its run loop in Core
+          // Foundation); an invalidated or re-armed one is refused by `fireIfDue`.
+          guard lock.withLock({ mode.contains(timer) }) else { continue }
+          fire(timer, in: mode)
+        }
         // Their fire dates moved (or they ended): schedule them again, in the loop that owns
         // each now (a callback may have moved its timer to another run loop).
         var moved: [(RunLoopTimer, RunLoop)] = []
