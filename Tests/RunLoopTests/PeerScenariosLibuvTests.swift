@@ -106,6 +106,65 @@ struct PeerLibuvAsyncTests {
     #expect(result.value == .stopped)
   }
 
+  @Test("async: a send before the loop runs is handled in its first pass")
+  func aSendBeforeTheRunIsHandled() {
+    TestThread.run {
+      let loop = RunLoop.current
+      let handled = AtomicInteger<Int>(0)
+      let source = RunLoopSource { handled.increment(ordering: .relaxed) }
+      loop.add(source, forMode: .default)
+      TestThread.run { source.signalAndWakeUp() }
+      #expect(loop.run(mode: .default, timeout: .zero) == .timedOut)
+      #expect(handled.load(ordering: .relaxed) == 1)
+      source.invalidate()
+    }
+  }
+
+  @Test("async: a source that signals itself from its callback fires again in a later pass")
+  func aSendFromTheCallbackItselfIsNotLost() {
+    TestThread.run {
+      let loop = RunLoop.current
+      let handled = AtomicInteger<Int>(0)
+      let box = Box<RunLoopSource?>(nil)
+      let source = RunLoopSource {
+        if handled.increment(ordering: .relaxed) == 5 { loop.stop() } else { box.value!.signal() }
+      }
+      box.value = source
+      loop.add(source, forMode: .default)
+      source.signal()
+      #expect(loop.run(mode: .default, timeout: .seconds(30)) == .stopped)
+      #expect(handled.load(ordering: .relaxed) == 5)
+      box.value = nil
+      source.invalidate()
+    }
+  }
+
+  @Test("async close: a signalled source invalidated by an earlier callback of the same pass does not fire")
+  func invalidatedByAnEarlierCallbackDoesNotFire() {
+    TestThread.run {
+      let loop = RunLoop.current
+      let fired = Recorder<String>()
+      let box = Box<RunLoopSource?>(nil)
+      let first = RunLoopSource(order: 0) {
+        fired.append("first")
+        box.value!.invalidate()
+      }
+      let second = RunLoopSource(order: 1) { fired.append("second") }
+      box.value = second
+      loop.add(first, forMode: .default)
+      loop.add(second, forMode: .default)
+      let keepAlive = RunLoopTimer(after: .seconds(3600)) { _ in }
+      loop.add(keepAlive, forMode: .default)
+      first.signal()
+      second.signal()
+      #expect(loop.run(mode: .default, timeout: .zero) == .timedOut)
+      #expect(fired.snapshot == ["first"])
+      box.value = nil
+      first.invalidate()
+      keepAlive.invalidate()
+    }
+  }
+
   @Test("async_null_cb: a bare wake-up from another thread wakes a sleeping loop")
   func bareWakeUpWakesTheLoop() {
     let loopBox = Box<RunLoop?>(nil)
@@ -373,6 +432,34 @@ struct PeerLibuvTimerTests {
       loop.add(RunLoopTimer(after: .milliseconds(1)) { _ in fired.increment(ordering: .relaxed) }, forMode: .default)
       #expect(loop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: false) == .finished)
       #expect(fired.load(ordering: .relaxed) == 2)
+    }
+  }
+
+  @Test("a timer stopped or moved by another timer's callback in the same pass does not fire in that pass")
+  func stoppedByAnotherCallbackDoesNotFire() {
+    TestThread.run {
+      let loop = RunLoop.current
+      let order = Recorder<String>()
+      let due = MonotonicInstant.now
+      let box = Box<[RunLoopTimer]>([])
+      let first = RunLoopTimer(fireAt: due) { _ in
+        order.append("first")
+        box.value[0].invalidate()
+        box.value[1].setNextFireDate(.after(.seconds(3600)))
+        loop.remove(box.value[2], forMode: .default)
+      }
+      let stopped = RunLoopTimer(fireAt: due) { _ in order.append("stopped") }
+      let moved = RunLoopTimer(fireAt: due) { _ in order.append("moved") }
+      let removed = RunLoopTimer(fireAt: due) { _ in order.append("removed") }
+      box.value = [stopped, moved, removed]
+      for timer in [first, stopped, moved, removed] { loop.add(timer, forMode: .default) }
+      #expect(loop.run(mode: .default, timeout: .zero) == .timedOut)
+      #expect(order.snapshot == ["first"])
+      #expect(loop.run(mode: .default, timeout: .milliseconds(5)) == .timedOut)
+      #expect(order.snapshot == ["first"])
+      moved.invalidate()
+      removed.invalidate()
+      box.value = []
     }
   }
 

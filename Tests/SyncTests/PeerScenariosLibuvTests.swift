@@ -72,6 +72,48 @@ struct PeerLibuvMutexTests {
     #expect(tookItAfterRelease.load(ordering: .relaxed))
   }
 
+  @Test("waiters that gave up on a held lock (one of them starving by then) leave it free for the next taker")
+  func timedOutWaitersLeaveTheLockFree() {
+    let mutex = Lock()
+    mutex.lock()
+    let timedOut = AtomicInteger<Int>(0)
+    runConcurrently(2) { index in
+      // The first to give up does not wake the other; each sleeps to its own deadline.
+      if !mutex.lock(timeout: index == 0 ? .milliseconds(10) : .milliseconds(40)) {
+        timedOut.increment(ordering: .relaxed)
+      }
+    }
+    #expect(timedOut.load(ordering: .relaxed) == 2)
+    mutex.unlock()
+    let tookIt = AtomicBool(false)
+    runConcurrently(1) { _ in
+      let took = mutex.tryLock()
+      if took { mutex.unlock() }
+      tookIt.store(took, ordering: .relaxed)
+    }
+    #expect(tookIt.load(ordering: .relaxed))
+  }
+
+  @Test("stress: timed and untimed lockers together: exclusion holds and the lock ends free")
+  func timedAndUntimedLockers() {
+    let mutex = Lock()
+    let inside = AtomicInteger<Int>(0)
+    let violations = AtomicInteger<Int>(0)
+    let iterations = isRunningUnderSanitizer ? 500 : 5_000
+    runConcurrently(4) { index in
+      for round in 0..<iterations {
+        let took = index < 2 ? mutex.lock(timeout: .microseconds(10 * (round % 7))) : { mutex.lock(); return true }()
+        guard took else { continue }
+        if inside.add(1, ordering: .relaxed) != 1 { violations.increment(ordering: .relaxed) }
+        _ = inside.subtract(1, ordering: .relaxed)
+        mutex.unlock()
+      }
+    }
+    #expect(violations.load(ordering: .relaxed) == 0)
+    #expect(mutex.tryLock())
+    mutex.unlock()
+  }
+
   @Test("thread_rwlock: read lock and write lock are taken and released in turn")
   func readWriteLockBasics() {
     let lock = ReadWriteLock()

@@ -105,6 +105,18 @@ struct PeerLibuvThreadTests {
     }
   }
 
+  @Test("a stack too large to map fails thread creation with EAGAIN, and the next thread starts normally")
+  func unmappableStackSize() throws {
+    var configuration = ThreadConfiguration()
+    configuration.stackSize = 1 << 50  // beyond the 47-bit user address space
+    #expect {
+      try Thread.spawn(configuration: configuration) {}.join()
+    } throws: { error in
+      (error as? ThreadStartError)?.systemError?.code == .tryAgain
+    }
+    #expect(try Thread.spawn { 1 }.join() == 1)
+  }
+
   @Test("thread_name: a long name is kept whole by Thread.name and cut to 15 bytes for the kernel")
   func longThreadName() throws {
     let name = "a-thread-name-longer-than-the-kernel-keeps"
