@@ -51,9 +51,11 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// resident only when touched. Default ``defaultStackSize`` (512 KiB).
   ///
   /// **Rounded up** to a multiple of ``pageSize`` (the guide requires a 4 KiB multiple; the
-  /// toolkit rounds instead of failing). Below ``minimumStackSize`` creation throws
-  /// ``ThreadConfigurationError/stackSizeTooSmall(_:minimum:)``; a size too large to round
-  /// up throws ``ThreadConfigurationError/stackSizeTooLarge(_:maximum:)``. A size the system
+  /// toolkit rounds instead of failing). Below ``minimumStackSize`` (0 included) creation
+  /// throws ``ThreadConfigurationError/stackSizeTooSmall(_:minimum:)``, where libuv's
+  /// `uv_thread_create_ex` raises a small size to the minimum and reads 0 as the default;
+  /// a size too large to round up throws
+  /// ``ThreadConfigurationError/stackSizeTooLarge(_:maximum:)``. A size the system
   /// cannot map throws ``ThreadStartError/system(_:)`` with `EAGAIN` from `pthread_create`
   /// (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX specifies). The
   /// guard area is allocated in addition to this size. glibc reuses the stacks of ended

@@ -35,8 +35,9 @@ extension RunLoop {
 
   /// Ends the innermost active run call: it returns ``RunLoopRunResult/stopped`` at the end
   /// of its current pass (at once if it sleeps). Outer nested runs continue. Does nothing when
-  /// the loop is not running (a later run is not affected, as in Core Foundation). Callable
-  /// from any thread. (`CFRunLoopStop`)
+  /// the loop is not running (a later run is not affected, as in Core Foundation; libuv's
+  /// `uv_stop` before `uv_run` would end that run after one iteration). Callable from any
+  /// thread. (`CFRunLoopStop`)
   public func stop() {
     let running: Bool = lock.withLock {
       guard let activation = activations.last else { return false }
