@@ -653,3 +653,47 @@ struct PeerLibuvEmbedTests {
     }
   }
 }
+
+@Suite("libuv scenarios: thread pool with several event loops", .timeLimit(.minutes(1)))
+struct PeerLibuvThreadPoolLoopsTests {
+  @Test("threadpool_multiple_event_loops: work from several loop threads runs on the pool and each completion runs on its own loop's thread")
+  func completionsReturnToTheirOwnLoops() async {
+    var configuration = ThreadPool.Configuration()
+    configuration.maximumThreads = 4
+    let pool = ThreadPool(name: "uv-loops", configuration: configuration)
+    let loops = 8
+    let jobsPerLoop = 4
+    let wrongThread = AtomicInteger<Int>(0)
+    let completed = AtomicInteger<Int>(0)
+    let results = Recorder<RunLoopRunResult>()
+    await Task.detached {
+      runThreads(loops) { _ in
+        let loop = RunLoop.current
+        let me = Thread.current.id
+        let keepAlive = RunLoopSource {}
+        loop.add(keepAlive, forMode: .default)
+        let done = AtomicInteger<Int>(0)
+        for job in 0..<jobsPerLoop {
+          Task {
+            let value = try await pool.run { () -> Int in
+              if Thread.current.id == me { wrongThread.increment(ordering: .relaxed) }
+              return job * 2
+            }
+            loop.performAndWakeUp {
+              if Thread.current.id != me || value != job * 2 { wrongThread.increment(ordering: .relaxed) }
+              completed.increment(ordering: .relaxed)
+              if done.increment(ordering: .relaxed) == jobsPerLoop { loop.stop() }
+            }
+          }
+        }
+        results.append(loop.run(mode: .default, timeout: .seconds(30)))
+        keepAlive.invalidate()
+      }
+    }.value
+    await pool.shutdown()
+    #expect(results.snapshot == Array(repeating: .stopped, count: loops))
+    #expect(completed.load(ordering: .relaxed) == loops * jobsPerLoop)
+    #expect(wrongThread.load(ordering: .relaxed) == 0)
+  }
+}
+

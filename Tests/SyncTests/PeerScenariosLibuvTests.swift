@@ -536,6 +536,35 @@ struct PeerLibuvSemaphoreTests {
     #expect(semaphore.wait(before: .distantPast))  // a permit present: the one attempt takes it
   }
 
+  @Test("many posters, timed waiters that keep timing out: every post is taken exactly once, none lost")
+  func manyPostersTimedWaiters() {
+    let semaphore = Semaphore()
+    let perThread = isRunningUnderSanitizer ? 1_000 : 10_000
+    let taken = AtomicInteger<Int>(0)
+    let timeouts = AtomicInteger<Int>(0)
+    runConcurrently(4) { index in
+      if index < 2 {
+        for round in 0..<perThread {
+          semaphore.signal()
+          if round % 64 == 0 { sched_yield() }
+        }
+      } else {
+        var mine = 0
+        while mine < perThread {
+          if semaphore.wait(timeout: .microseconds(5)) {
+            mine += 1
+          } else {
+            timeouts.increment(ordering: .relaxed)
+          }
+        }
+        taken.add(mine, ordering: .relaxed)
+      }
+    }
+    #expect(taken.load(ordering: .relaxed) == 2 * perThread)
+    #expect(semaphore.value == 0)
+    #expect(!semaphore.tryWait())
+  }
+
   @Test("many posters, many waiters: every post is taken exactly once, none lost")
   func manyPosters() {
     let semaphore = Semaphore()
@@ -641,6 +670,32 @@ struct PeerLibuvBarrierTests {
 
 @Suite("libuv scenarios: once", .timeLimit(.minutes(1)))
 struct PeerLibuvOnceTests {
+  @Test("once whose first body throws: a waiting thread runs it again; exactly one run completes")
+  func onceRetriedAfterAThrow() {
+    struct Failed: Error {}
+    let once = Once()
+    let attempts = AtomicInteger<Int>(0)
+    let completions = AtomicInteger<Int>(0)
+    let errors = AtomicInteger<Int>(0)
+    let gate = Gate()
+    runConcurrently(isRunningUnderSanitizer ? 8 : 32) { index in
+      if index == 0 { gate.open() } else { gate.wait() }
+      do {
+        try once.run { () throws(Failed) in
+          if attempts.increment(ordering: .relaxed) == 1 { throw Failed() }
+          completions.increment(ordering: .relaxed)
+        }
+        // Returning normally means the body has completed.
+        if !once.isCompleted { errors.increment(ordering: .relaxed) }
+      } catch {
+        errors.increment(ordering: .relaxed)
+      }
+    }
+    #expect(attempts.load(ordering: .relaxed) == 2)
+    #expect(completions.load(ordering: .relaxed) == 1)
+    #expect(errors.load(ordering: .relaxed) == 1)  // the thrower only
+  }
+
   @Test("thread_once: many threads racing through one Once run its body exactly once, and all see its effect")
   func onceFromManyThreads() {
     let rounds = isRunningUnderSanitizer ? 5 : 50
