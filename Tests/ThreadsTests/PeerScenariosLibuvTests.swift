@@ -27,6 +27,22 @@ struct PeerLibuvThreadTests {
     #expect(called.load(ordering: .relaxed) == 1)
   }
 
+  @Test("thread_detach: a detached thread runs its body to the end without being joined")
+  func detachedThreadRuns() throws {
+    let finished = TestLatch()
+    let ran = AtomicInteger<Int>(0)
+    let worker = try Thread.spawn {
+      ran.increment(ordering: .relaxed)
+      finished.open()
+    }
+    let thread = worker.thread
+    worker.detach()
+    finished.wait()
+    #expect(ran.load(ordering: .relaxed) == 1)
+    // Its object stays usable after the detach.
+    #expect(thread != Thread.current)
+  }
+
   @Test("thread_local_storage: each thread starts without a value, sets its own and clears it; the main thread's is untouched")
   func threadLocalStorage() throws {
     let key = ThreadLocal<String?>(initialValue: { nil })
