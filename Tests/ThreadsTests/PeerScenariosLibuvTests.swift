@@ -67,7 +67,7 @@ struct PeerLibuvThreadTests {
     let finals = TestBox<[Int]>([])
     let key = ThreadLocal<Int>(
       initialValue: { 0 },
-      destructor: { value in finals.value.append(value) })
+      destructor: { value in finals.update { $0.append(value) } })
     _ = try spawnAll(0..<4) { index in
       if index != 3 { key.value = index + 10 }  // thread 3 never touches it: no destructor
     }
