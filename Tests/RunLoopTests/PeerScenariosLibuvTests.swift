@@ -666,8 +666,10 @@ struct PeerLibuvThreadPoolLoopsTests {
     let wrongThread = AtomicInteger<Int>(0)
     let completed = AtomicInteger<Int>(0)
     let results = Recorder<RunLoopRunResult>()
-    await Task.detached {
-      runThreads(loops) { _ in
+    // The loop threads are plain threads; this task only polls for their end, so it holds no
+    // cooperative thread that the pool's awaiting tasks need.
+    let threads = (0..<loops).map { _ in
+      TestThread.spawn {
         let loop = RunLoop.current
         let me = Thread.current.id
         let keepAlive = RunLoopSource {}
@@ -686,10 +688,12 @@ struct PeerLibuvThreadPoolLoopsTests {
             }
           }
         }
-        results.append(loop.run(mode: .default, timeout: .seconds(30)))
+        results.append(loop.run(mode: .default, timeout: .seconds(50)))
         keepAlive.invalidate()
       }
-    }.value
+    }
+    while results.count < loops { try? await Task.sleep(for: .milliseconds(2)) }
+    for thread in threads { thread.join() }
     await pool.shutdown()
     #expect(results.snapshot == Array(repeating: .stopped, count: loops))
     #expect(completed.load(ordering: .relaxed) == loops * jobsPerLoop)
