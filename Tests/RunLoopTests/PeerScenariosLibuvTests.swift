@@ -226,7 +226,9 @@ struct PeerLibuvLoopStopTests {
     }
   }
 
-  @Test("loop_stop_before_run: a stop while the loop is not running does not end a later run (Core Foundation's rule, unlike libuv)")
+  @Test(
+    "loop_stop_before_run: a stop while the loop is not running does not end a later run (Core Foundation's rule, unlike libuv)"
+  )
   func stopBeforeRun() {
     TestThread.run {
       let loop = RunLoop.current
@@ -475,7 +477,8 @@ struct PeerLibuvTimerTests {
           hugeFired.increment(ordering: .relaxed)
         },
       ]
-      huge.append(RunLoopTimer(seconds: 1e300, intervalSeconds: 1e300) { _ in hugeFired.increment(ordering: .relaxed) }!)
+      huge.append(
+        RunLoopTimer(seconds: 1e300, intervalSeconds: 1e300) { _ in hugeFired.increment(ordering: .relaxed) }!)
       for timer in huge { loop.add(timer, forMode: .default) }
       let hugeTimers = huge
       let tinyFired = AtomicInteger<Int>(0)
@@ -495,7 +498,8 @@ struct PeerLibuvTimerTests {
     TestThread.run {
       let loop = RunLoop.current
       let calls = Recorder<String>()
-      let hugeRepeat = RunLoopTimer(after: .milliseconds(1), interval: .seconds(Int64.max)) { _ in calls.append("huge") }
+      let hugeRepeat = RunLoopTimer(after: .milliseconds(1), interval: .seconds(Int64.max)) { _ in calls.append("huge")
+      }
       let tiny = RunLoopTimer(after: .milliseconds(2), interval: .milliseconds(2)) { timer in
         calls.append("tiny")
         if calls.count == 10 {
@@ -607,7 +611,8 @@ struct PeerLibuvEmbedTests {
     }
   }
 
-  @Test("embed_with_external_timer: a timer the loop's own thread adds while the descriptor is being polled still fires")
+  @Test(
+    "embed_with_external_timer: a timer the loop's own thread adds while the descriptor is being polled still fires")
   func timerAddedByTheOwnerWhileParkedFires() {
     TestThread.run {
       let loop = RunLoop.current
@@ -617,7 +622,8 @@ struct PeerLibuvEmbedTests {
       let gaveUp = runEmbedded(
         between: {
           // The external loop's timer callback, on the loop's own thread, between two calls.
-          loop.add(RunLoopTimer(after: .milliseconds(25)) { _ in fired.increment(ordering: .relaxed) }, forMode: .default)
+          loop.add(
+            RunLoopTimer(after: .milliseconds(25)) { _ in fired.increment(ordering: .relaxed) }, forMode: .default)
         },
         isDone: { fired.load(ordering: .relaxed) > 0 })
       #expect(gaveUp == 0)
@@ -656,7 +662,9 @@ struct PeerLibuvEmbedTests {
 
 @Suite("libuv scenarios: thread pool with several event loops", .timeLimit(.minutes(1)))
 struct PeerLibuvThreadPoolLoopsTests {
-  @Test("threadpool_multiple_event_loops: work from several loop threads runs on the pool and each completion runs on its own loop's thread")
+  @Test(
+    "threadpool_multiple_event_loops: work from several loop threads runs on the pool and each completion runs on its own loop's thread"
+  )
   func completionsReturnToTheirOwnLoops() async {
     var configuration = ThreadPool.Configuration()
     configuration.maximumThreads = 4
@@ -700,4 +708,3 @@ struct PeerLibuvThreadPoolLoopsTests {
     #expect(wrongThread.load(ordering: .relaxed) == 0)
   }
 }
-

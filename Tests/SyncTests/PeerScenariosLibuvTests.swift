@@ -102,7 +102,13 @@ struct PeerLibuvMutexTests {
     let iterations = isRunningUnderSanitizer ? 500 : 5_000
     runConcurrently(4) { index in
       for round in 0..<iterations {
-        let took = index < 2 ? mutex.lock(timeout: .microseconds(10 * (round % 7))) : { mutex.lock(); return true }()
+        let took =
+          index < 2
+          ? mutex.lock(timeout: .microseconds(10 * (round % 7)))
+          : {
+            mutex.lock()
+            return true
+          }()
         guard took else { continue }
         if inside.add(1, ordering: .relaxed) != 1 { violations.increment(ordering: .relaxed) }
         _ = inside.subtract(1, ordering: .relaxed)
@@ -252,13 +258,24 @@ struct PeerLibuvMutexTests {
       for round in 0..<iterations {
         switch index {
         case 0, 1, 2:
-          let took = index == 2 ? rwlock.readLock(timeout: .microseconds(50 * (round % 4))) : { rwlock.readLock(); return true }()
+          let took =
+            index == 2
+            ? rwlock.readLock(timeout: .microseconds(50 * (round % 4)))
+            : {
+              rwlock.readLock()
+              return true
+            }()
           guard took else { continue }
           if inside.add(1, ordering: .relaxed) >= 1 << 16 { violations.increment(ordering: .relaxed) }
           _ = inside.subtract(1, ordering: .relaxed)
           rwlock.unlock()
         default:
-          let took = index == 5 ? { rwlock.writeLock(); return true }() : rwlock.writeLock(timeout: .microseconds(20 * (round % 5)))
+          let took =
+            index == 5
+            ? {
+              rwlock.writeLock()
+              return true
+            }() : rwlock.writeLock(timeout: .microseconds(20 * (round % 5)))
           guard took else { continue }
           if inside.add(1 << 16, ordering: .relaxed) != 1 << 16 { violations.increment(ordering: .relaxed) }
           _ = inside.subtract(1 << 16, ordering: .relaxed)
@@ -592,8 +609,7 @@ struct PeerLibuvSemaphoreTests {
 struct PeerLibuvBarrierTests {
   /// libuv's `worker_config`: a barrier of two, the main thread and one worker each wait
   /// `rounds` times; returns how many `true` each side got.
-  func twoParties(rounds: Int, workerDelay: Duration = .zero, mainDelay: Duration = .zero) -> (main: Int, worker: Int)
-  {
+  func twoParties(rounds: Int, workerDelay: Duration = .zero, mainDelay: Duration = .zero) -> (main: Int, worker: Int) {
     let barrier = ThreadBarrier(parties: 2)
     let counts = [AtomicInteger<Int>(0), AtomicInteger<Int>(0)]
     runConcurrently(2) { side in
@@ -623,7 +639,8 @@ struct PeerLibuvBarrierTests {
     #expect(main + worker == 5)
   }
 
-  @Test("barrier_serial_thread: the barrier released right after the serial thread's last wait is not used after release")
+  @Test(
+    "barrier_serial_thread: the barrier released right after the serial thread's last wait is not used after release")
   func releasedAfterLastWait() {
     // libuv destroys the barrier in the thread that got the serial result; here each thread
     // holds its own reference only until its last wait returns, and the barrier is freed

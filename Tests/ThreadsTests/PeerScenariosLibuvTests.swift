@@ -43,7 +43,9 @@ struct PeerLibuvThreadTests {
     #expect(thread != Thread.current)
   }
 
-  @Test("thread_local_storage: each thread starts without a value, sets its own and clears it; the main thread's is untouched")
+  @Test(
+    "thread_local_storage: each thread starts without a value, sets its own and clears it; the main thread's is untouched"
+  )
   func threadLocalStorage() throws {
     let key = ThreadLocal<String?>(initialValue: { nil })
     #expect(key.value == nil)
@@ -115,8 +117,10 @@ struct PeerLibuvThreadTests {
   func tooSmallStackSize(_ requested: Int) {
     var configuration = ThreadConfiguration()
     configuration.stackSize = requested
-    #expect(throws: ThreadStartError.invalidConfiguration(
-      .stackSizeTooSmall(requested, minimum: ThreadConfiguration.minimumStackSize))) {
+    #expect(
+      throws: ThreadStartError.invalidConfiguration(
+        .stackSizeTooSmall(requested, minimum: ThreadConfiguration.minimumStackSize))
+    ) {
       try Thread.spawn(configuration: configuration) {}.join()
     }
   }
@@ -217,7 +221,9 @@ struct PeerLibuvThreadPoolTests {
     await pool.shutdown()
   }
 
-  @Test("threadpool_cancel_work: with every thread busy, each queued job cancelled gets .cancelled and never runs; the running ones finish")
+  @Test(
+    "threadpool_cancel_work: with every thread busy, each queued job cancelled gets .cancelled and never runs; the running ones finish"
+  )
   func cancelQueuedWhileSaturated() async throws {
     let threads = 2
     let pool = makePool("uv-cancel", maximumThreads: threads)
@@ -225,13 +231,20 @@ struct PeerLibuvThreadPoolTests {
     let ranQueued = AtomicInteger<Int>(0)
     var blockers: [Task<Int, any Error>] = []
     for index in 0..<threads {
-      let blocker: Task<Int, any Error> = Task { try await pool.run { () -> Int in block(on: release); return index } }
+      let blocker: Task<Int, any Error> = Task {
+        try await pool.run { () -> Int in
+          block(on: release)
+          return index
+        }
+      }
       blockers.append(blocker)
     }
     #expect(await eventually { pool.statistics.runningJobs == threads })
     var queued: [Task<Void, any Error>] = []
     for _ in 0..<6 {
-      let task: Task<Void, any Error> = Task { try await pool.run { () -> Void in _ = ranQueued.increment(ordering: .relaxed) } }
+      let task: Task<Void, any Error> = Task {
+        try await pool.run { () -> Void in _ = ranQueued.increment(ordering: .relaxed) }
+      }
       queued.append(task)
     }
     #expect(await eventually { pool.statistics.queuedJobs == 6 })
@@ -255,7 +268,9 @@ struct PeerLibuvThreadPoolTests {
     #expect(ranQueued.load(ordering: .relaxed) == 0)
   }
 
-  @Test("threadpool_cancel_when_busy: racing cancellation against the start, each job either ran once and returned its value or never ran and was cancelled")
+  @Test(
+    "threadpool_cancel_when_busy: racing cancellation against the start, each job either ran once and returned its value or never ran and was cancelled"
+  )
   func cancelRacingTheStart() async throws {
     let pool = makePool("uv-race", maximumThreads: 2)
     let jobs = isRunningUnderSanitizer ? 100 : 1_000
@@ -266,7 +281,12 @@ struct PeerLibuvThreadPoolTests {
     let lock = Lock()
     var tasks: [Task<Int, any Error>] = []
     for index in 0..<jobs {
-      let task: Task<Int, any Error> = Task { try await pool.run { () -> Int in lock.withLock { perJob[index] += 1 }; return index } }
+      let task: Task<Int, any Error> = Task {
+        try await pool.run { () -> Int in
+          lock.withLock { perJob[index] += 1 }
+          return index
+        }
+      }
       tasks.append(task)
       if index % 2 == 0 { task.cancel() }
     }
