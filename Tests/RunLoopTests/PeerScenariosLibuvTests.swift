@@ -632,6 +632,21 @@ struct PeerLibuvEmbedTests {
     }
   }
 
+  @Test("embed: a stop between two calls does nothing (no run is active) and leaves the descriptor unreadable")
+  func aStopBetweenCallsDoesNothing() {
+    TestThread.run {
+      let loop = RunLoop.current
+      let dummy = RunLoopSource {}
+      loop.add(dummy, forMode: .default)
+      _ = loop.runDueWork()
+      TestThread.run { loop.stop() }
+      var watched = pollfd(fd: loop.pollDescriptor, events: Int16(POLLIN), revents: 0)
+      #expect(poll(&watched, 1, 20) == 0)
+      #expect(loop.runDueWork().result == .timedOut)
+      dummy.invalidate()
+    }
+  }
+
   @Test("embed: wake-ups from another thread make the descriptor readable each time, and each signalled source runs")
   func wakeUpsReachTheForeignPoll() {
     TestThread.run {

@@ -37,8 +37,9 @@ extension RunLoop {
   /// - a descriptor source or port of the loop is ready;
   /// - ``wakeUp()`` is called (and with it every call that wakes the loop: a source's
   ///   ``RunLoopSource/signalAndWakeUp()``, ``performAndWakeUp(inModes:_:)``, the perform
-  ///   requests, a message sent to a port, a job for an executor on the loop, ``stop()``,
-  ///   an exit request for its thread);
+  ///   requests, a message sent to a port, a job for an executor on the loop, an exit
+  ///   request for its thread; not ``stop()``: between two calls no run is active, so a stop
+  ///   does nothing, as for any loop that is not running);
   /// - a timer of the mode passed to the last ``runDueWork(mode:)`` is due (fire date plus
   ///   tolerance reached; the descriptor includes the loop's `CLOCK_MONOTONIC` timerfd,
   ///   re-armed when another thread adds or changes a timer).
