@@ -8,8 +8,10 @@ extension RunLoop {
   /// Each pass runs every queued block whose mode matches. Does NOT wake a sleeping loop
   /// (Core Foundation's rule): the block runs when the loop next makes a pass; use
   /// ``performAndWakeUp(inModes:_:)`` for prompt execution, ``performAndWait(inModes:_:)``
-  /// to wait for it. Never blocks and cannot fail. A queued block keeps its mode
-  /// non-empty, so a run in it does not return finished before the block ran.
+  /// to wait for it. A block queued on the loop's own thread while it runs (by a callback, or
+  /// by another block) needs no wake-up: the loop runs it before it would sleep. Never blocks
+  /// and cannot fail. A queued block keeps its mode non-empty, so a run in it does not return
+  /// finished before the block ran.
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     enqueue(QueuedBlock(modes: modes, block: block))

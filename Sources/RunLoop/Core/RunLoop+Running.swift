@@ -130,6 +130,12 @@ extension RunLoop {
     return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
   }
 
+  /// Whether a queued block runs in `mode`. Called with `lock` held; costs one check of an
+  /// empty queue in the usual case.
+  func hasQueuedBlock(for mode: ModeItems) -> Bool {
+    !blocks.isEmpty && blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
+  }
+
   /// The passes of one run call (steps 2-9 of the guide's list). Returns the result and the
   /// mode's observer mask at the end (for the exit notification).
   ///
@@ -516,8 +522,12 @@ extension RunLoop {
   /// thread's timer slack (50 us by default) to timers, which the timerfd does not.
   func prepareWait(_ activation: Activation, poll: Bool, deadline: MonotonicInstant) -> WaitPlan {
     // A wake-up received by a nested run may have been meant for this one: no sleep before
-    // the next pass has re-checked.
-    if poll || activation.wokenWhileNested { return memberCount > 0 ? .pollMembers : .none }
+    // the next pass has re-checked. Nor with a block for this mode queued (by a callback of
+    // this pass, on this thread, which `perform` does not wake): nothing else would wake the
+    // loop for it. The pass goes on to run it instead.
+    if poll || activation.wokenWhileNested || hasQueuedBlock(for: activation.mode) {
+      return memberCount > 0 ? .pollMembers : .none
+    }
     let wakeAt = min(activation.mode.earliestWakeDeadline(), deadline)
     if wakeAt == .distantFuture && memberCount == 0 {
       isSleeping = true
