@@ -12,6 +12,12 @@ extension RunLoop {
   /// by another block) needs no wake-up: the loop runs it before it would sleep. Never blocks
   /// and cannot fail. A queued block keeps its mode non-empty, so a run in it does not return
   /// finished before the block ran.
+  ///
+  /// Order within a nested run: a pass takes every queued block at once, so while a block
+  /// runs the loop again (a nested run), the blocks queued before it that the pass has not
+  /// reached yet are not visible to the nested run: blocks queued from then on run there
+  /// first, and the taken ones run after the block that nested returns. Core Foundation does
+  /// the same; WebKit's `RunLoop::dispatch` runs them in the nested run.
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     enqueue(QueuedBlock(modes: modes, block: block))
