@@ -176,6 +176,33 @@ struct PeerWebKitRunLoopTests {
     }
   }
 
+  @Test("one cycle of the loop (a zero timeout) runs the queued blocks and returns, even when a block re-queues itself")
+  func zeroTimeoutRunIsOneCycle() {
+    let results = Recorder<RunLoopRunResult>()
+    let ran = Box(0)
+    TestThread.run {
+      let loop = RunLoop.current
+      final class Again: @unchecked Sendable {
+        let loop: RunLoop
+        let ran: Box<Int>
+        init(_ loop: RunLoop, _ ran: Box<Int>) {
+          self.loop = loop
+          self.ran = ran
+        }
+        func step() {
+          ran.update { $0 += 1 }
+          loop.perform { self.step() }
+        }
+      }
+      let again = Again(loop, ran)
+      loop.perform { again.step() }
+      for _ in 0..<3 { results.append(loop.run(mode: .default, timeout: .zero)) }
+      // The chain's last block stays queued; the thread's end releases it.
+    }
+    #expect(results.snapshot == [.timedOut, .timedOut, .timedOut])
+    #expect(ran.value >= 3)
+  }
+
   @Test("blocks queued from several threads run in each thread's order, none lost")
   func crossThreadBlocksKeepPerThreadOrder() throws {
     let worker = try RunLoopThread.start(name: "peer-order")
