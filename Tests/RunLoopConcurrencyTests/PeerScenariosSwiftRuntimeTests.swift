@@ -467,3 +467,32 @@ struct PeerScenariosSwiftCooperativePoolTests {
     loop.stop()
   }
 }
+
+@Suite("Swift runtime delayed-job misuse scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosSwiftDelayedJobMisuseTests {
+  @Test func aJobDelayedOnAShutDownExecutorStopsTheProcessAtTheCall() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      await executor.shutDown()
+      let (job, _) = await capturedStampJob()
+      // Reported by this call, not when (or if) the timer fires.
+      executor.enqueue(ExecutorJob(job), after: .seconds(3600), tolerance: nil, clock: .continuous)
+      loop.stop()
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("job delayed after the executor was shut down"), "\(stderr)")
+  }
+
+  @Test func aJobDelayedOnALoopWhoseThreadEndedStopsTheProcessAtTheCall() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let (job, _) = await capturedStampJob()
+      loop.stop()
+      executor.enqueue(ExecutorJob(job), after: .seconds(3600), tolerance: nil, clock: .continuous)
+    }
+    let stderr = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(stderr.contains("job delayed after the run loop's thread ended"), "\(stderr)")
+  }
+}
