@@ -64,6 +64,11 @@ import Threads
 /// - when a job is enqueued after the loop's thread has ended;
 /// - when the executor is created for a run loop whose thread has already ended.
 ///
+/// An actor with an `isolated deinit` enqueues its deinit as a job on its executor when its
+/// last reference is released off the loop's thread, so the same rules apply to it: release
+/// such actors before the executor is shut down (`shutDown()` then waits for their deinits)
+/// or its loop's thread ends.
+///
 /// A loop that is never run keeps its jobs queued (their tasks wait) until it runs in one of
 /// the executor's modes; if its thread ends first, the first rule applies.
 ///
@@ -194,9 +199,17 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// The source's cancel callback: the loop dropped it because its thread ended (or the
   /// executor invalidated it while being released, with no job queued).
   private func loopDroppedSource() {
-    let queued: Int = lock.withLock {
+    let (queued, delayed): (Int, Int) = lock.withLock {
       hasEnded = true
-      return queue.count
+      return (queue.count, delayedJobCount)
+    }
+    if delayed > 0 {
+      // Counted timers the ended loop will never fire, including one added to the loop
+      // after it dropped its items, which it would keep unfired and unreleased.
+      concurrencyMisuse(
+        "RunLoopExecutor",
+        "the run loop's thread ended with a delayed job still waiting for its timer (let the actors' work finish before stopping the thread)"
+      )
     }
     if queued > 0 {
       concurrencyMisuse(
@@ -297,8 +310,23 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   }
 
   /// Counts a delayed job whose timer has not fired yet (see the scheduling extension).
+  /// Stops the process, as `enqueue` does, when the loop's thread has ended or the executor
+  /// was shut down: the timer would never fire (a loop whose thread has ended keeps the
+  /// timers added to it unfired), so the job's task could never resume. A thread ending
+  /// after the count is taken finds it in `loopDroppedSource`.
   func beginDelayedJob() {
-    lock.withLock { delayedJobCount += 1 }
+    lock.lock()
+    if hasEnded || isShutDown {
+      let ended = hasEnded
+      lock.unlock()
+      if ended {
+        concurrencyMisuse("RunLoopExecutor", "job delayed after the run loop's thread ended (\(runLoop))")
+      }
+      concurrencyMisuse(
+        "RunLoopExecutor", "job delayed after the executor was shut down (\(runLoop)); its task could never resume")
+    }
+    delayedJobCount += 1
+    lock.unlock()
   }
 
   /// The delayed job's timer fired and its job was enqueued.

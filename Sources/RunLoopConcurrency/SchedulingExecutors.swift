@@ -33,7 +33,8 @@ import Sync
 ///
 /// Each delayed job allocates one timer. `shutDown()` also waits for the delayed jobs.
 /// When the loop's thread ends before a delayed job's timer fired, the process stops with a
-/// message (as for queued jobs: the job's task could never resume).
+/// message (as for queued jobs: the job's task could never resume); so does delaying a job
+/// on an executor that was shut down or whose loop's thread has ended, at the call.
 @_spi(ExperimentalScheduling)
 extension RunLoopExecutor: SchedulingExecutor {
   /// Runs `job` on the loop's thread once `delay` has passed on `clock` (see the extension's
@@ -68,8 +69,8 @@ extension RunLoopExecutor: SchedulingExecutor {
     } else {
       slack = .zero
     }
-    let delayed = DelayedJob(UnownedJob(job), executor: self)
     beginDelayedJob()
+    let delayed = DelayedJob(UnownedJob(job), executor: self)
     let timer = RunLoopTimer(fireAt: deadline, tolerance: slack) { _ in delayed.fire() }
     for mode in modes { runLoop.add(timer, forMode: mode) }
   }
