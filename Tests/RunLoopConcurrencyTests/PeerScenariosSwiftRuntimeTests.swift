@@ -496,3 +496,54 @@ struct PeerScenariosSwiftDelayedJobMisuseTests {
     #expect(stderr.contains("job delayed after the run loop's thread ended"), "\(stderr)")
   }
 }
+
+/// An actor on a capturing executor whose method records the priority it runs at.
+private actor PriorityProbe {
+  let executor: CapturingExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: CapturingExecutor) { self.executor = executor }
+
+  func record(into recorder: Recorder<UInt8>, thread: Recorder<Thread>, done: Latch) {
+    recorder.append(Task.currentPriority.rawValue)
+    thread.append(Thread.current)
+    done.countDown()
+  }
+}
+
+@Suite("Swift runtime job-priority scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosSwiftJobPriorityTests {
+  @Test func jobsEnqueuedFromManyThreadsOnAWaitingLoopRunOnceEachHighestPriorityFirst() async {
+    let jobCount = 96
+    let enqueuers = 4
+    let priorities: [TaskPriority] = [.background, .low, .medium, .high, .userInitiated, .utility]
+    let capture = CapturingExecutor()
+    let probe = PriorityProbe(executor: capture)
+    let ran = Recorder<UInt8>()
+    let ranOn = Recorder<Thread>()
+    let done = Latch(count: jobCount)
+    capture.reset(expecting: jobCount)
+    let tasks = (0..<jobCount).map { index in
+      Task(priority: priorities[index % priorities.count]) { await probe.record(into: ran, thread: ranOn, done: done) }
+    }
+    await Task.detached { capture.waitForAll() }.value
+    let jobs = capture.jobs
+    let held = HeldLoop()
+    let executor = RunLoopExecutor(runLoop: held.runLoop)
+    // Every job is queued before the loop runs: one pass takes them all, by priority.
+    await Task.detached {
+      runThreads(enqueuers) { thread in
+        for index in stride(from: thread, to: jobCount, by: enqueuers) { executor.enqueue(ExecutorJob(jobs[index])) }
+      }
+    }.value
+    #expect(executor.queuedJobCount == jobCount)
+    held.release()
+    // Waited for off the tasks: awaiting them first would escalate their priorities.
+    await Task.detached { blockingWait(done) }.value
+    for task in tasks { await task.value }
+    let order = ran.snapshot
+    #expect(order.count == jobCount)
+    #expect(order == order.sorted(by: >), "\(order)")
+    #expect(ranOn.snapshot.allSatisfy { $0 === held.thread })
+    held.stop()
+  }
+}
