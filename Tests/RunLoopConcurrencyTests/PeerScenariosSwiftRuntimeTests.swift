@@ -547,3 +547,26 @@ struct PeerScenariosSwiftJobPriorityTests {
     held.stop()
   }
 }
+
+@Suite("Swift runtime executor-mode scenarios", .timeLimit(.minutes(1)))
+struct PeerScenariosSwiftExecutorModeTests {
+  @Test func anExecutorInAPrivateModeRunsItsJobsOnlyInRunsOfThatMode() async {
+    let loop = LoopThread()
+    let privateMode = RunLoopMode("peer-private")
+    let executor = RunLoopExecutor(runLoop: loop.runLoop, modes: [privateMode])
+    let resident = LoopResident(executor: executor, loopThread: loop.thread)
+    let call = Task { await resident.currentThread() }
+    await waitUntilQueued(executor, count: 1)
+    // Passes in the default mode (each request is one) leave the job queued.
+    for _ in 0..<3 { _ = try? await loop.runLoop.performAndAwait(inModes: [.default]) { 0 } }
+    #expect(executor.queuedJobCount == 1)
+    // A run nested in the private mode (from a block of the default mode) runs it.
+    let nested = try? await loop.runLoop.performAndAwait(inModes: [.default]) {
+      RunLoop.current.run(mode: privateMode, timeout: .seconds(10), returnAfterSourceHandled: true)
+    }
+    #expect(nested == .handledSource)
+    #expect(await call.value === loop.thread)
+    #expect(executor.queuedJobCount == 0)
+    loop.stop()
+  }
+}
