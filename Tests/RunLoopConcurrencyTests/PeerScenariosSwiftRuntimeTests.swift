@@ -570,3 +570,33 @@ struct PeerScenariosSwiftExecutorModeTests {
     loop.stop()
   }
 }
+
+extension PeerScenariosSwiftTaskExecutorTests {
+  @Test func manyConcurrentSleepsOnTheGroupAreNeverEarlyAndResumeOnIt() async {
+    let group = makeGroup(threadCount: 2)
+    let count = 40
+    let results = await withTaskGroup(of: (early: Bool, onGroup: Bool).self) { tasks in
+      for index in 0..<count {
+        tasks.addTask(executorPreference: group) {
+          // Spread over 0...19 ms, some given as already-passed instants, on both clocks.
+          let delay = Duration.milliseconds(index % 20)
+          if index % 3 == 0 {
+            let deadline = SuspendingClock.now.advanced(by: delay - .milliseconds(5))
+            try? await Task.sleep(until: deadline, tolerance: .milliseconds(1), clock: .suspending)
+            return (SuspendingClock.now < deadline, group.threads.contains(Thread.current))
+          }
+          let start = ContinuousClock.now
+          try? await Task.sleep(for: delay)
+          return (ContinuousClock.now - start < delay, group.threads.contains(Thread.current))
+        }
+      }
+      var collected: [(early: Bool, onGroup: Bool)] = []
+      for await result in tasks { collected.append(result) }
+      return collected
+    }
+    #expect(results.count == count)
+    #expect(results.allSatisfy { !$0.early })
+    #expect(results.allSatisfy { $0.onGroup })
+    await shutDownOffPool(group)
+  }
+}
