@@ -1,5 +1,5 @@
 import RunLoop
-@_spi(ExperimentalScheduling) import RunLoopConcurrency
+@_spi(ExperimentalScheduling) @testable import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
@@ -598,5 +598,28 @@ extension PeerScenariosSwiftTaskExecutorTests {
     #expect(results.allSatisfy { !$0.early })
     #expect(results.allSatisfy { $0.onGroup })
     await shutDownOffPool(group)
+  }
+}
+
+extension PeerScenariosSwiftTaskExecutorTests {
+  @Test func aCancelledSleepOfAnEnormousDurationEndsAndTheGroupStillShutsDown() async {
+    let group = makeGroup(threadCount: 1)
+    let sleeper = Task(executorPreference: group) { () async -> (cancelled: Bool, onGroup: Bool) in
+      do {
+        try await Task.sleep(for: .seconds(Int64.max / 4))
+        return (false, group.threads.contains(Thread.current))
+      } catch {
+        return (error is CancellationError, group.threads.contains(Thread.current))
+      }
+    }
+    while group.delayedJobCount == 0 { await Task.yield() }
+    sleeper.cancel()
+    let outcome = await sleeper.value
+    #expect(outcome.cancelled)
+    #expect(outcome.onGroup)
+    // The sleep's timer is still armed (the runtime cannot withdraw it): the shutdown hands
+    // it to the platform's timers, saturated far in the future, without running it.
+    await shutDownOffPool(group)
+    #expect(group.isShutDown)
   }
 }
