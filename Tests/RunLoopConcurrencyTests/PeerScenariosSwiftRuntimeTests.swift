@@ -208,6 +208,22 @@ struct PeerScenariosSwiftSerialExecutorTests {
     loop.stop()
   }
 
+  @Test func shutDownRunsTheIsolatedDeinitOfAnActorReleasedBeforeIt() async {
+    let loop = LoopThread()
+    let record = LockedValue<(thread: Thread, isolated: Bool?)?>(nil)
+    let done = Latch(count: 1)
+    let executor = RunLoopExecutor(runLoop: loop.runLoop)
+    do {
+      let resident = DeinitResident(executor: executor, record: record, done: done)
+      await resident.increment()
+    }
+    // The release queued the deinit as a job: the shutdown drains it.
+    await executor.shutDown()
+    #expect(done.isOpen)
+    #expect(record.withLock { $0 }?.thread === loop.thread)
+    loop.stop()
+  }
+
   @Test func anActorWithAnIsolatedDeinitReleasedAfterItsLoopThreadEndedStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
