@@ -1,10 +1,11 @@
 import RunLoop
-@_spi(ExperimentalScheduling) @testable import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
 import Threads
 @_spi(ExperimentalScheduling) import _Concurrency
+
+@_spi(ExperimentalScheduling) @testable import RunLoopConcurrency
 
 // Scenarios of the Swift toolchain's own concurrency runtime tests for custom executors
 // (task-executor preference with structured and unstructured tasks, default actors and
@@ -450,10 +451,14 @@ struct PeerScenariosSwiftCooperativePoolTests {
           waiting.increment(ordering: .relaxed)
           switch index % 4 {
           case 0:
-            guard let thread = try? Thread.spawn(name: "gated", { () throws(Never) -> Int in
-              gate.wait()
-              return 1
-            }) else { return 0 }
+            guard
+              let thread = try? Thread.spawn(
+                name: "gated",
+                { () throws(Never) -> Int in
+                  gate.wait()
+                  return 1
+                })
+            else { return 0 }
             return await thread.value()
           case 1:
             return (try? await loop.runLoop.performAndAwait { 1 }) ?? 0
