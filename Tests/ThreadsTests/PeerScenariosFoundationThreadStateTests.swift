@@ -150,3 +150,38 @@ struct PeerFoundationThreadStateTests {
     #expect(worker.join() == [true, true, true, true])
   }
 }
+
+@Suite("Foundation scenarios: a serial operation queue", .timeLimit(.minutes(2)))
+struct PeerFoundationSerialQueueTests {
+  /// TestOperationQueue with `maxConcurrentOperationCount = 1`: operations of one priority
+  /// run one at a time in the order they were added. A one-thread pool runs queued jobs of
+  /// one priority level oldest first, never two at once.
+  @Test func aOneThreadPoolRunsQueuedJobsOfOnePriorityInSubmissionOrder() async throws {
+    let pool = makePool("serial", maximumThreads: 1)
+    let release = TestLatch()
+    let order = TestBox<[Int]>([])
+    let running = TestBox(0)
+    let overlapped = TestBox(false)
+    let blocker = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    var jobs: [Task<Void, any Error>] = []
+    for index in 0..<10 {
+      jobs.append(
+        Task {
+          try await pool.run {
+            running.update { $0 += 1 }
+            if running.value != 1 { overlapped.value = true }
+            order.update { $0.append(index) }
+            running.update { $0 -= 1 }
+          }
+        })
+      #expect(await eventually { pool.statistics.queuedJobs == index + 1 })
+    }
+    release.open()
+    try await blocker.value
+    for job in jobs { try await job.value }
+    #expect(order.value == Array(0..<10))
+    #expect(!overlapped.value)
+    await pool.shutdown()
+  }
+}
