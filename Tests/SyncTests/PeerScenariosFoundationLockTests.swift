@@ -423,3 +423,63 @@ struct PeerFoundationConditionLockTests {
     lock.unlock()
   }
 }
+
+/// Foundation's non-recursive locks deadlock (or time out) when the holding thread takes
+/// them again; the toolkit's stop the process with a message instead, for every blocking
+/// form, including a deadline form whose deadline has passed.
+@Suite("Foundation scenarios: re-locking on the holding thread", .timeLimit(.minutes(1)))
+struct PeerFoundationSelfDeadlockTests {
+  @Test func aConditionLockTakenAgainByItsHolderStopsTheProcess() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ConditionLock(condition: 1)
+        lock.lock()
+        _ = lock.lock(whenCondition: 1, before: .now - .seconds(1))
+      }
+    }
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = ConditionLock(condition: 1)
+        lock.lock(whenCondition: 1)
+        _ = lock.lock(timeout: .seconds(60))
+      }
+    }
+  }
+
+  @Test func aConditionTakenAgainByItsHolderStopsTheProcess() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let condition = Condition()
+        condition.lock()
+        _ = condition.lock(before: .now - .seconds(1))
+      }
+    }
+  }
+
+  @Test func aLockTakenAgainByItsHolderWithAPassedDeadlineStopsTheProcess() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let lock = Lock(checked: false)
+        lock.lock()
+        _ = lock.lock(before: .now - .seconds(1))
+      }
+    }
+  }
+
+  /// `try` on a lock the calling thread holds reports it busy, as NSLock's `try()` does.
+  @Test func tryLockByTheHolderReportsBusy() {
+    let lock = Lock(checked: false)
+    lock.lock()
+    #expect(!lock.tryLock())
+    lock.unlock()
+    let conditionLock = ConditionLock(condition: 2)
+    conditionLock.lock()
+    #expect(!conditionLock.tryLock())
+    #expect(!conditionLock.tryLock(whenCondition: 2))
+    conditionLock.unlock()
+    let condition = Condition()
+    condition.lock()
+    #expect(!condition.tryLock())
+    condition.unlock()
+  }
+}
