@@ -136,9 +136,21 @@ struct PeerFoundationThreadStateTests {
     var tooSmall = ThreadConfiguration()
     tooSmall.stackSize = 1
     #expect(throws: ThreadConfigurationError.self) { try tooSmall.validate() }
-    let refused = Thread(configuration: tooSmall) {}
+    let ran = Semaphore()
+    let stack = LockedValue(0)
+    let refused = Thread(configuration: tooSmall) { () throws(SystemCallError) in
+      let size = try Thread.currentStackSize().stackSize
+      stack.withLock { $0 = size }
+      ran.signal()
+    }
     #expect(throws: ThreadStartError.self) { try refused.start() }
     #expect(!refused.isExecuting && !refused.isFinished)
+
+    // As `start()` documents, a thread whose start failed may be reconfigured and started.
+    refused.configuration.stackSize = 2 * 1024 * 1024
+    try refused.start()
+    #expect(ran.wait(timeout: .seconds(30)))
+    #expect(stack.withLock { $0 } >= 2 * 1024 * 1024)
   }
 
   /// TestThread.test_mainThread: seen from another thread, the main thread object is the
