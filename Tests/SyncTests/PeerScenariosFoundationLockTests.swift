@@ -265,6 +265,33 @@ struct PeerFoundationLockTests {
     #expect(!recursive.isHeldByCurrentThread)
     #expect(otherSees())
   }
+  /// NSRecursiveLock's recursion depth: deep nesting through every acquiring form is
+  /// counted exactly and released level by level; another thread gets the lock only after
+  /// the last level.
+  @Test func deepRecursionThroughEveryFormIsCountedAndUnwound() {
+    let recursive = RecursiveLock()
+    let depth = 3000
+    for level in 1...depth {
+      switch level % 4 {
+      case 0: recursive.lock()
+      case 1: #expect(recursive.tryLock())
+      case 2: #expect(recursive.lock(before: .now - .seconds(1)))
+      default: #expect(recursive.lock(timeout: .zero))
+      }
+    }
+    #expect(recursive.levelsHeldByCurrentThread == depth)
+    for _ in 1..<depth { recursive.unlock() }
+    #expect(recursive.levelsHeldByCurrentThread == 1)
+    let otherGot = Shared(true)
+    PeerThread.run { otherGot.value = recursive.tryLock() }
+    #expect(!otherGot.value)
+    recursive.unlock()
+    PeerThread.run {
+      otherGot.value = recursive.tryLock()
+      if otherGot.value { recursive.unlock() }
+    }
+    #expect(otherGot.value)
+  }
 }
 
 @Suite("Foundation scenarios: conditions", .timeLimit(.minutes(1)))
@@ -365,6 +392,19 @@ struct PeerFoundationConditionLockTests {
     lock.unlock(withCondition: 1)
     #expect(lock.lock(whenCondition: 1, timeout: .zero))
     lock.unlock()
+  }
+
+  /// The condition is a whole `Int`: the extreme values survive the round trip.
+  @Test func extremeConditionValuesAreKeptExactly() {
+    let lock = ConditionLock(condition: Int.min)
+    #expect(lock.condition == Int.min)
+    #expect(lock.tryLock(whenCondition: Int.min))
+    lock.unlock(withCondition: Int.max)
+    #expect(lock.condition == Int.max)
+    #expect(!lock.tryLock(whenCondition: -1))
+    #expect(lock.lock(whenCondition: Int.max, timeout: .zero))
+    lock.unlock(withCondition: -1)
+    #expect(lock.condition == -1)
   }
 
   /// A matching condition does not let a thread past another thread's hold.
