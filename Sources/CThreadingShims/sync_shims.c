@@ -7,13 +7,22 @@
 
 __thread uint64_t tk_thread_identity_value __attribute__((tls_model("initial-exec"))) = 0;
 
+// The last identity handed out. Relaxed: the counter only has to hand out distinct
+// numbers; nothing is published with it. 64 bits do not wrap in the life of a process.
+static _Atomic uint64_t tk_thread_identity_last = 0;
+
+uint64_t tk_thread_identity_reserve(void) {
+  return atomic_fetch_add_explicit(&tk_thread_identity_last, 1, memory_order_relaxed) + 1;
+}
+
 uint64_t tk_thread_identity_assign(void) {
-  // Relaxed: the counter only has to hand out distinct numbers; nothing is published with
-  // it. 64 bits do not wrap in the life of a process.
-  static _Atomic uint64_t last = 0;
-  uint64_t identity = atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
+  uint64_t identity = tk_thread_identity_reserve();
   tk_thread_identity_value = identity;
   return identity;
+}
+
+void tk_thread_identity_adopt(uint64_t identity) {
+  if (tk_thread_identity_value == 0) tk_thread_identity_value = identity;
 }
 
 // The `synchronized` side table: 64 buckets of 64 bytes, zero-initialized at load time (all

@@ -24,8 +24,10 @@ import CThreadingShims
 ///   each order was first seen, before the acquisition blocks.
 /// - ``Kind/deadlocks``: actual deadlocks. A watchdog thread, started when the kind is
 ///   switched on, looks every ``deadlockCheckInterval`` for threads parked in diagnosed locks
+///   or in `JoinableThread.join()` (Threads module: the joiner waits for the joined thread)
 ///   that wait for each other in a cycle, and reports each cycle once with the threads'
-///   names, what each waits for (timed waits marked) and what each holds.
+///   names, what each waits for (a lock, or "joins thread X"; timed waits marked) and what
+///   each holds.
 /// - ``Kind/heldLockInCallback``: a run-loop callback that returns still holding a diagnosed
 ///   lock it took.
 ///
@@ -150,8 +152,8 @@ public enum Diagnostics {
     @inlinable
     public static var lockOrder: Kind { Kind(name: "lock-order", index: 1) }
 
-    /// Actual deadlocks among threads parked in diagnosed locks, found by a watchdog
-    /// thread. Environment name `deadlocks`.
+    /// Actual deadlocks among threads parked in diagnosed locks and joins, found by a
+    /// watchdog thread. Environment name `deadlocks`.
     @inlinable
     public static var deadlocks: Kind { Kind(name: "deadlocks", index: 2) }
 

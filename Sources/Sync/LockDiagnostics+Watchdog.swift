@@ -47,9 +47,10 @@ extension LockDiagnostics {
 }
 
 /// The wait-for graph the watchdog builds from the threads' states: a thread waiting for a
-/// diagnosed lock points at the thread holding it. Each thread waits for at most one lock
-/// and each lock has at most one holder, so a cycle is found by walking from each waiting
-/// thread. Threads waiting on a condition are listed with what they wait for but point at
+/// diagnosed lock points at the thread holding it, a thread blocked in
+/// `JoinableThread.join()` at the thread it joins. Each thread waits for at most one lock
+/// or thread and each lock has at most one holder, so a cycle is found by walking from each
+/// waiting thread. Threads waiting on a condition are listed with what they wait for but point at
 /// nobody (any thread may notify).
 ///
 /// The threads' states are read one after the other, so one scan may mix instants; a cycle
@@ -82,13 +83,19 @@ struct Watchdog {
     var holderOf: [UInt64: UInt64] = [:]
     for entry in entries {
       byThread[entry.state.identity] = entry
-      for lock in entry.held where !(entry.waiting?.isCondition == true && entry.waiting?.lock.id == lock.id) {
+      let released = entry.waiting?.conditionLock
+      for lock in entry.held where lock.id != released {
         holderOf[lock.id] = entry.state.identity
       }
     }
     func next(_ identity: UInt64) -> UInt64? {
-      guard let waiting = byThread[identity]?.waiting, !waiting.isCondition else { return nil }
-      return holderOf[waiting.lock.id]
+      switch byThread[identity]?.waiting?.target {
+      case .lock(let lock): holderOf[lock.id]
+      // The joined thread: the walk stops there unless it waits too (a thread that never
+      // ran a lock hook has no state, so no entry).
+      case .join(let thread, _): thread
+      case .condition, nil: nil
+      }
     }
     var findings: [Diagnostics.Finding] = []
     var seenCycles = Set<[WaitKey]>()
@@ -125,9 +132,16 @@ struct Watchdog {
     var details: [String] = []
     for entry in cycle {
       let waiting = entry.waiting!
-      var line = "\(entry.state.description) waits for \"\(waiting.lock.label)\""
-      if let holder = holderOf[waiting.lock.id], let holding = byThread[holder] {
-        line += " (held by \(holding.state.description))"
+      var line: String
+      switch waiting.target {
+      case .lock(let lock), .condition(let lock):
+        line = "\(entry.state.description) waits for \"\(lock.label)\""
+        if case .lock = waiting.target, let holder = holderOf[lock.id], let holding = byThread[holder] {
+          line += " (held by \(holding.state.description))"
+        }
+      case .join(let thread, let name):
+        let joined = byThread[thread]?.state.description ?? LockDiagnostics.describeThread(name: name, identity: thread)
+        line = "\(entry.state.description) joins thread \(joined)"
       }
       line += " for \(ContentionTable.describe(.nanoseconds(now.nanoseconds - waiting.since.nanoseconds)))"
       if waiting.deadline != .distantFuture {

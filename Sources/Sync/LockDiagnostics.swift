@@ -303,6 +303,34 @@ package enum LockDiagnostics {
     }
   }
 
+  // MARK: Joins
+
+  /// Whether a join takes its hooked path (``join(thread:name:wait:)``): the environment has
+  /// not been read yet, or a lock detector is on. One relaxed load, a test and a branch, as
+  /// the locks' ``hooksMayRun``; for `JoinableThread.join()` in the Threads module.
+  @inlinable
+  @inline(__always)
+  package static var joinHooksMayRun: Bool {
+    // `Diagnostics.undecidedBit | Diagnostics.lockKindsMask`, spelled as a literal so the
+    // check inlines without a global's accessor.
+    tk_diagnostics_load_switches() & 0x8000_00FC != 0
+  }
+
+  /// The hooked path of a join: while a lock detector is on, the calling thread is marked as
+  /// waiting for the end of the thread with identity `thread` (its `tk_thread_identity`),
+  /// named `name` (empty when unnamed), while `wait` (the blocking join) runs, so the
+  /// ``Diagnostics/Kind/deadlocks`` watchdog follows the join as an edge of its wait-for
+  /// graph: the joiner waits for the joined thread. Otherwise it just runs `wait`.
+  @usableFromInline
+  package static func join(thread: UInt64, name: String, wait: () -> Void) {
+    let settings = Diagnostics.settings()
+    guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
+    let state = ThreadState.current(settings: settings).takeUnretainedValue()
+    state.setWaiting(WaitRecord(joining: thread, name: name))
+    wait()
+    state.setWaiting(nil)
+  }
+
   // MARK: Held locks, for the run loop
 
   /// How many diagnosed locks the calling thread holds (0 while the lock detectors are off,
@@ -332,11 +360,38 @@ package enum LockDiagnostics {
 
 /// What a parked thread waits for.
 struct WaitRecord {
-  let lock: LockIdentity
-  /// A condition wait (a notification, from any thread) rather than the lock itself.
-  let isCondition: Bool
+  /// What the wait ends with.
+  enum Target {
+    /// The lock itself (held by one thread).
+    case lock(LockIdentity)
+    /// A notification of the lock's condition (from any thread: never an edge of the
+    /// wait-for graph).
+    case condition(LockIdentity)
+    /// The end of the thread with identity `thread` (`tk_thread_identity`), named `name`
+    /// (empty when unnamed): a join.
+    case join(thread: UInt64, name: String)
+  }
+
+  let target: Target
   let deadline: MonotonicInstant
   let since = MonotonicInstant.now
+
+  init(lock: LockIdentity, isCondition: Bool, deadline: MonotonicInstant) {
+    target = isCondition ? .condition(lock) : .lock(lock)
+    self.deadline = deadline
+  }
+
+  init(joining thread: UInt64, name: String) {
+    target = .join(thread: thread, name: name)
+    deadline = .distantFuture
+  }
+
+  /// The lock whose condition the thread waits for, if it waits for a notification: that
+  /// lock is not held during the wait.
+  var conditionLock: UInt64? {
+    if case .condition(let lock) = target { return lock.id }
+    return nil
+  }
 }
 
 /// One entry of a thread's held list: trivial, so pushing and popping are plain stores.
@@ -593,11 +648,12 @@ final class ThreadState: @unchecked Sendable {
   /// longer waiting (nil).
   func setWaiting(_ record: WaitRecord?) {
     var locks = record == nil ? [] : (0..<heldCount).map { held[$0].lock }
+    var record = record
     WordLock.withLock(word) {
-      waiting = record
+      swap(&waiting, &record)
       swap(&published, &locks)
     }
-    // `locks` (now the previous list) is released here, after the lock.
+    // `locks` and `record` (now the previous ones) are released here, after the lock.
   }
 
   func heldLabels(from start: Int) -> [String] {

@@ -186,6 +186,8 @@ extension Thread {
 
   /// Runs on the new thread: applies the start plan, runs the body, ends the thread.
   func runOnNewThread(_ retainedSelf: Unmanaged<Thread>) {
+    // First: the identity the creator reserved (a joiner names this thread by it).
+    if lockIdentity != 0 { tk_thread_identity_adopt(lockIdentity) }
     let tid = ThreadRegistry.currentKernelThreadID()
     // One lock section on the common path (no priority to apply). Values released here
     // (the plan) are dropped after the lock is released, never under it.

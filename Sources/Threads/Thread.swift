@@ -80,6 +80,10 @@ public final class Thread: @unchecked Sendable {
   /// Whether this is the process's main thread (the one that ran `main`).
   public let isMainThread: Bool
 
+  /// The thread's lock-owner identity (`tk_thread_identity`) when it was reserved at
+  /// creation (a joinable thread: the deadlock watchdog follows joins to it), else 0.
+  let lockIdentity: UInt64
+
   let kind: Kind
 
   /// One small block for the words below (a `WordLock`, the lifecycle, the exit flag):
@@ -135,6 +139,7 @@ public final class Thread: @unchecked Sendable {
     _ body: @escaping @Sendable () throws -> Void
   ) {
     id = ThreadRegistry.nextID()
+    lockIdentity = 0
     isMainThread = false
     kind = .toolkit
     words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
@@ -155,6 +160,7 @@ public final class Thread: @unchecked Sendable {
   @usableFromInline
   init(spawnedWith configuration: ThreadConfiguration, entry: @escaping @Sendable () -> Void) {
     id = ThreadRegistry.nextID()
+    lockIdentity = tk_thread_identity_reserve()
     isMainThread = false
     kind = .toolkit
     words = Thread.allocateWords(lifecycle: Lifecycle.notStarted)
@@ -166,6 +172,7 @@ public final class Thread: @unchecked Sendable {
   /// The object for a running thread the toolkit did not create.
   init(adoptedKernelThreadID tid: Int32) {
     id = ThreadRegistry.nextID()
+    lockIdentity = 0
     isMainThread = false
     kind = .adopted
     words = Thread.allocateWords(lifecycle: Lifecycle.running)
@@ -176,6 +183,7 @@ public final class Thread: @unchecked Sendable {
   /// The main thread's object.
   init(mainThreadOfProcess pid: Int32) {
     id = 1
+    lockIdentity = 0
     isMainThread = true
     kind = .main
     words = Thread.allocateWords(lifecycle: Lifecycle.running)

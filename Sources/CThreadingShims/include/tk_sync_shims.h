@@ -78,6 +78,15 @@ int tk_synchronized_claim_fork_registration(void);
 /// Assigns the calling thread its identity (the slow path of `tk_thread_identity`).
 uint64_t tk_thread_identity_assign(void);
 
+/// A fresh identity from the same counter, for a thread about to be created: its creator
+/// learns it before the thread runs (the deadlock watchdog's join edges), and the new thread
+/// takes it with `tk_thread_identity_adopt` as its first step. Never 0; never fails.
+uint64_t tk_thread_identity_reserve(void);
+
+/// Makes `identity` (from `tk_thread_identity_reserve`) the calling thread's identity, if it
+/// has none yet. Never fails.
+void tk_thread_identity_adopt(uint64_t identity);
+
 /// The calling thread's identity (see `tk_thread_identity_value`).
 static inline uint64_t tk_thread_identity(void) {
   uint64_t identity = tk_thread_identity_value;

@@ -1,0 +1,101 @@
+import Sync
+import Testing
+import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Standard error of an exit test, as text.
+private func standardError(_ result: ExitTest.Result?) -> String {
+  result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+}
+
+/// Spawns a thread or ends the process with status 3 (exit-test bodies).
+private func spawnOrExit(_ name: String, _ body: @escaping @Sendable () -> Void) -> JoinableThread<Void, Never> {
+  do {
+    return try Thread.spawn(name: name, body)
+  } catch {
+    exit(3)
+  }
+}
+
+/// Exit-test body: "joiner" holds "first" and joins "joined"; "joined" waits for "second",
+/// held by "holder"; "holder" waits for "first". Only the join closes the cycle. The
+/// watchdog (stop mode) ends the process; a missed deadlock ends it with status 0.
+private func joinCycleScenario() {
+  Diagnostics.deadlockCheckInterval = .milliseconds(20)
+  for kind in Diagnostics.Kind.all { Diagnostics.setMode(.off, for: kind) }
+  Diagnostics.setMode(.stop, for: .deadlocks)
+  let first = Lock(name: "first")
+  let second = Lock(name: "second")
+  let secondTaken = Latch(count: 1)
+  // "joiner" holds "first" and joins "joined"; "joined" waits for "second", held by
+  // "holder"; "holder" waits for "first". Only the join closes the cycle.
+  let joiner = spawnOrExit("joiner") {
+    first.lock()
+    let holder = spawnOrExit("holder") {
+      second.lock()
+      secondTaken.countDown()
+      first.lock()
+    }
+    secondTaken.wait()
+    let joined = spawnOrExit("joined") { second.lock() }
+    joined.join()
+    holder.detach()
+  }
+  joiner.detach()
+  // The watchdog stops the process within a few check intervals; a missed deadlock
+  // ends it with status 0, failing the expectation.
+  _ = Semaphore().wait(timeout: .seconds(10))
+  exit(0)
+}
+
+/// Exit-test body: a worker waits for a lock the main thread holds while the main thread
+/// joins another thread that ends: waits, no cycle.
+private func plainJoinScenario() {
+  Diagnostics.deadlockCheckInterval = .milliseconds(5)
+  for kind in Diagnostics.Kind.all { Diagnostics.setMode(.off, for: kind) }
+  Diagnostics.setMode(.stop, for: .deadlocks)
+  let lock = Lock(name: "shared")
+  let worker = spawnOrExit("worker") {
+    // Waits for the joiner's lock while the joiner is in join: a wait, not a cycle.
+    lock.withLock {}
+  }
+  lock.lock()
+  let unlocker = spawnOrExit("unlocker") {
+    _ = Semaphore().wait(timeout: .milliseconds(50))
+  }
+  unlocker.join()
+  lock.unlock()
+  worker.join()
+}
+
+/// Joins in the ``Diagnostics/Kind/deadlocks`` watchdog's wait-for graph: a thread blocked in
+/// `JoinableThread.join()` waits for the thread it joins. Each test switches a process-wide
+/// detector on, so each runs as an exit test in a fresh process; findings go to standard
+/// error.
+@Suite("Join diagnostics", .timeLimit(.minutes(1)))
+struct JoinDiagnosticsTests {
+  @Test("the watchdog finds three threads in a cycle whose one edge is a join, naming the joined thread")
+  func joinClosesADeadlockCycle() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      joinCycleScenario()
+    }
+    let text = standardError(result)
+    #expect(text.contains("threading-toolkit [deadlocks]"))
+    #expect(text.contains("deadlock: 3 threads wait for each other"))
+    #expect(text.contains("\"joiner\""))
+    #expect(text.contains("joins thread \"joined\""))
+    #expect(text.contains("\"joined\"") && text.contains("waits for \"second\" (held by \"holder\""))
+    #expect(text.contains("waits for \"first\" (held by \"joiner\""))
+  }
+
+  @Test("a join of a thread that ends reports nothing, with the watchdog on")
+  func plainJoinReportsNothing() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      plainJoinScenario()
+    }
+    #expect(!standardError(result).contains("[deadlocks]"))
+  }
+}
