@@ -36,7 +36,7 @@ extension FutexLock {
     }
   }
 
-  /// ``acquire(before:spins:typeName:)`` through ``LockDiagnostics/acquire(_:before:holder:tryAcquire:acquire:)``.
+  /// ``acquire(before:spins:typeName:)`` through ``LockDiagnostics/acquire(_:before:access:holder:tryAcquire:acquire:)``.
   @usableFromInline
   @inline(never)
   func acquireDiagnosed(

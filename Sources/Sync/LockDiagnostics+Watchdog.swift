@@ -48,10 +48,11 @@ extension LockDiagnostics {
 
 /// The wait-for graph the watchdog builds from the threads' states: a thread waiting for a
 /// diagnosed lock points at the thread holding it, a thread blocked in
-/// `JoinableThread.join()` at the thread it joins. Each thread waits for at most one lock
-/// or thread and each lock has at most one holder, so a cycle is found by walking from each
-/// waiting thread. Threads waiting on a condition are listed with what they wait for but point at
-/// nobody (any thread may notify).
+/// `JoinableThread.join()` at the thread it joins. A ``ReadWriteLock`` writer points at
+/// every thread holding the lock (the blocked readers, or the writer), a reader at the writer
+/// holding it and at the writers waiting for it (they go first). A cycle is found by a
+/// depth-first walk from each waiting thread. Threads waiting on a condition are listed with
+/// what they wait for but point at nobody (any thread may notify).
 ///
 /// The threads' states are read one after the other, so one scan may mix instants; a cycle
 /// is reported only when a second scan finds the same threads in the same waits (each wait
@@ -70,8 +71,19 @@ struct Watchdog {
 
   private struct Entry {
     let state: ThreadState
-    let held: [LockIdentity]
+    let held: [HeldLock]
     let waiting: WaitRecord?
+  }
+
+  /// Who holds each lock (by identity number), among the threads that published their held
+  /// locks (the waiting ones): one thread for an exclusive lock or a write lock, possibly
+  /// several readers for a ``ReadWriteLock``.
+  private struct Holders {
+    var threads: [UInt64: [UInt64]] = [:]
+    /// Per lock, whether its holders hold it for reading.
+    var isRead: [UInt64: Bool] = [:]
+    /// The threads waiting for a ``ReadWriteLock``'s write lock, by lock.
+    var waitingWriters: [UInt64: [UInt64]] = [:]
   }
 
   mutating func scan() -> [Diagnostics.Finding] {
@@ -80,65 +92,96 @@ struct Watchdog {
       return Entry(state: state, held: held, waiting: waiting)
     }
     var byThread: [UInt64: Entry] = [:]
-    var holderOf: [UInt64: UInt64] = [:]
+    var holders = Holders()
     for entry in entries {
-      byThread[entry.state.identity] = entry
+      let identity = entry.state.identity
+      byThread[identity] = entry
       let released = entry.waiting?.conditionLock
-      for lock in entry.held where lock.id != released {
-        holderOf[lock.id] = entry.state.identity
+      for held in entry.held where held.lock.id != released {
+        // A read lock taken twice by one thread is one holder.
+        if holders.threads[held.lock.id]?.last != identity { holders.threads[held.lock.id, default: []].append(identity) }
+        holders.isRead[held.lock.id] = held.isRead
       }
+      if case .write(let lock) = entry.waiting?.target { holders.waitingWriters[lock.id, default: []].append(identity) }
     }
-    func next(_ identity: UInt64) -> UInt64? {
+    // What a waiting thread waits for: the threads that must move first. A reader also waits
+    // for the writers waiting for its lock (they go first: writer preference); a writer waits
+    // for every holder (all the readers, or the writer).
+    func successors(_ identity: UInt64) -> [UInt64] {
       switch byThread[identity]?.waiting?.target {
-      case .lock(let lock): holderOf[lock.id]
+      case .lock(let lock), .write(let lock): holders.threads[lock.id] ?? []
+      case .read(let lock):
+        // Readers holding it do not hold a reader back; a writer holding it does.
+        (holders.isRead[lock.id] == true ? [] : holders.threads[lock.id] ?? [])
+          + (holders.waitingWriters[lock.id] ?? []).filter { $0 != identity }
       // The joined thread: the walk stops there unless it waits too (a thread that never
       // ran a lock hook has no state, so no entry).
-      case .join(let thread, _): thread
-      case .condition, nil: nil
+      case .join(let thread, _): [thread]
+      case .condition, nil: []
       }
     }
     var findings: [Diagnostics.Finding] = []
     var seenCycles = Set<[WaitKey]>()
     for entry in entries where entry.waiting != nil {
-      // Walk at most as many steps as there are threads; a cycle is where a walk returns.
+      // A depth-first walk; a cycle is where a walk returns to its path. Each thread is
+      // entered at most once per start, so a start costs at most the graph's size.
       var path: [UInt64] = [entry.state.identity]
-      var current = entry.state.identity
-      var cycle: [UInt64]? = nil
-      while let holder = next(current) {
-        if let index = path.firstIndex(of: holder) {
-          cycle = Array(path[index...])
-          break
+      var visited: Set<UInt64> = [entry.state.identity]
+      func walk(_ current: UInt64) -> [UInt64]? {
+        for next in successors(current) {
+          if let index = path.firstIndex(of: next) { return Array(path[index...]) }
+          if !visited.insert(next).inserted { continue }
+          path.append(next)
+          if let cycle = walk(next) { return cycle }
+          path.removeLast()
         }
-        path.append(holder)
-        current = holder
+        return nil
       }
-      guard let cycle else { continue }
+      guard let cycle = walk(entry.state.identity) else { continue }
       let key = cycle.map { WaitKey(thread: $0, since: byThread[$0]!.waiting!.since.nanoseconds) }.sorted()
       if !seenCycles.insert(key).inserted { continue }
       if reported.contains(key) { continue }
       if candidates.contains(key) {
         reported.insert(key)
-        findings.append(finding(cycle.map { byThread[$0]! }, holderOf: holderOf, byThread: byThread))
+        findings.append(finding(cycle.map { byThread[$0]! }, holders: holders, byThread: byThread))
       }
     }
     candidates = seenCycles.subtracting(reported)
     return findings
   }
 
-  private func finding(_ cycle: [Entry], holderOf: [UInt64: UInt64], byThread: [UInt64: Entry])
-    -> Diagnostics.Finding
-  {
+  private func finding(_ cycle: [Entry], holders: Holders, byThread: [UInt64: Entry]) -> Diagnostics.Finding {
     let now = MonotonicInstant.now
     var details: [String] = []
+    func names(_ threads: [UInt64]) -> String {
+      threads.compactMap { byThread[$0]?.state.description }.joined(separator: ", ")
+    }
     for entry in cycle {
       let waiting = entry.waiting!
       var line: String
       switch waiting.target {
       case .lock(let lock), .condition(let lock):
         line = "\(entry.state.description) waits for \"\(lock.label)\""
-        if case .lock = waiting.target, let holder = holderOf[lock.id], let holding = byThread[holder] {
+        if case .lock = waiting.target, let holder = holders.threads[lock.id]?.first, let holding = byThread[holder] {
           line += " (held by \(holding.state.description))"
         }
+      case .write(let lock):
+        let holding = holders.threads[lock.id] ?? []
+        if holders.isRead[lock.id] == true {
+          // Readers are not tracked individually: only those blocked themselves published
+          // their held locks, so the report names them and no other.
+          line = "\(entry.state.description) waits for the readers of \"\(lock.label)\""
+          line += " (blocked readers: \(names(holding)); readers still running are not listed)"
+        } else {
+          line = "\(entry.state.description) waits for the write lock of \"\(lock.label)\""
+          if !holding.isEmpty { line += " (held by \(names(holding)))" }
+        }
+      case .read(let lock):
+        line = "\(entry.state.description) waits for a read lock of \"\(lock.label)\""
+        let holding = holders.isRead[lock.id] == true ? [] : holders.threads[lock.id] ?? []
+        let writers = (holders.waitingWriters[lock.id] ?? []).filter { $0 != entry.state.identity }
+        if !holding.isEmpty { line += " (write-held by \(names(holding)))" }
+        if !writers.isEmpty { line += " (behind the waiting writers \(names(writers)))" }
       case .join(let thread, let name):
         let joined = byThread[thread]?.state.description ?? LockDiagnostics.describeThread(name: name, identity: thread)
         line = "\(entry.state.description) joins thread \(joined)"
@@ -149,7 +192,7 @@ struct Watchdog {
           ", timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
       }
       details.append(line)
-      let held = entry.held.map { "\"\($0.label)\"" }.joined(separator: ", ")
+      let held = entry.held.map { "\"\($0.lock.label)\"" + ($0.isRead ? " (read)" : "") }.joined(separator: ", ")
       details.append("    holds \(held.isEmpty ? "nothing" : held)")
     }
     let names = cycle.map(\.state.description).joined(separator: ", ")

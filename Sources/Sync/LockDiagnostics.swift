@@ -113,7 +113,7 @@ package final class LockNames: @unchecked Sendable {
 /// keeps the inlined code to the check and one call: no copy of the identity at the call
 /// site.
 ///
-/// ``acquire(_:before:holder:tryAcquire:acquire:)`` checks the lock order before it blocks
+/// ``acquire(_:before:access:holder:tryAcquire:acquire:)`` checks the lock order before it blocks
 /// (so a real deadlock is reported before it hangs), marks the thread as waiting while the
 /// lock is taken (the watchdog's wait-for graph), times sampled waits and holds, and pushes
 /// the lock on the thread's held list; ``release(_:release:)`` pops it;
@@ -197,24 +197,27 @@ package enum LockDiagnostics {
   /// 0 if unknown) when the attempt failed. Returns what `acquire` returned (true when the
   /// attempt succeeded). Reports a lock-order cycle before blocking; in ``Diagnostics/Mode/stop``
   /// mode the process stops there.
+  /// `access` says how a ``ReadWriteLock`` is taken (``LockAccess/read`` or
+  /// ``LockAccess/write``; the watchdog's edges differ); every other lock is
+  /// ``LockAccess/exclusive``.
   package static func acquire(
-    _ lock: LockIdentity, before deadline: MonotonicInstant, holder: () -> UInt64, tryAcquire: () -> Bool,
-    acquire: () -> Bool
+    _ lock: LockIdentity, before deadline: MonotonicInstant, access: LockAccess = .exclusive, holder: () -> UInt64,
+    tryAcquire: () -> Bool, acquire: () -> Bool
   ) -> Bool {
     let settings = Diagnostics.settings()
     // Guaranteed without a retain: the thread's state lives until the thread exits (its
     // key's destructor), so it outlives this call.
     return ThreadState.current(settings: settings)._withUnsafeGuaranteedRef { state in
       acquireTracked(
-        lock, before: deadline, settings: settings, state: state, holder: holder, tryAcquire: tryAcquire,
-        acquire: acquire)
+        lock, before: deadline, access: access, settings: settings, state: state, holder: holder,
+        tryAcquire: tryAcquire, acquire: acquire)
     }
   }
 
-  /// ``acquire(_:before:holder:tryAcquire:acquire:)`` on the calling thread's `state`.
+  /// ``acquire(_:before:access:holder:tryAcquire:acquire:)`` on the calling thread's `state`.
   private static func acquireTracked(
-    _ lock: LockIdentity, before deadline: MonotonicInstant, settings: UInt32, state: ThreadState,
-    holder: () -> UInt64, tryAcquire: () -> Bool, acquire: () -> Bool
+    _ lock: LockIdentity, before deadline: MonotonicInstant, access: LockAccess, settings: UInt32,
+    state: ThreadState, holder: () -> UInt64, tryAcquire: () -> Bool, acquire: () -> Bool
   ) -> Bool {
     let tracksHeld = settings & Diagnostics.lockKindsMask != 0
     // `Kind.lockOrder`'s bits (index 1), as a mask.
@@ -232,7 +235,7 @@ package enum LockDiagnostics {
       // 0: the holder released the lock in between (no thread to blame).
       if weight != 0 && holderID != 0 { holderName = ThreadRegistry.shared.name(of: holderID) }
       let start = weight != 0 ? MonotonicInstant.now.nanoseconds : 0
-      if tracksHeld { state.setWaiting(WaitRecord(lock: lock, isCondition: false, deadline: deadline)) }
+      if tracksHeld { state.setWaiting(WaitRecord(lock: lock, access: access, deadline: deadline)) }
       acquired = acquire()
       if tracksHeld { state.setWaiting(nil) }
       if weight != 0 { waited = MonotonicInstant.now.nanoseconds - start }
@@ -243,7 +246,7 @@ package enum LockDiagnostics {
     }
     if acquired {
       let holdStart = weight != 0 ? Swift.max(1, MonotonicInstant.now.nanoseconds) : 0
-      state.push(lock, holdStart: holdStart, weight: weight, tracksHeld: tracksHeld)
+      state.push(lock, holdStart: holdStart, weight: weight, tracksHeld: tracksHeld, isRead: access == .read)
     }
     return acquired
   }
@@ -251,11 +254,14 @@ package enum LockDiagnostics {
   /// The diagnosed path of a non-blocking attempt: never reports (a `tryLock` cannot
   /// deadlock); a taken lock joins the held list, so locks taken while holding it are
   /// ordered after it.
-  package static func tryAcquire(_ lock: LockIdentity, tryAcquire: () -> Bool) -> Bool {
+  package static func tryAcquire(_ lock: LockIdentity, access: LockAccess = .exclusive, tryAcquire: () -> Bool)
+    -> Bool
+  {
     guard tryAcquire() else { return false }
     let settings = Diagnostics.settings()
     ThreadState.current(settings: settings)._withUnsafeGuaranteedRef { state in
-      state.push(lock, holdStart: 0, weight: 0, tracksHeld: settings & Diagnostics.lockKindsMask != 0)
+      state.push(
+        lock, holdStart: 0, weight: 0, tracksHeld: settings & Diagnostics.lockKindsMask != 0, isRead: access == .read)
     }
     return true
   }
@@ -286,7 +292,7 @@ package enum LockDiagnostics {
     let settings = Diagnostics.settings()
     guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
     let state = ThreadState.current(settings: settings).takeUnretainedValue()
-    state.setWaiting(WaitRecord(lock: lock, isCondition: true, deadline: deadline))
+    state.setWaiting(WaitRecord(conditionOf: lock, deadline: deadline))
     let result = wait()
     state.setWaiting(nil)
     return result
@@ -358,12 +364,28 @@ package enum LockDiagnostics {
   }
 }
 
+/// How a diagnosed acquisition takes its lock.
+package enum LockAccess {
+  /// A lock with one holder at a time (every lock type but ``ReadWriteLock``).
+  case exclusive
+  /// A ``ReadWriteLock``'s read lock (shared).
+  case read
+  /// A ``ReadWriteLock``'s write lock.
+  case write
+}
+
 /// What a parked thread waits for.
 struct WaitRecord {
   /// What the wait ends with.
   enum Target {
     /// The lock itself (held by one thread).
     case lock(LockIdentity)
+    /// A read lock of a ``ReadWriteLock``: it waits for the writer holding it, or for the
+    /// writers waiting for it (they go first).
+    case read(LockIdentity)
+    /// The write lock of a ``ReadWriteLock``: it waits for the writer or the readers
+    /// holding it.
+    case write(LockIdentity)
     /// A notification of the lock's condition (from any thread: never an edge of the
     /// wait-for graph).
     case condition(LockIdentity)
@@ -376,8 +398,17 @@ struct WaitRecord {
   let deadline: MonotonicInstant
   let since = MonotonicInstant.now
 
-  init(lock: LockIdentity, isCondition: Bool, deadline: MonotonicInstant) {
-    target = isCondition ? .condition(lock) : .lock(lock)
+  init(lock: LockIdentity, access: LockAccess, deadline: MonotonicInstant) {
+    switch access {
+    case .exclusive: target = .lock(lock)
+    case .read: target = .read(lock)
+    case .write: target = .write(lock)
+    }
+    self.deadline = deadline
+  }
+
+  init(conditionOf lock: LockIdentity, deadline: MonotonicInstant) {
+    target = .condition(lock)
     self.deadline = deadline
   }
 
@@ -401,6 +432,8 @@ struct HeldLock {
   let holdStart: Int64
   /// The sample's weight (contention sampling interval) when sampled.
   let weight: Int
+  /// A ``ReadWriteLock``'s read lock (shared with other readers), for the watchdog.
+  var isRead = false
 }
 
 /// One slot of a thread's cache of checked lock orders: the order `from -> to` is in the
@@ -439,7 +472,7 @@ final class ThreadState: @unchecked Sendable {
   private(set) var heldCount = 0
   /// The held list as of the current wait (empty when not waiting), for the watchdog.
   @exclusivity(unchecked)
-  private var published: [LockIdentity] = []
+  private var published: [HeldLock] = []
   @exclusivity(unchecked)
   private var waiting: WaitRecord? = nil
   /// The lock epoch the held list belongs to (see `Diagnostics.OptionSlot.lockEpoch`).
@@ -596,8 +629,8 @@ final class ThreadState: @unchecked Sendable {
     return interval
   }
 
-  func push(_ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool) {
-    let entry = HeldLock(lock: lock, holdStart: holdStart, weight: weight)
+  func push(_ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool, isRead: Bool = false) {
+    let entry = HeldLock(lock: lock, holdStart: holdStart, weight: weight, isRead: isRead)
     if tracksHeld {
       if heldCount == heldCapacity { grow() }
       (held + heldCount).initialize(to: entry)
@@ -647,7 +680,7 @@ final class ThreadState: @unchecked Sendable {
   /// Marks the thread as waiting (`record`) with its held locks, for the watchdog, or as no
   /// longer waiting (nil).
   func setWaiting(_ record: WaitRecord?) {
-    var locks = record == nil ? [] : (0..<heldCount).map { held[$0].lock }
+    var locks = record == nil ? [] : Array(UnsafeBufferPointer(start: held, count: heldCount))
     var record = record
     WordLock.withLock(word) {
       swap(&waiting, &record)
@@ -664,7 +697,7 @@ final class ThreadState: @unchecked Sendable {
 
   /// What the watchdog reads: the wait record and the locks held at that wait, taken
   /// together (no locks while the thread does not wait).
-  func snapshot() -> (held: [LockIdentity], waiting: WaitRecord?) {
+  func snapshot() -> (held: [HeldLock], waiting: WaitRecord?) {
     WordLock.withLock(word) { (published, waiting) }
   }
 }

@@ -40,6 +40,15 @@
 /// Timed acquisition uses the monotonic clock. The `Locking` surface (`lock()`,
 /// `withLock`...) takes the *write* lock.
 ///
+/// **Diagnostics.** A lock has a name for ``Diagnostics`` reports (`ReadWriteLock(name:)`, by
+/// default its creation site `fileID:line`) and is watched by the lock-order detector (read
+/// and write acquisitions alike; a read lock taken again by a thread that holds one adds no
+/// order), the deadlock watchdog (a writer waits for the lock's holders, a reader for the
+/// writer holding it and the writers waiting for it; readers are not tracked one by one, so
+/// a report names only the readers that are blocked themselves) and contention statistics,
+/// when they are on. While they are all off, each operation adds one relaxed load and a
+/// branch that is not taken.
+///
 /// ```swift
 /// let lock = ReadWriteLock()
 /// var table: [String: Int] = [:]            // protected by `lock`
@@ -134,6 +143,10 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @usableFromInline
   let handOff: UnsafeMutablePointer<UInt32>
 
+  /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``.
+  @usableFromInline
+  let identity: LockIdentity
+
   /// How long a writer sleeps without getting the lock before it counts as starving.
   static var starvationThreshold: Duration { FutexLock.starvationThreshold }
 
@@ -143,8 +156,12 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// those interleavings happen; nil otherwise (one load on a path about to sleep).
   nonisolated(unsafe) static var beforeStarvingSleep: ((UnsafeMutablePointer<UInt32>) -> Void)?
 
-  /// Creates an unlocked, writer-preferring read-write lock.
-  public init() {
+  /// Creates an unlocked, writer-preferring read-write lock. `name` is what diagnostics
+  /// reports call it (lock-order cycles, deadlocks, contention statistics; see
+  /// ``Diagnostics``); without one they use the creation site, `fileID:line`, which the
+  /// defaults capture.
+  public init(name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
+    identity = LockIdentity(name: name, fileID: fileID, line: line)
     let block = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
     state = block.bindMemory(to: UInt32.self, capacity: 1)
     state.initialize(to: 0)
@@ -161,7 +178,12 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       reportMisuse("ReadWriteLock", "deinitialized while locked")
     }
     UnsafeMutableRawPointer(state).deallocate()
+    LockDiagnostics.lockWillBeDestroyed(identity)
   }
+
+  /// What diagnostics reports call the lock: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { identity.label }
 
   // MARK: State predicates
 
@@ -196,6 +218,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withReadLock")
   @inlinable
   public func readLock() {
+    // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
+    if LockDiagnostics.hooksMayRun {
+      _ = readLockHooked()
+      return
+    }
     if !tryReadLockFast() {
       _ = readLockSlow(before: .distantFuture)
     }
@@ -205,6 +232,13 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// lock or waits for it.
   @inlinable
   public func tryReadLock() -> Bool {
+    if LockDiagnostics.hooksMayRun { return tryReadLockHooked() }
+    return tryReadLockPlain()
+  }
+
+  /// `tryReadLock()` without diagnostics.
+  @inlinable
+  func tryReadLockPlain() -> Bool {
     var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
     while Self.isReadLockable(current) {
       let seen = UInt32.atomicCompareExchange(expected: current, desired: current + 1, at: state, ordering: .acquiring)
@@ -219,7 +253,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func readLock(before deadline: MonotonicInstant) -> Bool {
-    tryReadLockFast() || readLockSlow(before: deadline)
+    if LockDiagnostics.hooksMayRun { return readLockHooked(before: deadline) }
+    return tryReadLockFast() || readLockSlow(before: deadline)
   }
 
   /// Takes a read lock, waiting at most `timeout` (monotonic clock); returns whether it was
@@ -227,7 +262,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func readLock(timeout: Duration) -> Bool {
-    tryReadLockFast() || readLockSlow(before: .after(timeout))
+    readLock(before: .after(timeout))
   }
 
   @inlinable
@@ -275,6 +310,10 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withWriteLock")
   @inlinable
   public func writeLock() {
+    if LockDiagnostics.hooksMayRun {
+      _ = writeLockHooked()
+      return
+    }
     if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
       UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
     } else {
@@ -285,6 +324,13 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Takes the write lock if the lock is free right now; never blocks.
   @inlinable
   public func tryWriteLock() -> Bool {
+    if LockDiagnostics.hooksMayRun { return tryWriteLockHooked() }
+    return tryWriteLockPlain()
+  }
+
+  /// `tryWriteLock()` without diagnostics.
+  @inlinable
+  func tryWriteLockPlain() -> Bool {
     // Free includes a free lock that still counts starving writers (a hand-over nobody was
     // woken for; in a forked child, writers that do not exist there).
     var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
@@ -305,11 +351,66 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func writeLock(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.hooksMayRun { return writeLockHooked(before: deadline) }
+    return writeLockPlain(before: deadline)
+  }
+
+  /// `writeLock(before:)` without diagnostics.
+  @inlinable
+  func writeLockPlain(before deadline: MonotonicInstant) -> Bool {
     if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
       UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
       return true
     }
     return writeLockSlow(before: deadline)
+  }
+
+  // The outlined hooked operations (see `LockDiagnostics.hooksMayRun`): methods of the lock,
+  // so the inlined operations pass nothing but `self`.
+
+  /// `readLock(before:)`'s hooked path.
+  @usableFromInline
+  @inline(never)
+  func readLockHooked(before deadline: MonotonicInstant = .distantFuture) -> Bool {
+    guard LockDiagnostics.diagnosesAcquisition else { return tryReadLockFast() || readLockSlow(before: deadline) }
+    return LockDiagnostics.acquire(
+      identity, before: deadline, access: .read, holder: { writerTag }, tryAcquire: { tryReadLockPlain() },
+      acquire: { readLockSlow(before: deadline) })
+  }
+
+  /// `tryReadLock()`'s hooked path: diagnosed while a lock detector is on (contention
+  /// statistics do not count try-locks).
+  @usableFromInline
+  @inline(never)
+  func tryReadLockHooked() -> Bool {
+    guard LockDiagnostics.tracksHeldLocks else { return tryReadLockPlain() }
+    return LockDiagnostics.tryAcquire(identity, access: .read) { tryReadLockPlain() }
+  }
+
+  /// `writeLock(before:)`'s hooked path.
+  @usableFromInline
+  @inline(never)
+  func writeLockHooked(before deadline: MonotonicInstant = .distantFuture) -> Bool {
+    guard LockDiagnostics.diagnosesAcquisition else { return writeLockPlain(before: deadline) }
+    return LockDiagnostics.acquire(
+      identity, before: deadline, access: .write, holder: { writerTag }, tryAcquire: { tryWriteLockPlain() },
+      acquire: { writeLockSlow(before: deadline) })
+  }
+
+  /// `tryWriteLock()`'s hooked path.
+  @usableFromInline
+  @inline(never)
+  func tryWriteLockHooked() -> Bool {
+    guard LockDiagnostics.tracksHeldLocks else { return tryWriteLockPlain() }
+    return LockDiagnostics.tryAcquire(identity, access: .write) { tryWriteLockPlain() }
+  }
+
+  /// `unlock()`'s hooked path.
+  @usableFromInline
+  @inline(never)
+  func unlockHooked() {
+    guard LockDiagnostics.diagnosesRelease else { return unlockPlain() }
+    LockDiagnostics.release(identity) { unlockPlain() }
   }
 
   /// Takes the write lock, waiting at most `timeout` (monotonic clock); returns whether it
@@ -492,6 +593,13 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// another thread.
   @inlinable
   public func unlock() {
+    if LockDiagnostics.hooksMayRun { return unlockHooked() }
+    unlockPlain()
+  }
+
+  /// `unlock()` without diagnostics.
+  @inlinable
+  func unlockPlain() {
     if writerTag == currentThreadTag() {
       UInt64.atomicStore(0, at: writer, ordering: .relaxed)
       // Nobody waiting or starving: one compare-and-swap, as uncontended as the acquisition.
@@ -663,7 +771,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Runs `body` holding a read lock; releases it however `body` exits.
   @inlinable
   public func withReadLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    if !tryReadLockFast() { _ = readLockSlow(before: .distantFuture) }
+    if LockDiagnostics.hooksMayRun {
+      _ = readLockHooked()
+    } else if !tryReadLockFast() {
+      _ = readLockSlow(before: .distantFuture)
+    }
     defer { unlock() }
     return try body()
   }
@@ -671,7 +783,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Runs `body` holding the write lock; releases it however `body` exits.
   @inlinable
   public func withWriteLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
+    if LockDiagnostics.hooksMayRun {
+      _ = writeLockHooked()
+    } else if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
       UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)
     } else {
       _ = writeLockSlow(before: .distantFuture)
