@@ -7,7 +7,7 @@
 // Starts with only the undecided bit (Sync's `Diagnostics.undecidedBit`) set: the lock
 // types' inlined check tests it together with the lock hooks' bits, in one instruction.
 uint32_t tk_diagnostics_switches_word = 0x80000000u;
-uint64_t tk_diagnostics_option_words[8] = {0};
+uint64_t tk_diagnostics_option_words[16] = {0};
 __thread void *tk_lock_diagnostics_state_value __attribute__((tls_model("initial-exec"))) = 0;
 
 uint64_t tk_lock_diagnostics_new_id(void) {

@@ -8,6 +8,8 @@ extension Diagnostics {
     package var stallThreshold: Duration? = nil
     /// `deadlock-ms=N`, if given.
     package var deadlockCheckInterval: Duration? = nil
+    /// `blocking-ms=N`, if given.
+    package var blockingInTaskThreshold: Duration? = nil
     /// `contention-sample=N`, if given.
     package var lockContentionSampling: Int? = nil
     /// `contention-dump[=text|json]`, if given.
@@ -45,7 +47,7 @@ extension Diagnostics {
     var settings = Settings()
     // Set but empty: nothing on.
     if text.isEmpty { return .success(settings) }
-    let kindNames = Kind.all.map(\.name).joined(separator: ", ")
+    let kindNames = Kind.every.map(\.name).joined(separator: ", ")
     for item in text.split(separator: ",", omittingEmptySubsequences: false) {
       let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
       let name = String(parts[0])
@@ -83,6 +85,12 @@ extension Diagnostics {
             SettingsError(message: "deadlock-ms expects a whole number of milliseconds from 1 to 86400000"))
         }
         settings.deadlockCheckInterval = .milliseconds(milliseconds)
+      case "blocking-ms":
+        guard let value, let milliseconds = Int64(value), milliseconds > 0, milliseconds <= 86_400_000 else {
+          return .failure(
+            SettingsError(message: "blocking-ms expects a whole number of milliseconds from 1 to 86400000"))
+        }
+        settings.blockingInTaskThreshold = .milliseconds(milliseconds)
       case "stall-ms":
         guard let value, let milliseconds = Int64(value), milliseconds > 0, milliseconds <= 86_400_000 else {
           return .failure(SettingsError(message: "stall-ms expects a whole number of milliseconds from 1 to 86400000"))
@@ -99,13 +107,13 @@ extension Diagnostics {
         }
         if name == "all" {
           for kind in Kind.all { settings.set(mode, for: kind) }
-        } else if let kind = Kind.all.first(where: { $0.name == name }) {
+        } else if let kind = Kind.every.first(where: { $0.name == name }) {
           settings.set(mode, for: kind)
         } else {
           return .failure(
             SettingsError(
               message:
-                "unknown item \(name) (expected \(kindNames), all, metrics, stall-ms=N, deadlock-ms=N, contention, contention-sample=N or contention-dump)"
+                "unknown item \(name) (expected \(kindNames), all, metrics, stall-ms=N, deadlock-ms=N, blocking-ms=N, contention, contention-sample=N or contention-dump)"
             ))
         }
       }

@@ -30,6 +30,14 @@ import CThreadingShims
 ///   each holds.
 /// - ``Kind/heldLockInCallback``: a run-loop callback that returns still holding a diagnosed
 ///   lock it took.
+/// - ``Kind/blockingInTask``: a thread running a task (a thread of Swift's cooperative pool,
+///   or of another executor) blocked in a diagnosed lock or condition wait longer than
+///   ``blockingInTaskThreshold``. The watchdog thread (the one ``Kind/deadlocks`` uses)
+///   reports each such wait once, while it is still blocked, naming the lock or condition,
+///   the thread and how long it has waited, at most about a quarter of the threshold after
+///   it passed. Off by default and **not** switched by `all` (async code that blocks on
+///   purpose, such as a test waiting on a latch, would stop the process): switch it on by
+///   name.
 ///
 /// Lock contention statistics (``collectsLockContention``, ``lockContention()``) are not
 /// findings either: they are sampled figures per named lock, dumped at exit on request.
@@ -61,10 +69,11 @@ import CThreadingShims
 /// |---|---|
 /// | `KIND` | the kind (for example `stalls`) reports: the same as `KIND=report` |
 /// | `KIND=report`, `KIND=stop`, `KIND=off` | the kind's ``Mode`` |
-/// | `all`, `all=MODE` | every kind |
+/// | `all`, `all=MODE` | every kind but `blocking-in-task` |
 /// | `metrics` | ``collectsRunLoopMetrics``: every run loop collects metrics from its creation |
 /// | `stall-ms=N` | ``stallThreshold`` of `N` milliseconds (a positive integer) |
 /// | `deadlock-ms=N` | ``deadlockCheckInterval`` of `N` milliseconds (a positive integer) |
+/// | `blocking-ms=N` | ``blockingInTaskThreshold`` of `N` milliseconds (a positive integer) |
 /// | `contention` | ``collectsLockContention``: lock contention statistics are collected |
 /// | `contention-sample=N` | ``lockContentionSampling``: one acquisition in `N` is measured |
 /// | `contention-dump`, `contention-dump=text`, `contention-dump=json` | collect contention statistics and write them to standard error when the process exits normally (`exit` or a return from `main`) |
@@ -85,7 +94,7 @@ import CThreadingShims
 ///
 /// **Adding a detector** (for toolkit contributors): give it a ``Kind`` with the next free
 /// index and list it in ``Kind/all`` (the environment parser and `all` pick it up from
-/// there); its checks call ``isOn(_:)`` (one relaxed load) and hand what they find to
+/// there; a kind `all` must not switch goes in `Kind.every` only); its checks call ``isOn(_:)`` (one relaxed load) and hand what they find to
 /// `Diagnostics.report(_:)` (package-internal), never with a toolkit lock held (the
 /// handler is user code). A numeric option takes a free slot of the options block (see
 /// `OptionSlot`) and a line in the environment parser; a monitor thread sleeps in
@@ -162,8 +171,18 @@ public enum Diagnostics {
     @inlinable
     public static var heldLockInCallback: Kind { Kind(name: "held-lock-in-callback", index: 3) }
 
-    /// Every kind, in index order (what `all` in the environment variable switches).
+    /// A thread running a task blocked in a diagnosed lock or condition wait longer than
+    /// ``Diagnostics/blockingInTaskThreshold``. Environment name `blocking-in-task`; not
+    /// part of ``all``.
+    @inlinable
+    public static var blockingInTask: Kind { Kind(name: "blocking-in-task", index: 4) }
+
+    /// The kinds `all` in the environment variable switches, in index order: every kind but
+    /// ``blockingInTask`` (async code may block on purpose; switch it on by name).
     public static var all: [Kind] { [.stalls, .lockOrder, .deadlocks, .heldLockInCallback] }
+
+    /// Every kind, in index order (the environment variable's names).
+    static var every: [Kind] { all + [.blockingInTask] }
 
     /// The name.
     public var description: String { name }
@@ -184,11 +203,11 @@ public enum Diagnostics {
   static let metricsBit: UInt32 = 1 << 30
   /// ``collectsLockContention``.
   static let contentionBit: UInt32 = 1 << 29
-  /// The lock kinds' bits (kinds 1 to 3): while any is set, threads keep their held locks.
-  static let lockKindsMask: UInt32 = 0xFC
+  /// The lock kinds' bits (kinds 1 to 4): while any is set, threads keep their held locks.
+  static let lockKindsMask: UInt32 = 0x3FC
   /// The lock hooks' mask: `lockKindsMask` and `contentionBit` (spelled as literals in the
   /// inlined checks of `LockDiagnostics`).
-  static let lockTrackingMask: UInt32 = 0x2000_00FC
+  static let lockTrackingMask: UInt32 = 0x2000_03FC
 
   /// The switches, the environment applied: one relaxed load once decided (the first call
   /// of the process reads the environment).
@@ -306,6 +325,30 @@ public enum Diagnostics {
   /// ``deadlockCheckInterval``'s default.
   public static let defaultDeadlockCheckInterval = Duration.seconds(1)
 
+  /// How long a thread running a task may block in a diagnosed lock or condition wait before
+  /// ``Kind/blockingInTask`` reports it: 100 ms by default; `blocking-ms=N` in the
+  /// environment variable sets it. Values below one millisecond are raised to one
+  /// millisecond. The watchdog picks up a change within its current scan interval.
+  public static var blockingInTaskThreshold: Duration {
+    get {
+      _ = switches()
+      let stored = UInt64.atomicLoad(at: OptionSlot.blockingInTaskThreshold.pointer, ordering: .relaxed)
+      return stored == 0 ? defaultBlockingInTaskThreshold : .nanoseconds(Int64(stored))
+    }
+    set {
+      _ = switches()
+      let floor = Duration.milliseconds(1)
+      let value = newValue < floor ? floor : newValue
+      UInt64.atomicStore(
+        UInt64(MonotonicInstant.nanoseconds(of: value)), at: OptionSlot.blockingInTaskThreshold.pointer,
+        ordering: .relaxed)
+      wakeWatchers()
+    }
+  }
+
+  /// ``blockingInTaskThreshold``'s default.
+  public static let defaultBlockingInTaskThreshold = Duration.milliseconds(100)
+
   /// Sleeps until a setting changes (``setMode(_:for:)``, ``collectsRunLoopMetrics``,
   /// ``stallThreshold``) or `deadline` passes, whichever comes first (it may also return
   /// early, spuriously). For detectors' monitor threads, so a new setting applies at once.
@@ -331,7 +374,7 @@ public enum Diagnostics {
   /// ``stallThreshold``'s default.
   public static let defaultStallThreshold = Duration.milliseconds(250)
 
-  /// The numeric options' slots in C static storage (eight 64-bit words, zero meaning "the
+  /// The numeric options' slots in C static storage (sixteen 64-bit words, zero meaning "the
   /// default"). Relaxed accesses: each option is read on its own, by the detector using it.
   enum OptionSlot: Int32 {
     /// ``stallThreshold`` in nanoseconds.
@@ -355,6 +398,8 @@ public enum Diagnostics {
     /// threads' caches of checked orders are emptied when they see a new value, so they never
     /// keep entries of destroyed locks.
     case graphGeneration = 7
+    /// ``blockingInTaskThreshold`` in nanoseconds.
+    case blockingInTaskThreshold = 8
 
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }
@@ -386,7 +431,7 @@ public enum Diagnostics {
         if current & lockKindsMask != 0 && desired & lockKindsMask == 0 {
           _ = UInt64.atomicFetchAdd(1, at: OptionSlot.lockEpoch.pointer, ordering: .relaxed)
         }
-        if desired & (3 << (Kind.deadlocks.index * 2)) != 0 { LockDiagnostics.startWatchdog() }
+        if desired & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog() }
         wakeWatchers()
         return
       }
@@ -416,6 +461,11 @@ public enum Diagnostics {
             UInt64(MonotonicInstant.nanoseconds(of: interval)), at: OptionSlot.deadlockInterval.pointer,
             ordering: .relaxed)
         }
+        if let threshold = settings.blockingInTaskThreshold {
+          UInt64.atomicStore(
+            UInt64(MonotonicInstant.nanoseconds(of: threshold)), at: OptionSlot.blockingInTaskThreshold.pointer,
+            ordering: .relaxed)
+        }
         if let sampling = settings.lockContentionSampling {
           UInt64.atomicStore(UInt64(sampling), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
         }
@@ -429,7 +479,7 @@ public enum Diagnostics {
       expected: undecidedBit, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
     if previous != undecidedBit { return previous }
     if let dump { LockDiagnostics.dumpContentionAtExit(as: dump) }
-    if decided & (3 << (Kind.deadlocks.index * 2)) != 0 { LockDiagnostics.startWatchdog() }
+    if decided & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog() }
     return decided
   }
 }

@@ -5,8 +5,13 @@ import CThreadingShims
 #endif
 
 extension LockDiagnostics {
-  /// Starts the ``Diagnostics/Kind/deadlocks`` watchdog's thread once per process (the first
-  /// time the kind is switched on). It sleeps while the kind is off. A failing
+  /// The kinds the watchdog thread serves: ``Diagnostics/Kind/deadlocks`` and
+  /// ``Diagnostics/Kind/blockingInTask`` (kinds 2 and 4).
+  static let watchdogKindsMask: UInt32 = 0x330
+
+  /// Starts the watchdog's thread (``Diagnostics/Kind/deadlocks``,
+  /// ``Diagnostics/Kind/blockingInTask``) once per process, the first time one of its kinds
+  /// is switched on. It sleeps while both are off. A failing
   /// `pthread_create` is reported as a finding of the kind (the detector cannot run).
   static func startWatchdog() {
     let started = Diagnostics.OptionSlot.watchdogStarted.pointer
@@ -28,20 +33,45 @@ extension LockDiagnostics {
     if pthread_detach(thread) != 0 {}
   }
 
-  /// The watchdog thread's loop: a scan per ``Diagnostics/deadlockCheckInterval`` while the
-  /// kind is on, sleeping on the switches word (so a new setting wakes it).
+  /// The watchdog thread's loop, sleeping on the switches word (so a new setting wakes it):
+  /// while ``Diagnostics/Kind/deadlocks`` is on, a deadlock scan per
+  /// ``Diagnostics/deadlockCheckInterval``; while ``Diagnostics/Kind/blockingInTask`` is on,
+  /// a look at the waits inside tasks every quarter of ``Diagnostics/blockingInTaskThreshold``
+  /// (so a wait is reported at most about a quarter of the threshold late).
   static func watchdogMain() {
     if tk_thread_set_name("tk-deadlocks") != 0 {}
     var watchdog = Watchdog()
+    // When the last deadlock scan ran (nil: none since the kind was switched on); the next is
+    // due an interval later, with the interval read anew at each wake-up.
+    var lastDeadlockScan: MonotonicInstant? = nil
     while true {
       let settings = Diagnostics.settings()
-      guard Diagnostics.isOn(.deadlocks, in: settings) else {
+      let deadlocks = Diagnostics.isOn(.deadlocks, in: settings)
+      let blocking = Diagnostics.isOn(.blockingInTask, in: settings)
+      guard deadlocks || blocking else {
         watchdog = Watchdog()
+        lastDeadlockScan = nil
         Diagnostics.waitForChange(since: settings, before: .distantFuture)
         continue
       }
-      for finding in watchdog.scan() { Diagnostics.report(finding) }
-      Diagnostics.waitForChange(since: settings, before: .after(Diagnostics.deadlockCheckInterval))
+      var wakeUp = MonotonicInstant.distantFuture
+      if deadlocks {
+        let interval = Diagnostics.deadlockCheckInterval
+        if (lastDeadlockScan.map { $0 + interval } ?? .distantPast).hasPassed {
+          for finding in watchdog.scan() { Diagnostics.report(finding) }
+          lastDeadlockScan = .now
+        }
+        wakeUp = (lastDeadlockScan ?? .now) + interval
+      } else {
+        lastDeadlockScan = nil
+      }
+      if blocking {
+        let threshold = Diagnostics.blockingInTaskThreshold
+        for finding in watchdog.scanBlockingInTasks(threshold: threshold) { Diagnostics.report(finding) }
+        let next = MonotonicInstant.after(threshold / 4)
+        if next < wakeUp { wakeUp = next }
+      }
+      Diagnostics.waitForChange(since: settings, before: wakeUp)
     }
   }
 }
@@ -62,6 +92,8 @@ struct Watchdog {
   private var candidates = Set<[WaitKey]>()
   /// Cycles reported (by their waits).
   private var reported = Set<[WaitKey]>()
+  /// Waits inside tasks reported by ``Diagnostics/Kind/blockingInTask`` and still going on.
+  private var reportedBlocking = Set<WaitKey>()
 
   struct WaitKey: Hashable, Comparable {
     let thread: UInt64
@@ -84,6 +116,50 @@ struct Watchdog {
     var isRead: [UInt64: Bool] = [:]
     /// The threads waiting for a ``ReadWriteLock``'s write lock, by lock.
     var waitingWriters: [UInt64: [UInt64]] = [:]
+  }
+
+  /// The ``Diagnostics/Kind/blockingInTask`` findings: each wait inside a task that has
+  /// lasted `threshold` or longer, once per wait.
+  mutating func scanBlockingInTasks(threshold: Duration) -> [Diagnostics.Finding] {
+    let now = MonotonicInstant.now
+    var findings: [Diagnostics.Finding] = []
+    var stillBlocked = Set<WaitKey>()
+    for state in ThreadRegistry.shared.all() {
+      let (held, waiting) = state.snapshot()
+      guard let waiting, waiting.inTask else { continue }
+      let key = WaitKey(thread: state.identity, since: waiting.since.nanoseconds)
+      let waited = Duration.nanoseconds(now.nanoseconds - waiting.since.nanoseconds)
+      if waited < threshold { continue }
+      stillBlocked.insert(key)
+      if reportedBlocking.contains(key) { continue }
+      let what: String
+      switch waiting.target {
+      case .lock(let lock): what = "the lock \"\(lock.label)\""
+      case .read(let lock): what = "a read lock of \"\(lock.label)\""
+      case .write(let lock): what = "the write lock of \"\(lock.label)\""
+      case .condition(let lock): what = "a notification of the condition of \"\(lock.label)\""
+      case .join: continue
+      }
+      var details = [
+        "a task blocks the thread it runs on (a thread of Swift's cooperative pool, or of its executor) for \(ContentionTable.describe(waited)) so far (threshold \(ContentionTable.describe(threshold)))"
+      ]
+      if waiting.deadline != .distantFuture {
+        details.append(
+          "timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
+        )
+      }
+      let holds = held.map { "\"\($0.lock.label)\"" + ($0.isRead ? " (read)" : "") }.joined(separator: ", ")
+      details.append("holds \(holds.isEmpty ? "nothing" : holds)")
+      findings.append(
+        Diagnostics.Finding(
+          kind: .blockingInTask,
+          summary: "\(state.description) has blocked inside a task for \(ContentionTable.describe(waited)), waiting for \(what)",
+          details: details))
+    }
+    // Every wait still blocked past the threshold is reported by now; waits that ended are
+    // forgotten, so the set stays as small as the blocked threads.
+    reportedBlocking = stillBlocked
+    return findings
   }
 
   mutating func scan() -> [Diagnostics.Finding] {

@@ -140,7 +140,7 @@ package enum LockDiagnostics {
   static var hooksMayRun: Bool {
     // `Diagnostics.undecidedBit | Diagnostics.lockTrackingMask`, spelled as a literal so
     // the check inlines without a global's accessor.
-    tk_diagnostics_load_switches() & 0xA000_00FC != 0
+    tk_diagnostics_load_switches() & 0xA000_03FC != 0
   }
 
   /// Whether the lock hooks run: some lock detector or contention statistics are on. One
@@ -150,7 +150,7 @@ package enum LockDiagnostics {
   @inline(__always)
   static var isTracking: Bool {
     // `Diagnostics.lockTrackingMask`, spelled as a literal so the check inlines.
-    Diagnostics.switches() & 0x2000_00FC != 0
+    Diagnostics.switches() & 0x2000_03FC != 0
   }
 
   /// Whether an acquisition takes the diagnosed path: a lock detector is on, or contention
@@ -160,9 +160,9 @@ package enum LockDiagnostics {
   @inline(__always)
   static var diagnosesAcquisition: Bool {
     let word = Diagnostics.switches()
-    if word & 0x2000_00FC == 0 { return false }
+    if word & 0x2000_03FC == 0 { return false }
     // `Diagnostics.lockKindsMask`: without a lock detector only samples need the hooks.
-    if word & 0xFC == 0 { return tk_lock_diagnostics_count_down() != 0 }
+    if word & 0x3FC == 0 { return tk_lock_diagnostics_count_down() != 0 }
     return true
   }
 
@@ -172,8 +172,8 @@ package enum LockDiagnostics {
   @inline(__always)
   static var diagnosesRelease: Bool {
     let word = Diagnostics.switches()
-    if word & 0x2000_00FC == 0 { return false }
-    if word & 0xFC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
+    if word & 0x2000_03FC == 0 { return false }
+    if word & 0x3FC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
     return true
   }
 
@@ -182,7 +182,7 @@ package enum LockDiagnostics {
   @inlinable
   @inline(__always)
   static var tracksHeldLocks: Bool {
-    Diagnostics.switches() & 0xFC != 0
+    Diagnostics.switches() & 0x3FC != 0
   }
 
   /// ``isTracking``, for diagnosed lock types outside Sync (tests).
@@ -235,7 +235,10 @@ package enum LockDiagnostics {
       // 0: the holder released the lock in between (no thread to blame).
       if weight != 0 && holderID != 0 { holderName = ThreadRegistry.shared.name(of: holderID) }
       let start = weight != 0 ? MonotonicInstant.now.nanoseconds : 0
-      if tracksHeld { state.setWaiting(WaitRecord(lock: lock, access: access, deadline: deadline)) }
+      if tracksHeld {
+        state.setWaiting(
+          WaitRecord(lock: lock, access: access, deadline: deadline, inTask: blockingInTaskIsOn(settings) && isInTask()))
+      }
       acquired = acquire()
       if tracksHeld { state.setWaiting(nil) }
       if weight != 0 { waited = MonotonicInstant.now.nanoseconds - start }
@@ -292,7 +295,8 @@ package enum LockDiagnostics {
     let settings = Diagnostics.settings()
     guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
     let state = ThreadState.current(settings: settings).takeUnretainedValue()
-    state.setWaiting(WaitRecord(conditionOf: lock, deadline: deadline))
+    state.setWaiting(
+      WaitRecord(conditionOf: lock, deadline: deadline, inTask: blockingInTaskIsOn(settings) && isInTask()))
     let result = wait()
     state.setWaiting(nil)
     return result
@@ -309,6 +313,21 @@ package enum LockDiagnostics {
     }
   }
 
+  // MARK: Blocking in a task
+
+  /// Whether ``Diagnostics/Kind/blockingInTask`` is on in `settings`.
+  @inline(__always)
+  static func blockingInTaskIsOn(_ settings: UInt32) -> Bool {
+    settings & (3 << (Diagnostics.Kind.blockingInTask.index * 2)) != 0
+  }
+
+  /// Whether the calling thread is running a task now (a thread of Swift's cooperative pool,
+  /// or an executor's thread, inside a job). One runtime call reading a thread-local; made
+  /// only on a diagnosed path about to block.
+  static func isInTask() -> Bool {
+    withUnsafeCurrentTask { $0 != nil }
+  }
+
   // MARK: Joins
 
   /// Whether a join takes its hooked path (``join(thread:name:wait:)``): the environment has
@@ -317,8 +336,9 @@ package enum LockDiagnostics {
   @inlinable
   @inline(__always)
   package static var joinHooksMayRun: Bool {
-    // `Diagnostics.undecidedBit | Diagnostics.lockKindsMask`, spelled as a literal so the
-    // check inlines without a global's accessor.
+    // `Diagnostics.undecidedBit` and the bits of kinds 1 to 3 (lock order, deadlocks, held
+    // lock in callback; `blockingInTask` watches no joins), spelled as a literal so the check
+    // inlines without a global's accessor.
     tk_diagnostics_load_switches() & 0x8000_00FC != 0
   }
 
@@ -398,23 +418,29 @@ struct WaitRecord {
   let deadline: MonotonicInstant
   let since = MonotonicInstant.now
 
-  init(lock: LockIdentity, access: LockAccess, deadline: MonotonicInstant) {
+  /// The wait runs inside a task (``Diagnostics/Kind/blockingInTask`` watches it).
+  let inTask: Bool
+
+  init(lock: LockIdentity, access: LockAccess, deadline: MonotonicInstant, inTask: Bool = false) {
     switch access {
     case .exclusive: target = .lock(lock)
     case .read: target = .read(lock)
     case .write: target = .write(lock)
     }
     self.deadline = deadline
+    self.inTask = inTask
   }
 
-  init(conditionOf lock: LockIdentity, deadline: MonotonicInstant) {
+  init(conditionOf lock: LockIdentity, deadline: MonotonicInstant, inTask: Bool = false) {
     target = .condition(lock)
     self.deadline = deadline
+    self.inTask = inTask
   }
 
   init(joining thread: UInt64, name: String) {
     target = .join(thread: thread, name: name)
     deadline = .distantFuture
+    inTask = false
   }
 
   /// The lock whose condition the thread waits for, if it waits for a notification: that

@@ -21,11 +21,11 @@ static inline uint32_t tk_diagnostics_load_switches(void) {
 }
 
 /// Numeric options of the diagnostics (Sync's `Diagnostics` gives each a slot: slot 0 is the
-/// stall threshold in nanoseconds; the other slots are free for later options). Zero at
+/// stall threshold in nanoseconds; see its `OptionSlot` for the others). Zero at
 /// load time, meaning "the default". Accessed only through Sync's atomics.
-extern uint64_t tk_diagnostics_option_words[8];
+extern uint64_t tk_diagnostics_option_words[16];
 
-/// The address of option slot `index` (0...7).
+/// The address of option slot `index` (0...15).
 static inline uint64_t *tk_diagnostics_option(int index) { return &tk_diagnostics_option_words[index]; }
 
 /// The calling thread's lock-diagnostics state (Sync's `LockDiagnostics`: the locks it

@@ -1,0 +1,106 @@
+import Glibc
+import Sync
+import Testing
+
+/// Standard error of an exit test, as text.
+private func standardError(_ result: ExitTest.Result?) -> String {
+  result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+}
+
+/// Exit-test body: a thread holds "busy" until the watchdog has reported (or 10 seconds
+/// passed) while another thread runs `blockedWaiter`, which blocks on it; the finding
+/// handler also writes to standard error. `blockedWaiter` gets the lock and the latch that
+/// opens once the lock is held.
+private func holdWhileBlocked(_ blockedWaiter: @escaping @Sendable (Lock, Latch) -> Void) {
+  Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+  let reported = Semaphore()
+  Diagnostics.reportHandler = { finding in
+    Diagnostics.standardErrorHandler(finding)
+    if finding.kind == .blockingInTask { reported.signal() }
+  }
+  onlyDetector(.blockingInTask)
+  let busy = Lock(name: "busy")
+  let held = Latch(count: 1)
+  runConcurrently(2) { index in
+    if index == 0 {
+      busy.withLock {
+        held.countDown()
+        // Released when the wait was reported, or after 10 s (a missed report).
+        _ = reported.wait(timeout: .seconds(10))
+      }
+    } else {
+      blockedWaiter(busy, held)
+    }
+  }
+}
+
+/// ``Diagnostics/Kind/blockingInTask``: a thread running a task blocked in a toolkit lock or
+/// condition wait longer than the threshold. Each test switches the process-wide detector
+/// on, so each runs as an exit test in a fresh process; findings go to standard error.
+@Suite("Blocking in a task", .timeLimit(.minutes(1)))
+struct BlockingInTaskTests {
+  @Test("the environment grammar takes blocking-in-task and blocking-ms, and all leaves the kind off")
+  func grammar() throws {
+    let settings = try Diagnostics.parse("blocking-in-task=stop,blocking-ms=25").get()
+    #expect(settings.mode(of: .blockingInTask) == .stop)
+    #expect(settings.blockingInTaskThreshold == .milliseconds(25))
+    let all = try Diagnostics.parse("all=stop").get()
+    #expect(all.mode(of: .deadlocks) == .stop)
+    #expect(all.mode(of: .blockingInTask) == .off)
+    #expect(!Diagnostics.Kind.all.contains(.blockingInTask))
+    if case .failure(let error) = Diagnostics.parse("blocking-ms=0") {
+      #expect(error.message.contains("blocking-ms"))
+    } else {
+      Issue.record("blocking-ms=0 was accepted")
+    }
+  }
+
+  @Test("a task blocked in a Lock longer than the threshold is reported once, while blocked, naming the lock")
+  func taskBlockedInALockIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      holdWhileBlocked { busy, held in
+        let done = Semaphore()
+        Task.detached {
+          blocking {
+            held.wait()
+            // Blocks until the holder, woken by the report, lets go.
+            busy.withLock {}
+          }
+          done.signal()
+        }
+        done.wait()
+      }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
+    #expect(text.contains("has blocked inside a task for"))
+    #expect(text.contains("waiting for the lock \"busy\""))
+    #expect(text.contains("(threshold 20"))
+  }
+
+  @Test("a plain thread blocked in a Lock as long is not reported")
+  func plainThreadIsNotReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(5)
+      onlyDetector(.blockingInTask)
+      let busy = Lock(name: "busy")
+      let held = Latch(count: 1)
+      blocking {
+        runConcurrently(2) { index in
+          if index == 0 {
+            busy.withLock {
+              held.countDown()
+              // Keeps the other thread blocked for ten thresholds (a duration to wait out,
+              // not a synchronization).
+              _ = Semaphore().wait(timeout: .milliseconds(50))
+            }
+          } else {
+            held.wait()
+            busy.withLock {}
+          }
+        }
+      }
+    }
+    #expect(!standardError(result).contains("[blocking-in-task]"))
+  }
+}
