@@ -78,6 +78,39 @@ struct BlockingInTaskTests {
     #expect(text.contains("(threshold 20"))
   }
 
+  @Test("a task in a timed Condition wait longer than the threshold is reported, naming the condition")
+  func taskInAConditionWaitIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+      let queue = Condition(name: "queue")
+      let reported = Gate()
+      Diagnostics.reportHandler = { finding in
+        Diagnostics.standardErrorHandler(finding)
+        guard finding.kind == .blockingInTask else { return }
+        reported.open()
+        queue.withLock { queue.broadcast() }
+      }
+      onlyDetector(.blockingInTask)
+      let done = Semaphore()
+      Task.detached {
+        blocking {
+          queue.withLock {
+            // One wait until the report's broadcast (10 s: a missed report).
+            while !reported.isOpen {
+              guard queue.wait(timeout: .seconds(10)) else { break }
+            }
+          }
+        }
+        done.signal()
+      }
+      blocking { done.wait() }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
+    #expect(text.contains("waiting for a notification of the condition of \"queue\""))
+    #expect(text.contains("timed: gives up in"))
+  }
+
   @Test("a plain thread blocked in a Lock as long is not reported")
   func plainThreadIsNotReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
