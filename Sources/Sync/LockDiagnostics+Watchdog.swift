@@ -141,14 +141,16 @@ struct Watchdog {
       case .join: continue
       }
       var details = [
-        "a task blocks the thread it runs on (a thread of Swift's cooperative pool, or of its executor) for \(ContentionTable.describe(waited)) so far (threshold \(ContentionTable.describe(threshold)))"
+        "a task blocks the thread it runs on (a thread of Swift's cooperative pool, or of its executor); threshold \(ContentionTable.describe(threshold))"
       ]
       if waiting.deadline != .distantFuture {
         details.append(
           "timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
         )
       }
-      let holds = held.map { "\"\($0.lock.label)\"" + ($0.isRead ? " (read)" : "") }.joined(separator: ", ")
+      // A condition's lock is released for the wait.
+      let holds = held.filter { $0.lock.id != waiting.conditionLock }
+        .map { "\"\($0.lock.label)\"" + ($0.isRead ? " (read)" : "") }.joined(separator: ", ")
       details.append("holds \(holds.isEmpty ? "nothing" : holds)")
       findings.append(
         Diagnostics.Finding(
