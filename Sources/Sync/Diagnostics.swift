@@ -42,9 +42,10 @@ import CThreadingShims
 /// Lock contention statistics (``collectsLockContention``, ``lockContention()``) are not
 /// findings either: they are sampled figures per named lock, dumped at exit on request.
 ///
-/// The lock detectors watch the toolkit's diagnosed locks (``Lock``, ``RecursiveLock``,
-/// ``LockedValue``, ``SpinLock``, ``Condition``, ``ConditionLock`` and the per-object
-/// locks of `synchronized`); while any of them (or contention statistics) is on, every
+/// The lock detectors (``Kind/lockOrder``, ``Kind/deadlocks``, ``Kind/heldLockInCallback``,
+/// ``Kind/blockingInTask``) watch the toolkit's diagnosed locks (``Lock``, ``RecursiveLock``,
+/// ``ReadWriteLock``, ``LockedValue``, ``SpinLock``, ``Condition``, ``ConditionLock`` and
+/// the per-object locks of `synchronized`); while any of them (or contention statistics) is on, every
 /// lock operation of those types takes an out-of-line path that keeps the thread's held
 /// locks; while all are off, the operation pays one relaxed load and a branch. Locks held
 /// while they are switched on are tracked from their next acquisition.

@@ -84,7 +84,8 @@ package final class LockNames: @unchecked Sendable {
 
 /// The hooks a diagnosed lock type calls, and the per-thread record behind the lock
 /// detectors (``Diagnostics/Kind/lockOrder``, ``Diagnostics/Kind/deadlocks``,
-/// ``Diagnostics/Kind/heldLockInCallback``) and contention statistics
+/// ``Diagnostics/Kind/heldLockInCallback``, ``Diagnostics/Kind/blockingInTask``) and
+/// contention statistics
 /// (``Diagnostics/collectsLockContention``).
 ///
 /// **How a lock type uses it.** It stores a ``LockIdentity`` and, in each inlined operation,
