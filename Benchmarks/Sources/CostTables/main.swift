@@ -22,6 +22,7 @@ let registrations: [(Harness) -> Void] = [
   registerPoolBenchmarks,
   registerLockDiagnosticsBenchmarks,
   registerLockHooksBenchmarks,
+  registerReadWriteLockHooksBenchmarks,
   registerExecutorBenchmarks,
 ]
 
