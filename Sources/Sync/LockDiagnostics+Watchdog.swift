@@ -148,8 +148,10 @@ struct Watchdog {
           "timed: gives up in \(ContentionTable.describe(.nanoseconds(Swift.max(0, waiting.deadline.nanoseconds - now.nanoseconds))))"
         )
       }
-      // A condition's lock is released for the wait.
-      let holds = held.filter { $0.lock.id != waiting.conditionLock }
+      // A condition's lock is released for the wait. (Read into a local first: Swift 6.3's
+      // optimizer fails on the computed property read inside the closure.)
+      let released = waiting.conditionLock
+      let holds = held.filter { $0.lock.id != released }
         .map { "\"\($0.lock.label)\"" + ($0.isRead ? " (read)" : "") }.joined(separator: ", ")
       details.append("holds \(holds.isEmpty ? "nothing" : holds)")
       findings.append(
