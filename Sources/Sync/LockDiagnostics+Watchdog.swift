@@ -157,7 +157,8 @@ struct Watchdog {
       findings.append(
         Diagnostics.Finding(
           kind: .blockingInTask,
-          summary: "\(state.description) has blocked inside a task for \(ContentionTable.describe(waited)), waiting for \(what)",
+          summary:
+            "\(state.description) has blocked inside a task for \(ContentionTable.describe(waited)), waiting for \(what)",
           details: details))
     }
     // Every wait still blocked past the threshold is reported by now; waits that ended are
@@ -179,7 +180,9 @@ struct Watchdog {
       let released = entry.waiting?.conditionLock
       for held in entry.held where held.lock.id != released {
         // A read lock taken twice by one thread is one holder.
-        if holders.threads[held.lock.id]?.last != identity { holders.threads[held.lock.id, default: []].append(identity) }
+        if holders.threads[held.lock.id]?.last != identity {
+          holders.threads[held.lock.id, default: []].append(identity)
+        }
         holders.isRead[held.lock.id] = held.isRead
       }
       if case .write(let lock) = entry.waiting?.target { holders.waitingWriters[lock.id, default: []].append(identity) }

@@ -238,7 +238,8 @@ package enum LockDiagnostics {
       let start = weight != 0 ? MonotonicInstant.now.nanoseconds : 0
       if tracksHeld {
         state.setWaiting(
-          WaitRecord(lock: lock, access: access, deadline: deadline, inTask: blockingInTaskIsOn(settings) && isInTask()))
+          WaitRecord(lock: lock, access: access, deadline: deadline, inTask: blockingInTaskIsOn(settings) && isInTask())
+        )
       }
       acquired = acquire()
       if tracksHeld { state.setWaiting(nil) }
