@@ -441,8 +441,9 @@ struct PeerScenariosSwiftCooperativePoolTests {
     let width = isRunningUnderSanitizer ? 16 : 48
     let gate = Latch(count: 1)
     let waiting = AtomicInteger<Int>(0)
-    let loop = LoopThread()
-    loop.runLoop.perform { gate.wait() }
+    // The loop does not run until the gate opens (a held loop, not a blocking block: a block
+    // that blocks its loop this long is a stall, which the diagnostics pass stops on).
+    let loop = HeldLoop()
     let heldExecutor = RunLoopExecutor(runLoop: loop.runLoop)
     let resident = LoopResident(executor: heldExecutor, loopThread: loop.thread)
     let total = await withTaskGroup(of: Int.self) { tasks in
@@ -477,6 +478,7 @@ struct PeerScenariosSwiftCooperativePoolTests {
       tasks.addTask {
         while waiting.load(ordering: .relaxed) < width { await Task.yield() }
         gate.countDown()
+        loop.release()
         return 0
       }
       var sum = 0
