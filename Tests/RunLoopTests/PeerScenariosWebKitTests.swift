@@ -72,7 +72,9 @@ struct PeerWebKitRunLoopTests {
     #expect(released.load(ordering: .relaxed) == count)
   }
 
-  @Test("a nested run runs blocks queued during it before the blocks its pass took after the nesting block, as Core Foundation does (NestedInOrder)")
+  @Test(
+    "a nested run runs blocks queued during it before the blocks its pass took after the nesting block, as Core Foundation does (NestedInOrder)"
+  )
   func nestedRunKeepsOrder() throws {
     let worker = try RunLoopThread.start(name: "peer-nested-order")
     let loop = worker.runLoop
@@ -227,7 +229,9 @@ struct PeerWebKitRunLoopTests {
     worker.stop()
   }
 
-  @Test("a block queued on a loop whose thread ends unrun is released, and so is the loop (ThreadTerminationSelfReferenceCleanup)")
+  @Test(
+    "a block queued on a loop whose thread ends unrun is released, and so is the loop (ThreadTerminationSelfReferenceCleanup)"
+  )
   func unrunBlockCapturingItsLoopIsReleasedAtThreadEnd() {
     final class WeakBox: @unchecked Sendable {
       weak var loop: RunLoop?
@@ -283,7 +287,10 @@ struct PeerWebKitRunLoopTests {
     TestThread.run {
       let timer = RunLoopTimer(after: .milliseconds(2), interval: .milliseconds(2)) { timer in
         stateInCallback.append(timer.isValid)
-        if fired.update({ $0 += 1; return $0 }) == 10 {
+        if fired.update({
+          $0 += 1
+          return $0
+        }) == 10 {
           timer.invalidate()
           stateInCallback.append(timer.isValid)
         }
@@ -305,9 +312,15 @@ struct PeerWebKitRunLoopTests {
     let fired = Box(0)
     TestThread.run {
       let timer = RunLoopTimer(after: .milliseconds(1), interval: .milliseconds(1)) { timer in
-        let now = depth.update { $0 += 1; return $0 }
+        let now = depth.update {
+          $0 += 1
+          return $0
+        }
         maxDepth.update { $0 = max($0, now) }
-        if fired.update({ $0 += 1; return $0 }) == 1 {
+        if fired.update({
+          $0 += 1
+          return $0
+        }) == 1 {
           // Several periods pass in the nested run: the timer must not fire inside itself.
           _ = RunLoop.current.run(mode: .default, before: .after(.milliseconds(20)))
         } else if fired.value >= 3 {
@@ -350,14 +363,14 @@ struct PeerWebKitRunLoopTests {
     let worker = try RunLoopThread.start(name: "peer-nested-mode")
     let loop = worker.runLoop
     let order = Recorder<String>()
-    let private_ = RunLoopMode("peer-private")
+    let privateMode = RunLoopMode("peer-private")
     let finished = Semaphore(value: 0)
     worker.performAndWakeUp {
       loop.perform(inModes: [.default]) { order.append("default") }
       loop.perform(inModes: [.common]) { order.append("common") }
-      loop.perform(inModes: [private_]) { order.append("private") }
+      loop.perform(inModes: [privateMode]) { order.append("private") }
       // Runs until its mode has nothing left: the private block (and not the default one).
-      let result = RunLoop.current.run(mode: private_, before: .after(.seconds(20)))
+      let result = RunLoop.current.run(mode: privateMode, before: .after(.seconds(20)))
       order.append("nested returned \(result)")
       finished.signal()
     }
@@ -367,7 +380,8 @@ struct PeerWebKitRunLoopTests {
     #expect(seen.first == "private")
     #expect(seen.contains("nested returned finished"))
     if let returned = seen.firstIndex(of: "nested returned finished") {
-      #expect(seen.firstIndex(of: "default").map { $0 > returned } == true, "a default-mode block ran in the private run")
+      #expect(
+        seen.firstIndex(of: "default").map { $0 > returned } == true, "a default-mode block ran in the private run")
       #expect(seen.contains("common"))
     }
     worker.stop()

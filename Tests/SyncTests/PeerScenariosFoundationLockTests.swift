@@ -68,7 +68,8 @@ struct PeerFoundationLockTests {
   @Test(arguments: lockKinds.map(\.0))
   func timedLockFailsWhileHeldElsewhereAndSucceedsOnceReleased(kind: String) throws {
     let lock = try #require(lockKinds.first { $0.0 == kind }).1()
-    let held = Semaphore(), release = Semaphore()
+    let held = Semaphore()
+    let release = Semaphore()
     let holder = PeerThread.spawn {
       lock.lock()
       held.signal()
@@ -136,7 +137,9 @@ struct PeerFoundationLockTests {
   @Test(arguments: lockKinds.map(\.0))
   func contendersWhoseSharedDeadlinePassesLeaveTheLockFree(kind: String) throws {
     let lock = try #require(lockKinds.first { $0.0 == kind }).1()
-    let inside = Shared(0), acquired = Shared(0), overlaps = Shared(0)  // guarded by `lock`
+    let inside = Shared(0)
+    let acquired = Shared(0)
+    let overlaps = Shared(0)  // guarded by `lock`
     let threadCount = isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer ? 4 : 8
     let start = Latch(count: threadCount)
     let deadline = Shared(MonotonicInstant.distantPast)
@@ -410,7 +413,8 @@ struct PeerFoundationConditionLockTests {
   /// A matching condition does not let a thread past another thread's hold.
   @Test func aMatchingConditionStillWaitsForTheHolder() {
     let lock = ConditionLock(condition: 3)
-    let held = Semaphore(), release = Semaphore()
+    let held = Semaphore()
+    let release = Semaphore()
     let holder = PeerThread.spawn {
       lock.lock(whenCondition: 3)
       held.signal()

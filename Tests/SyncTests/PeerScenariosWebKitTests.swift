@@ -186,11 +186,14 @@ private let queueRuns: [QueueRun] = [
 ]
 
 /// Checks WTF's result: every producer's messages arrived exactly once.
-private func expectEveryMessageOnce(_ received: [Int], _ run: QueueRun, sourceLocation: SourceLocation = #_sourceLocation) {
+private func expectEveryMessageOnce(
+  _ received: [Int], _ run: QueueRun, sourceLocation: SourceLocation = #_sourceLocation
+) {
   #expect(received.count == run.producers * run.messagesPerProducer, sourceLocation: sourceLocation)
   var counts = [Int](repeating: 0, count: run.messagesPerProducer)
   for message in received where message >= 0 && message < counts.count { counts[message] += 1 }
-  #expect(counts.allSatisfy { $0 == run.producers }, "a message was lost or delivered twice", sourceLocation: sourceLocation)
+  #expect(
+    counts.allSatisfy { $0 == run.producers }, "a message was lost or delivered twice", sourceLocation: sourceLocation)
 }
 
 /// Waits on `condition` with `mutex` until `predicate` holds: without a limit, or (when
@@ -229,9 +232,12 @@ private func runBoundedQueue(_ run: QueueRun, slice: Duration? = nil, consumersF
     if index < run.consumers {
       while true {
         mutex.lock()
-        wait(notEmpty, mutex, slice: slice, onTimeout: {
-          if consumerTimeouts.increment(ordering: .relaxed) == run.consumers { consumersIdle.open() }
-        }) { !queue.shouldContinue || queue.count > 0 }
+        wait(
+          notEmpty, mutex, slice: slice,
+          onTimeout: {
+            if consumerTimeouts.increment(ordering: .relaxed) == run.consumers { consumersIdle.open() }
+          }
+        ) { !queue.shouldContinue || queue.count > 0 }
         if !queue.shouldContinue && queue.count == 0 {
           mutex.unlock()
           return
@@ -274,19 +280,22 @@ struct PeerWebKitConditionTests {
 
   @Test("one producer, one consumer, one slot, in 10 ms timed waits that time out and are retried")
   func timedWaitsThatTimeOutAreRetried() {
-    let run = QueueRun(producers: 1, consumers: 1, slots: 1, messagesPerProducer: 5_000 / scale, style: .tacticallyNotifyAll)
+    let run = QueueRun(
+      producers: 1, consumers: 1, slots: 1, messagesPerProducer: 5_000 / scale, style: .tacticallyNotifyAll)
     runBoundedQueue(run, slice: .milliseconds(10), consumersFirstTimeOut: true)
   }
 
   @Test("ten producers, ten consumers in 1 ms timed waits, signalling one: nothing lost or stranded")
   func manyTimedWaitersWithSignalOne() {
-    let run = QueueRun(producers: 10, consumers: 10, slots: 1, messagesPerProducer: 500 / scale, style: .alwaysNotifyOne)
+    let run = QueueRun(
+      producers: 10, consumers: 10, slots: 1, messagesPerProducer: 500 / scale, style: .alwaysNotifyOne)
     runBoundedQueue(run, slice: .milliseconds(1))
   }
 
   @Test("bounded queue over one Condition: broadcast after unlocking wakes producers and consumers alike")
   func boundedQueueOverOneCondition() {
-    let run = QueueRun(producers: 4, consumers: 4, slots: 3, messagesPerProducer: 5_000 / scale, style: .tacticallyNotifyAll)
+    let run = QueueRun(
+      producers: 4, consumers: 4, slots: 3, messagesPerProducer: 5_000 / scale, style: .tacticallyNotifyAll)
     let condition = Condition()
     let queue = BoundedQueue()
     let producersDone = AtomicInteger<Int>(0)
@@ -436,7 +445,8 @@ private let parkingRuns: [ParkingRun] = [
 
 @Suite("WebKit WTF scenarios: parking", .timeLimit(.minutes(1)))
 struct PeerWebKitParkingTests {
-  @Test("Semaphore: parked threads released one at a time, then all, each release lets one through", arguments: parkingRuns)
+  @Test(
+    "Semaphore: parked threads released one at a time, then all, each release lets one through", arguments: parkingRuns)
   fileprivate func semaphoreLatch(_ run: ParkingRun) {
     for _ in 0..<run.repeats {
       let semaphore = Semaphore(value: 0)

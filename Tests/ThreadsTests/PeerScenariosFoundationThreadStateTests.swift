@@ -14,7 +14,9 @@ struct PeerFoundationThreadStateTests {
   /// body runs (seen from the thread and from outside), finished and no longer executing
   /// once it returned.
   @Test func lifecycleFlagsFollowStartRunAndEnd() throws {
-    let running = Semaphore(), release = Semaphore(), sawExecuting = Semaphore()
+    let running = Semaphore()
+    let release = Semaphore()
+    let sawExecuting = Semaphore()
     let thread = Thread {
       if Thread.current.isExecuting && !Thread.current.isFinished { sawExecuting.signal() }
       running.signal()
@@ -84,7 +86,8 @@ struct PeerFoundationThreadStateTests {
     #expect(mainDictionary === Thread.current.threadDictionary)
     mainDictionary["peer.foundation.key"] = "outside"
     defer { mainDictionary["peer.foundation.key"] = nil }
-    let written = Semaphore(), checked = Semaphore()
+    let written = Semaphore()
+    let checked = Semaphore()
     let worker = try Thread.spawn { () -> [String?] in
       let own = Thread.current.threadDictionary
       let before = own["peer.foundation.key", as: String.self]
