@@ -625,7 +625,11 @@ extension PeerScenariosSwiftTaskExecutorTests {
 }
 
 extension PeerScenariosSwiftTaskExecutorTests {
-  @Test func aCancelledSleepOfAnEnormousDurationEndsAndTheGroupStillShutsDown() async {
+  /// Not under AddressSanitizer: the runtime gives an executor no way to withdraw a
+  /// cancelled sleep's job, so the group hands it to the platform's timers at shutdown,
+  /// where its enormous deadline never comes and LeakSanitizer reports it at exit.
+  @Test(.disabled(if: isRunningUnderAddressSanitizer, "a cancelled sleep's job outlives the process"))
+  func aCancelledSleepOfAnEnormousDurationEndsAndTheGroupStillShutsDown() async {
     let group = makeGroup(threadCount: 1)
     let sleeper = Task(executorPreference: group) { () async -> (cancelled: Bool, onGroup: Bool) in
       do {
