@@ -2,10 +2,6 @@ import RunLoop
 import Sync
 import Threads
 
-#if canImport(Glibc)
-  import Glibc
-#endif
-
 /// Why `RunLoop.performAndAwait(inModes:_:)` returned no value.
 public enum AwaitedPerformError<Failure: Error>: Error, CustomStringConvertible {
   /// The block ran and threw this error (its type preserved).
@@ -61,7 +57,7 @@ extension RunLoop {
     } onCancel: {
       request.cancel()
     }
-    request.waitUntilResumerLeft()
+    request.fence.waitForResumer(request)
     return try result.get()
   }
 }
@@ -81,25 +77,9 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
   private var phase = Phase.waiting
   private var cancelledEarly = false
   private var continuation: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>?
-  /// Under ThreadSanitizer only: set once the resuming thread has left `resume`. A task
-  /// resumed before it suspended goes on while the resuming thread is still inside
-  /// `resume`, ordered by the concurrency runtime's own atomics, which ThreadSanitizer does
-  /// not see; the task waits for this flag and acquires what the resumer released, so the
-  /// order is visible to it. Nil (no cost but a load) in other builds.
-  private let resumeDone: AtomicInteger<Int>? = SanitizerAnnotations.isActive ? AtomicInteger(0) : nil
-
-  private func markResumed() {
-    guard let resumeDone else { return }
-    SanitizerAnnotations.release(self)
-    resumeDone.store(1, ordering: .releasing)
-  }
-
-  /// Called by the awaiting task once its wait returned (see `resumeDone`).
-  func waitUntilResumerLeft() {
-    guard let resumeDone else { return }
-    while resumeDone.load(ordering: .acquiring) == 0 { sched_yield() }
-    SanitizerAnnotations.acquire(self)
-  }
+  /// Under ThreadSanitizer only: orders the resuming thread's `resume` before the task's
+  /// next writes (see `ResumerFence`).
+  let fence = ResumerFence()
 
   /// Stores the continuation; resumes it at once (returning false) when the task was
   /// cancelled before, so the block is not queued.
@@ -109,7 +89,7 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
       phase = .done
       lock.unlock()
       continuation.resume(returning: .failure(.cancelled))
-      markResumed()
+      fence.markResumed(self)
       return false
     }
     self.continuation = continuation
@@ -162,7 +142,7 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
     }
     guard let taken else { return }
     taken.resume(returning: result)
-    markResumed()
+    fence.markResumed(self)
   }
 
   /// Owned by the queued block alone: its release (after the block ran, or unrun when the

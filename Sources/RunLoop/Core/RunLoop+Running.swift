@@ -130,10 +130,10 @@ extension RunLoop {
     return !blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
   }
 
-  /// Whether a queued block runs in `mode`. Called with `lock` held; costs one check of an
-  /// empty queue in the usual case.
+  /// Whether a queued block runs in `mode`. Called with `lock` held; an empty queue (the
+  /// usual case) costs one check.
   func hasQueuedBlock(for mode: ModeItems) -> Bool {
-    !blocks.isEmpty && blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
+    blocks.contains { $0.runs(in: mode.name, commonModes: commonModeNames) }
   }
 
   /// The passes of one run call (steps 2-9 of the guide's list). Returns the result and the

@@ -88,17 +88,9 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
   private var body: (@Sendable () throws(Failure) -> Value)?
   /// Set by the submitter before the job is published; owned by the claimer.
   var continuation: UnsafeContinuation<Outcome, Never>?
-  /// Under ThreadSanitizer only (`nil` otherwise: no allocation): 1 once the claimer has
-  /// returned from `resume`.
-  private let resumeDone: FutexWord? = SanitizerAnnotations.isActive ? FutexWord(0) : nil
-
-  /// Under ThreadSanitizer only: tells the resumed task that `resume` has returned. The job
-  /// is still alive here: the claimer holds a reference until after this call.
-  private func markResumed() {
-    guard let resumeDone else { return }
-    SanitizerAnnotations.release(self)
-    resumeDone.store(1)
-  }
+  /// Under ThreadSanitizer only: orders the claimer's `resume` before the task's next
+  /// writes (the job is still alive when the claimer marks it: it holds a reference).
+  private let fence = ResumerFence()
 
   /// The pool's state, which the job is submitted to (and cancelled in).
   let core: ThreadPoolCore
@@ -123,14 +115,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     } onCancel: {
       core.cancel(self)
     }
-    if let resumeDone {
-      // Under ThreadSanitizer only: wait until the resuming thread has left `resume` and
-      // released the job, so its reads of this task's frame are ordered before the task's
-      // next writes to it (see `SanitizerAnnotations`). Not needed otherwise: the runtime
-      // orders them with its own atomics.
-      while resumeDone.load() == 0 { sched_yield() }
-      SanitizerAnnotations.acquire(self)
-    }
+    fence.waitForResumer(self)
     return outcome
   }
 
@@ -139,7 +124,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     finished()
     guard let continuation = continuation.take() else { fatalError("ThreadPool internal error: no continuation") }
     continuation.resume(returning: outcome)
-    markResumed()
+    fence.markResumed(self)
   }
 
   /// Takes the closure, runs it and returns its outcome; the closure is released when this
@@ -162,7 +147,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     case .shutDown: continuation.resume(returning: .failure(.shutDown))
     case .threadStart(let error): continuation.resume(returning: .failure(.threadStartFailed(error)))
     }
-    markResumed()
+    fence.markResumed(self)
   }
 }
 

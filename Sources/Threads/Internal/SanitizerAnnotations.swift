@@ -38,3 +38,33 @@ package enum SanitizerAnnotations {
     if let acquireFunction { acquireFunction(UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque())) }
   }
 }
+
+/// The hand-over between a thread that resumes a continuation and the task it resumes, made
+/// visible to ThreadSanitizer (see ``SanitizerAnnotations``): the resumer calls
+/// ``markResumed()`` once it has returned from `resume`, the task calls ``waitForResumer()``
+/// once its wait returned, and the resumer's reads of the task's frame are then ordered
+/// before the task's next writes to it. Outside ThreadSanitizer both are a test of a nil
+/// field: nothing is allocated and nobody waits (the runtime orders them with its own
+/// atomics). Create one per request, in the object the resumer keeps alive until after
+/// `markResumed()`.
+package struct ResumerFence: Sendable {
+  private let done: FutexWord? = SanitizerAnnotations.isActive ? FutexWord(0) : nil
+
+  /// An open fence (a closed one under ThreadSanitizer).
+  package init() {}
+
+  /// The resuming thread has returned from `resume`; `owner` is the request, released here
+  /// and acquired by the waiting task.
+  package func markResumed(_ owner: AnyObject) {
+    guard let done else { return }
+    SanitizerAnnotations.release(owner)
+    done.store(1)
+  }
+
+  /// Waits (briefly, yielding) until the resumer has called ``markResumed(_:)`` with `owner`.
+  package func waitForResumer(_ owner: AnyObject) {
+    guard let done else { return }
+    while done.load() == 0 { sched_yield() }
+    SanitizerAnnotations.acquire(owner)
+  }
+}
