@@ -94,12 +94,12 @@ import CThreadingShims
 /// ```
 ///
 /// **Adding a detector** (for toolkit contributors): give it a ``Kind`` with the next free
-/// index and list it in ``Kind/all`` (the environment parser and `all` pick it up from
-/// there; a kind `all` must not switch goes in `Kind.every` only); its checks call ``isOn(_:)`` (one relaxed load) and hand what they find to
-/// `Diagnostics.report(_:)` (package-internal), never with a toolkit lock held (the
-/// handler is user code). A numeric option takes a free slot of the options block (see
-/// `OptionSlot`) and a line in the environment parser; a monitor thread sleeps in
-/// `Diagnostics.waitForChange(since:before:)` so a new setting wakes it.
+/// index and list it in ``Kind/all`` (the environment parser and `all` pick it up from there; a
+/// kind `all` must not switch goes in `Kind.every` only); its checks call ``isOn(_:)`` (one
+/// relaxed load) and hand what they find to `Diagnostics.report(_:)` (package-internal), never
+/// with a toolkit lock held (the handler is user code). A numeric option takes a free slot of
+/// the options block (see `OptionSlot`) and a line in the environment parser; a monitor thread
+/// sleeps in `Diagnostics.waitForChange(since:before:)` so a new setting wakes it.
 public enum Diagnostics {
   /// What a detector does with what it finds.
   public enum Mode: Hashable, Sendable, CustomStringConvertible {
