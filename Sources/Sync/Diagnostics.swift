@@ -288,6 +288,11 @@ public enum Diagnostics {
   /// default; `contention-sample=N` sets it), each measurement counting `N` times in the
   /// figures (Go's rule for its mutex profile), so the cost stays bounded and the figures
   /// stay unbiased estimates. `1` measures every acquisition. Values below 1 are raised to 1.
+  ///
+  /// The gap between two measured acquisitions of a thread is drawn at random, 1 to `2N - 1`
+  /// (mean `N`), so locks taken in a fixed cycle are each measured. A new value takes effect
+  /// at once on the calling thread (its next acquisition is measured) and on every other
+  /// thread at its next measured acquisition.
   public static var lockContentionSampling: Int {
     get {
       _ = switches()
@@ -297,6 +302,8 @@ public enum Diagnostics {
     set {
       _ = switches()
       UInt64.atomicStore(UInt64(Swift.max(1, newValue)), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
+      // The calling thread's countdown may have been drawn from the old interval.
+      tk_lock_diagnostics_set_countdown(0)
     }
   }
 
@@ -401,6 +408,10 @@ public enum Diagnostics {
     case graphGeneration = 7
     /// ``blockingInTaskThreshold`` in nanoseconds.
     case blockingInTaskThreshold = 8
+    /// Non-zero once a contention sample was recorded: destroyed locks then leave the
+    /// contention table's cache of entries by lock (before, a destroyed lock costs one
+    /// relaxed load).
+    case contentionUsed = 9
 
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }

@@ -101,7 +101,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inline(__always)
   public func lock() {
     // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
-    if LockDiagnostics.hooksMayRun { return lockHooked() }
+    if LockDiagnostics.acquisitionHooksRun { return lockHooked() }
     core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 
@@ -110,7 +110,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func unlock() {
-    if LockDiagnostics.hooksMayRun { return unlockHooked() }
+    if LockDiagnostics.releaseHooksRun { return unlockHooked() }
     core.release(checkOwner: isChecked, typeName: "Lock")
   }
 
@@ -119,7 +119,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func tryLock() -> Bool {
-    if LockDiagnostics.hooksMayRun { return tryLockHooked() }
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryLockHooked() }
     return core.tryAcquireFree()
   }
 
@@ -129,7 +129,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.hooksMayRun { return lockHooked(before: deadline) }
+    if LockDiagnostics.acquisitionHooksRun { return lockHooked(before: deadline) }
     return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
   }
 

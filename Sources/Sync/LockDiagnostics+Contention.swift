@@ -12,7 +12,9 @@ extension Diagnostics {
   public struct LockContention: Sendable, Equatable {
     /// The lock's name, or its creation site `fileID:line`.
     public var name: String
-    /// Acquisitions (blocking and timed; `tryLock` is not counted).
+    /// Acquisitions (blocking and timed; `tryLock` is not counted). An acquisition that did
+    /// not wait is counted when its hold ends (with the hold time), so a lock held right now
+    /// may be one short.
     public var acquisitions: Int
     /// Acquisitions that found the lock held and had to wait.
     public var contendedAcquisitions: Int
@@ -64,10 +66,17 @@ extension Diagnostics {
 
 /// The contention figures by lock label, under a word lock (never a diagnosed lock). Only
 /// sampled acquisitions and holds reach it.
+///
+/// A sample finds its entry through the lock's identity number (one integer lookup); only a
+/// lock's first sample computes its label (a name look-up or the `fileID:line` string) and
+/// finds or adds the label's entry. Locks with the same label share an entry, also across
+/// the lock's destruction: a destroyed lock leaves only the number-to-entry cache.
 final class ContentionTable: @unchecked Sendable {
-  // @unchecked: `entries` is protected by `word`.
+  // @unchecked: `entries`, `indexByLabel` and `indexByLock` are protected by `word`.
   private let word: UnsafeMutablePointer<UInt32>
-  private var entries: [String: Diagnostics.LockContention] = [:]
+  private var entries: [Diagnostics.LockContention] = []
+  private var indexByLabel: [String: Int] = [:]
+  private var indexByLock: [UInt64: Int] = [:]
   static let buckets = 48
 
   private init() {
@@ -79,15 +88,37 @@ final class ContentionTable: @unchecked Sendable {
   static let shared = ContentionTable()
 
   private func withEntry(_ lock: LockIdentity, _ body: (inout Diagnostics.LockContention) -> Void) {
-    let label = lock.label
-    WordLock.withLock(word) {
-      body(
-        &entries[
-          label,
-          default: Diagnostics.LockContention(
-            name: label, acquisitions: 0, contendedAcquisitions: 0, totalWait: .zero, maxWait: .zero,
-            holdTimeHistogram: Array(repeating: 0, count: ContentionTable.buckets), blockingHolders: [:])])
+    let found = WordLock.withLock(word) {
+      guard let index = indexByLock[lock.id] else { return false }
+      body(&entries[index])
+      return true
     }
+    if found { return }
+    // First sample of this lock: its label is computed outside the table's lock (a name
+    // look-up takes `LockNames`' lock).
+    let label = lock.label
+    UInt64.atomicStore(1, at: Diagnostics.OptionSlot.contentionUsed.pointer, ordering: .relaxed)
+    WordLock.withLock(word) {
+      let index: Int
+      if let existing = indexByLabel[label] {
+        index = existing
+      } else {
+        index = entries.count
+        entries.append(
+          Diagnostics.LockContention(
+            name: label, acquisitions: 0, contendedAcquisitions: 0, totalWait: .zero, maxWait: .zero,
+            holdTimeHistogram: Array(repeating: 0, count: ContentionTable.buckets), blockingHolders: [:]))
+        indexByLabel[label] = index
+      }
+      indexByLock[lock.id] = index
+      body(&entries[index])
+    }
+  }
+
+  /// Forgets the destroyed lock numbered `id` (its figures stay under its label).
+  func forget(_ id: UInt64) {
+    let removed = WordLock.withLock(word) { indexByLock.removeValue(forKey: id) }
+    withExtendedLifetime(removed) {}
   }
 
   /// A sampled acquisition of weight `weight`; `waited` is -1 when it did not wait.
@@ -103,21 +134,28 @@ final class ContentionTable: @unchecked Sendable {
     }
   }
 
-  /// A sampled hold of `nanoseconds`.
-  func recordHold(of lock: LockIdentity, nanoseconds: Int64, weight: Int) {
+  /// A sampled hold of `nanoseconds`; `countsAcquisition`: its acquisition did not wait and
+  /// is counted here.
+  func recordHold(of lock: LockIdentity, nanoseconds: Int64, weight: Int, countsAcquisition: Bool) {
     let bucket = nanoseconds <= 1 ? 0 : Swift.min(ContentionTable.buckets - 1, 63 - nanoseconds.leadingZeroBitCount)
-    withEntry(lock) { $0.holdTimeHistogram[bucket] += weight }
+    withEntry(lock) { entry in
+      entry.holdTimeHistogram[bucket] += weight
+      if countsAcquisition { entry.acquisitions += weight }
+    }
   }
 
   func snapshot() -> [Diagnostics.LockContention] {
-    let all = WordLock.withLock(word) { Array(entries.values) }
+    let all = WordLock.withLock(word) { entries }
     return all.sorted { ($0.totalWait, $1.name) > ($1.totalWait, $0.name) }
   }
 
   func reset() {
+    // The old tables are released after the lock.
     let old = WordLock.withLock(word) {
-      let old = entries
-      entries = [:]
+      let old = (entries, indexByLabel, indexByLock)
+      entries = []
+      indexByLabel = [:]
+      indexByLock = [:]
       return old
     }
     withExtendedLifetime(old) {}

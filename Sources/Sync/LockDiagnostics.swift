@@ -144,6 +144,46 @@ package enum LockDiagnostics {
     tk_diagnostics_load_switches() & 0xA000_03FC != 0
   }
 
+  /// Whether a blocking or timed acquisition leaves its inlined fast path for its outlined
+  /// hooked path. Everything off: ``hooksMayRun``'s one load, test and branch. Contention
+  /// statistics alone: also the thread-local countdown, decremented inline, so only the
+  /// thread's sampled acquisitions (one in ``Diagnostics/lockContentionSampling``, on
+  /// average) make the outlined call. A lock detector on, or the environment not read yet:
+  /// always.
+  @inlinable
+  @inline(__always)
+  static var acquisitionHooksRun: Bool {
+    let word = tk_diagnostics_load_switches()
+    // `Diagnostics.undecidedBit | Diagnostics.lockTrackingMask`, as in `hooksMayRun`.
+    if word & 0xA000_03FC == 0 { return false }
+    // `Diagnostics.undecidedBit | Diagnostics.lockKindsMask` clear: contention statistics
+    // alone. The outlined path counts down again, which keeps a sample a sample (the
+    // countdown stays at or below zero until `ThreadState.sample` sets it anew).
+    if word & 0x8000_03FC == 0 { return tk_lock_diagnostics_count_down() != 0 }
+    return true
+  }
+
+  /// Whether a release leaves its inlined fast path for its outlined hooked path: as
+  /// ``acquisitionHooksRun``, except that with contention statistics alone only a thread
+  /// with an unreleased sampled hold makes the outlined call (one thread-local read).
+  @inlinable
+  @inline(__always)
+  static var releaseHooksRun: Bool {
+    let word = tk_diagnostics_load_switches()
+    if word & 0xA000_03FC == 0 { return false }
+    if word & 0x8000_03FC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
+    return true
+  }
+
+  /// Whether a `tryLock` leaves its inlined fast path for its outlined hooked path: a lock
+  /// detector is on or the environment was not read yet (contention statistics do not count
+  /// `tryLock`).
+  @inlinable
+  @inline(__always)
+  static var tryAcquisitionHooksRun: Bool {
+    tk_diagnostics_load_switches() & 0x8000_03FC != 0
+  }
+
   /// Whether the lock hooks run: some lock detector or contention statistics are on. One
   /// relaxed load of the switches word, inlined into the lock types' public inlinable
   /// operations (hence internal, not package: see ``trackingIsOn``).
@@ -245,13 +285,18 @@ package enum LockDiagnostics {
       if tracksHeld { state.setWaiting(nil) }
       if weight != 0 { waited = MonotonicInstant.now.nanoseconds - start }
     }
-    if weight != 0 {
+    // A sampled acquisition that did not wait is counted with its hold, at the release: one
+    // section of the contention table per sample instead of two.
+    let countedAtRelease = weight != 0 && acquired && waited < 0
+    if weight != 0 && !countedAtRelease {
       ContentionTable.shared.recordAcquisition(
         of: lock, weight: weight, waited: waited, holder: holderName, acquired: acquired)
     }
     if acquired {
       let holdStart = weight != 0 ? Swift.max(1, MonotonicInstant.now.nanoseconds) : 0
-      state.push(lock, holdStart: holdStart, weight: weight, tracksHeld: tracksHeld, isRead: access == .read)
+      state.push(
+        lock, holdStart: holdStart, weight: weight, tracksHeld: tracksHeld, isRead: access == .read,
+        countsAcquisition: countedAtRelease)
     }
     return acquired
   }
@@ -281,7 +326,8 @@ package enum LockDiagnostics {
       let popped = Unmanaged<ThreadState>.fromOpaque(raw)._withUnsafeGuaranteedRef { $0.pop(lock.id) }
       if popped.holdStart != 0 {
         let held = MonotonicInstant.now.nanoseconds - popped.holdStart
-        ContentionTable.shared.recordHold(of: lock, nanoseconds: held, weight: popped.weight)
+        ContentionTable.shared.recordHold(
+          of: lock, nanoseconds: held, weight: popped.weight, countsAcquisition: popped.countsAcquisition)
       }
     }
     release()
@@ -312,6 +358,9 @@ package enum LockDiagnostics {
     if lock.isNamed { LockNames.shared.remove(lock.id) }
     if UInt64.atomicLoad(at: Diagnostics.OptionSlot.graphUsed.pointer, ordering: .relaxed) != 0 {
       OrderGraph.shared.forget(lock.id)
+    }
+    if UInt64.atomicLoad(at: Diagnostics.OptionSlot.contentionUsed.pointer, ordering: .relaxed) != 0 {
+      ContentionTable.shared.forget(lock.id)
     }
   }
 
@@ -462,6 +511,8 @@ struct HeldLock {
   let weight: Int
   /// A ``ReadWriteLock``'s read lock (shared with other readers), for the watchdog.
   var isRead = false
+  /// A sampled acquisition that did not wait, counted when the hold is recorded.
+  var countsAcquisition = false
 }
 
 /// One slot of a thread's cache of checked lock orders: the order `from -> to` is in the
@@ -509,6 +560,12 @@ final class ThreadState: @unchecked Sendable {
   /// Sampled holds outside the held list (contention statistics alone keep no list).
   @exclusivity(unchecked)
   private var sampledHolds: [HeldLock] = []
+  /// ``nextRandom()``'s state, never 0.
+  @exclusivity(unchecked)
+  private var randomState: UInt64 = {
+    var system = SystemRandomNumberGenerator()
+    return system.next() | 1
+  }()
   /// Lock-order edges this thread knows are in the graph (or were reported): a
   /// direct-mapped table of `orderCacheSize` slots, each stamped with the graph generation
   /// it was filled in, so a lock with orders being destroyed (a new generation) empties it
@@ -650,15 +707,34 @@ final class ThreadState: @unchecked Sendable {
   /// The contention sample's weight for this acquisition, or 0 when it is not sampled.
   /// `countedDown`: the inlined check already counted it down to a sample (contention
   /// statistics alone are on).
+  ///
+  /// The next sample is drawn at random, uniformly 1 to `2N - 1` acquisitions on (mean N,
+  /// the sampling interval), so a thread that takes several locks in a fixed cycle samples
+  /// each of them, not always the same one: with a fixed countdown, two locks taken in turn
+  /// under an even N would show one lock only. A changed interval takes effect on each
+  /// thread at its next sample.
   func sample(countedDown: Bool) -> Int {
     if !countedDown && tk_lock_diagnostics_count_down() == 0 { return 0 }
     let interval = Diagnostics.lockContentionSampling
-    tk_lock_diagnostics_set_countdown(Int64(interval))
+    tk_lock_diagnostics_set_countdown(interval <= 1 ? 1 : Int64(1 + nextRandom() % UInt64(2 * interval - 1)))
     return interval
   }
 
-  func push(_ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool, isRead: Bool = false) {
-    let entry = HeldLock(lock: lock, holdStart: holdStart, weight: weight, isRead: isRead)
+  /// The thread's xorshift64* generator (sampling needs spread, not secrecy), seeded from
+  /// the system's generator when the state is made.
+  private func nextRandom() -> UInt64 {
+    randomState ^= randomState >> 12
+    randomState ^= randomState << 25
+    randomState ^= randomState >> 27
+    return randomState &* 0x2545_F491_4F6C_DD1D
+  }
+
+  func push(
+    _ lock: LockIdentity, holdStart: Int64, weight: Int, tracksHeld: Bool, isRead: Bool = false,
+    countsAcquisition: Bool = false
+  ) {
+    let entry = HeldLock(
+      lock: lock, holdStart: holdStart, weight: weight, isRead: isRead, countsAcquisition: countsAcquisition)
     if tracksHeld {
       if heldCount == heldCapacity { grow() }
       (held + heldCount).initialize(to: entry)
@@ -682,10 +758,10 @@ final class ThreadState: @unchecked Sendable {
   /// Removes the latest entry for `id` (releases need not be in reverse order; usually it
   /// is the last) and returns its sampled hold's start and weight ((0, 0) when the hold was
   /// not sampled or `id` is not held).
-  func pop(_ id: UInt64) -> (holdStart: Int64, weight: Int) {
+  func pop(_ id: UInt64) -> (holdStart: Int64, weight: Int, countsAcquisition: Bool) {
     if heldCount > 0 && held[heldCount - 1].lock.id == id {
       heldCount -= 1
-      return (held[heldCount].holdStart, held[heldCount].weight)
+      return (held[heldCount].holdStart, held[heldCount].weight, held[heldCount].countsAcquisition)
     }
     var index = heldCount
     while index > 0 {
@@ -694,15 +770,15 @@ final class ThreadState: @unchecked Sendable {
         let entry = (held + index).move()
         (held + index).moveInitialize(from: held + index + 1, count: heldCount - index - 1)
         heldCount -= 1
-        return (entry.holdStart, entry.weight)
+        return (entry.holdStart, entry.weight, entry.countsAcquisition)
       }
     }
     if !sampledHolds.isEmpty, let index = sampledHolds.lastIndex(where: { $0.lock.id == id }) {
       tk_lock_diagnostics_add_sampled_holds(-1)
       let entry = sampledHolds.remove(at: index)
-      return (entry.holdStart, entry.weight)
+      return (entry.holdStart, entry.weight, entry.countsAcquisition)
     }
-    return (0, 0)
+    return (0, 0, false)
   }
 
   /// Marks the thread as waiting (`record`) with its held locks, for the watchdog, or as no

@@ -145,7 +145,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @inlinable
   @inline(__always)
   func acquire() {
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = acquireHooked(before: .distantFuture)
       return
     }
@@ -156,7 +156,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @inlinable
   @inline(__always)
   func acquire(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.hooksMayRun { return acquireHooked(before: deadline) }
+    if LockDiagnostics.acquisitionHooksRun { return acquireHooked(before: deadline) }
     return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
   }
 
@@ -164,7 +164,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @inlinable
   @inline(__always)
   func tryAcquire() -> Bool {
-    if LockDiagnostics.hooksMayRun { return tryAcquireHooked() }
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryAcquireHooked() }
     return core.tryAcquireFree()
   }
 
@@ -172,7 +172,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @inlinable
   @inline(__always)
   func release() {
-    if LockDiagnostics.hooksMayRun { return releaseHooked() }
+    if LockDiagnostics.releaseHooksRun { return releaseHooked() }
     core.release(checkOwner: false, typeName: "LockedValue")
   }
 

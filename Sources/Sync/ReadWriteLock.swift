@@ -219,7 +219,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @inlinable
   public func readLock() {
     // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = readLockHooked()
       return
     }
@@ -232,7 +232,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// lock or waits for it.
   @inlinable
   public func tryReadLock() -> Bool {
-    if LockDiagnostics.hooksMayRun { return tryReadLockHooked() }
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryReadLockHooked() }
     return tryReadLockPlain()
   }
 
@@ -253,7 +253,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func readLock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.hooksMayRun { return readLockHooked(before: deadline) }
+    if LockDiagnostics.acquisitionHooksRun { return readLockHooked(before: deadline) }
     return tryReadLockFast() || readLockSlow(before: deadline)
   }
 
@@ -310,7 +310,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withWriteLock")
   @inlinable
   public func writeLock() {
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = writeLockHooked()
       return
     }
@@ -324,7 +324,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Takes the write lock if the lock is free right now; never blocks.
   @inlinable
   public func tryWriteLock() -> Bool {
-    if LockDiagnostics.hooksMayRun { return tryWriteLockHooked() }
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryWriteLockHooked() }
     return tryWriteLockPlain()
   }
 
@@ -351,7 +351,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func writeLock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.hooksMayRun { return writeLockHooked(before: deadline) }
+    if LockDiagnostics.acquisitionHooksRun { return writeLockHooked(before: deadline) }
     return writeLockPlain(before: deadline)
   }
 
@@ -593,7 +593,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// another thread.
   @inlinable
   public func unlock() {
-    if LockDiagnostics.hooksMayRun { return unlockHooked() }
+    if LockDiagnostics.releaseHooksRun { return unlockHooked() }
     unlockPlain()
   }
 
@@ -771,7 +771,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Runs `body` holding a read lock; releases it however `body` exits.
   @inlinable
   public func withReadLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = readLockHooked()
     } else if !tryReadLockFast() {
       _ = readLockSlow(before: .distantFuture)
@@ -783,7 +783,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// Runs `body` holding the write lock; releases it however `body` exits.
   @inlinable
   public func withWriteLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = writeLockHooked()
     } else if UInt32.atomicCompareAndSwap(expected: 0, desired: Self.writeLocked, at: state, ordering: .acquiring) {
       UInt64.atomicStore(currentThreadTag(), at: writer, ordering: .relaxed)

@@ -64,7 +64,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     }
     // Only the outermost acquisition and the last release reach the diagnostics hooks: a
     // re-entry is not an order.
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = acquireHooked(before: .distantFuture)
     } else {
       core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
@@ -82,7 +82,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       return true
     }
     let acquired =
-      LockDiagnostics.hooksMayRun
+      LockDiagnostics.acquisitionHooksRun
       ? acquireHooked(before: deadline)
       : core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
     guard acquired else { return false }
@@ -97,7 +97,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       core.depth.pointee += 1
       return true
     }
-    guard LockDiagnostics.hooksMayRun ? tryAcquireHooked() : core.tryAcquireFree() else {
+    guard LockDiagnostics.tryAcquisitionHooksRun ? tryAcquireHooked() : core.tryAcquireFree() else {
       return false
     }
     core.depth.pointee = 1
@@ -116,7 +116,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     }
     core.depth.pointee -= 1
     if core.depth.pointee == 0 {
-      if LockDiagnostics.hooksMayRun {
+      if LockDiagnostics.releaseHooksRun {
         releaseHooked()
       } else {
         core.release(checkOwner: false, typeName: "RecursiveLock")

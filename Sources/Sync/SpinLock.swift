@@ -79,7 +79,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @inlinable
   public func lock() {
     // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
-    if LockDiagnostics.hooksMayRun {
+    if LockDiagnostics.acquisitionHooksRun {
       _ = lockHooked(before: .distantFuture)
       return
     }
@@ -91,7 +91,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.hooksMayRun { return lockHooked(before: deadline) }
+    if LockDiagnostics.acquisitionHooksRun { return lockHooked(before: deadline) }
     if core.tryAcquire() { return true }
     return lockSlow(before: deadline)
   }
@@ -144,14 +144,14 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// Releases the lock (see the type's doc for misuse).
   @inlinable
   public func unlock() {
-    if LockDiagnostics.hooksMayRun { return unlockHooked() }
+    if LockDiagnostics.releaseHooksRun { return unlockHooked() }
     core.release(checkOwner: isChecked, typeName: "SpinLock")
   }
 
   /// Acquires the lock if it is free right now; never blocks.
   @inlinable
   public func tryLock() -> Bool {
-    if LockDiagnostics.hooksMayRun { return tryLockHooked() }
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryLockHooked() }
     return core.tryAcquireFree()
   }
 }

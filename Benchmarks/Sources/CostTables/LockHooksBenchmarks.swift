@@ -1,6 +1,9 @@
 // Lock hooks rows: the same three subjects as the `diagnostics.lock` rows (diagnostics off,
 // lock order on, contention sampled 1 in 100), measured interleaved in one run, through
-// `Lock`, the plain lock whose inlined lock()/unlock() carry the hooks.
+// `Lock`, the plain lock whose inlined lock()/unlock() carry the hooks; and two subjects that
+// split the sampled figure in its parts: sampling 1 in 10,000 (nearly only the inlined
+// countdown of the unsampled acquisitions) and every acquisition sampled (one sample's cost,
+// a hundredth of which the 1-in-100 row pays per operation).
 //
 //   diagnostics.lock-hooks         lock + unlock, nothing else held
 //   diagnostics.lock-hooks-nested  lock an outer lock, lock + unlock an inner one, unlock the
@@ -43,6 +46,24 @@ func registerLockHooksBenchmarks(_ harness: Harness) {
         body: { iterations in
           Diagnostics.setMode(.off, for: .lockOrder)
           Diagnostics.lockContentionSampling = 100
+          Diagnostics.collectsLockContention = true
+          body(iterations)
+        }
+      ),
+      (
+        subject: .toolkit("Lock lock+unlock, contention sampled 1 in 10,000 (the unsampled path)"),
+        body: { iterations in
+          Diagnostics.setMode(.off, for: .lockOrder)
+          Diagnostics.lockContentionSampling = 10_000
+          Diagnostics.collectsLockContention = true
+          body(iterations)
+        }
+      ),
+      (
+        subject: .toolkit("Lock lock+unlock, contention sampled every time (what one sample costs)"),
+        body: { iterations in
+          Diagnostics.setMode(.off, for: .lockOrder)
+          Diagnostics.lockContentionSampling = 1
           Diagnostics.collectsLockContention = true
           body(iterations)
         }
