@@ -1,3 +1,5 @@
+import CThreadingShims
+
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -6,17 +8,25 @@
 /// guide's spin lock).
 ///
 /// A waiting thread first spins with exponential `pause` backoff, then yields the processor
-/// a bounded number of times, and finally sleeps on a futex like ``Lock``. It never
-/// busy-waits without bound, so a preempted holder cannot make waiters burn a core.
+/// a bounded number of times, and finally sleeps on a futex. It never busy-waits without
+/// bound, so a preempted holder cannot make waiters burn a core.
+///
+/// **Why `unlock()` is one store.** Uncontended, `lock()` is one compare-and-swap and
+/// `unlock()` a plain release store (as `pthread_spin_unlock`), where ``Lock`` pays a second
+/// compare-and-swap to learn whether someone sleeps. Waiters never write the lock word while
+/// it is held: they count themselves in a word of their own, which `unlock()` reads before
+/// its store. A waiter that registers just as the lock is released can miss that release's
+/// wake-up, so every sleep has a time limit: 50 µs at first, doubling to 1 ms. The price of
+/// the single store is therefore at most that limit of extra wait in a rare race, paid only
+/// by a thread that has already spun and yielded for tens of microseconds.
 ///
 /// **Fairness: a bounded wait.** Spinning alone is unfair: the thread that just released
-/// (its cache hot) usually wins the next round. A waiter spins and yields a bounded number
-/// of times, then sleeps; once it has slept about 1 ms it counts as starving, and from then
-/// on every `unlock()` hands the lock directly to a starving waiter, and spinners stop
-/// polling at once (the word cannot become free), until no waiter starves (``Lock``'s
-/// rule). So the longest wait is the spin-and-yield phase, about 1 ms, and the critical
-/// sections of the starving waiters ahead. The cost: while someone starves, each hand-over
-/// is one wake-up and the spinners sleep.
+/// (its cache hot) usually wins the next round. Once a waiter has slept about 1 ms it counts
+/// as starving, and from then on every `unlock()` hands the lock directly to a starving
+/// waiter: the word says "handed over", which no other thread may take, until a starving
+/// waiter claims it (``Lock``'s rule). So the longest wait is about 1 ms plus the critical
+/// sections of the starving waiters ahead. The cost: while someone starves, each unlock is
+/// one wake-up system call.
 ///
 /// **When not to use it:** when the critical section may block, allocate, take another lock
 /// or run longer than roughly a microsecond; when threads outnumber cores (the holder may
@@ -27,15 +37,32 @@
 /// process with a message; unlocking from another thread does in checked mode (as
 /// ``Lock``; see ``MisuseChecking``).
 public final class SpinLock: Locking, @unchecked Sendable {
-  // @unchecked: all state is in `core`, accessed through atomics and the futex.
+  // @unchecked: all state is in `core`'s words, accessed through atomics and the futex.
 
   /// The lock's words, inside the object (one allocation per lock); first, so `core` finds
   /// them (see ``FutexLock/init(inside:)``). Never read or written through the property.
+  ///
+  /// The spin lock uses them its own way:
+  ///
+  /// | word | meaning |
+  /// |---|---|
+  /// | `state` | 0 free, 1 held, 3 handed over to a starving waiter (nobody else may take it) |
+  /// | `handOff` | bumped by each hand-over; starving waiters sleep on it |
+  /// | `owner` | the holder's thread tag (0 when free), as ``Lock`` |
+  /// | `depth` | the waiters: sleeping ones in the low 32 bits, starving ones above |
+  ///
+  /// Only the holder writes `state` while it is 1 (waiters only compare-and-swap 0 -> 1, or
+  /// 3 -> 1 when starving), which is what lets `unlock()` store instead of compare-and-swap.
   private var words = FutexLock.Words()
 
-  /// The futex lock on `words`.
+  /// The futex lock on `words`, for the addresses of the words and the owner tag.
   @inlinable
   var core: FutexLock { FutexLock(inside: self) }
+
+  /// The waiters count (the `depth` word; see `words`). The spin lock never uses it as a
+  /// recursion depth: it is only ever reached through these 64-bit atomics.
+  @inlinable
+  var waiters: UnsafeMutablePointer<UInt64> { (core.base + 16).assumingMemoryBound(to: UInt64.self) }
 
   /// Whether `unlock()` verifies the calling thread holds the lock.
   public let isChecked: Bool
@@ -45,6 +72,12 @@ public final class SpinLock: Locking, @unchecked Sendable {
   static let spinRounds = 12
   @usableFromInline
   static let yieldRounds = 8
+  /// A sleeping waiter's first time limit, doubled after each sleep up to `longestNap`.
+  static let firstNap = Duration.microseconds(50)
+  static let longestNap = Duration.milliseconds(1)
+  /// One starving waiter in `waiters`.
+  static let starvingUnit: UInt64 = 1 << 32
+  static let handedOver: UInt32 = 3
 
   /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
   /// (after `words`, which must stay the first stored property).
@@ -96,6 +129,76 @@ public final class SpinLock: Locking, @unchecked Sendable {
     return lockSlow(before: deadline)
   }
 
+  /// Releases the lock (see the type's doc for misuse).
+  @inlinable
+  public func unlock() {
+    if LockDiagnostics.releaseHooksRun { return unlockHooked() }
+    release()
+  }
+
+  /// Acquires the lock if it is free right now; never blocks. A lock handed over to a
+  /// starving waiter is not free.
+  @inlinable
+  public func tryLock() -> Bool {
+    if LockDiagnostics.tryAcquisitionHooksRun { return tryLockHooked() }
+    return core.tryAcquire()
+  }
+
+  /// The release: misuse checks, then one plain store unless waiters are counted.
+  @inlinable
+  @inline(__always)
+  func release() {
+    // Only the holder writes `state` while it is 1, so this relaxed load is exact for the
+    // holder; 0 or 3 means nobody holds it.
+    if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != 1 || (isChecked && core.ownerTag != currentThreadTag())
+    {
+      core.releaseMisuse(typeName: "SpinLock")
+    }
+    UInt64.atomicStore(0, at: core.owner, ordering: .relaxed)
+    // Relaxed: a waiter that registers after this load (or whose registration this load
+    // does not see yet, on x86 and arm64 alike) is not woken by this release; it sleeps at
+    // most its time limit, then finds the lock free. Mutual exclusion does not depend on it.
+    if UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0 { return releaseSlow() }
+    // Releasing: the next owner's acquiring compare-and-swap reads this store, so it sees
+    // every write of the critical section (x86 and arm64 alike).
+    UInt32.atomicStore(0, at: core.state, ordering: .releasing)
+  }
+
+  /// A release with waiters counted: hands the lock over when one starves, else frees it
+  /// and wakes one sleeper.
+  @usableFromInline
+  @inline(never)
+  func releaseSlow() {
+    let counted = UInt64.atomicLoad(at: waiters, ordering: .relaxed)
+    if counted >= SpinLock.starvingUnit {
+      // Releasing, as any release: the claimer's acquiring compare-and-swap reads it.
+      UInt32.atomicStore(SpinLock.handedOver, at: core.state, ordering: .releasing)
+      // Bumped after the hand-over is visible: a starving waiter that reads the new value
+      // (acquiring) before sleeping also reads the hand-over and claims it; one that read
+      // the old value has its futex wait refused or woken.
+      _ = UInt32.atomicFetchAdd(1, at: core.handOff, ordering: .full)
+      if Futex.wake(core.handOff, count: 1) == 0 { takeBackHandOver() }
+      return
+    }
+    UInt32.atomicStore(0, at: core.state, ordering: .releasing)
+    if counted & 0xFFFF_FFFF != 0 { Futex.wake(core.state, count: 1) }
+  }
+
+  /// A hand-over whose wake-up woke nobody: the starving waiters are running (about to
+  /// sleep, or giving up), or they do not exist (the child of a fork). Gives a running one a
+  /// few microseconds to claim it, then frees the lock if still unclaimed and wakes one
+  /// sleeper, so a lock whose starving waiters are gone keeps working.
+  func takeBackHandOver() {
+    for _ in 0..<256 {
+      if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != SpinLock.handedOver { return }
+      tk_cpu_relax()
+    }
+    // Releasing, as any release: the next owner reads it.
+    if UInt32.atomicCompareAndSwap(expected: SpinLock.handedOver, desired: 0, at: core.state, ordering: .releasing) {
+      Futex.wake(core.state, count: 1)
+    }
+  }
+
   // The outlined hooked operations (see `LockDiagnostics.hooksMayRun`): methods of the lock,
   // so the inlined call site passes `self` only.
 
@@ -114,23 +217,26 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @usableFromInline
   @inline(never)
   func tryLockHooked() -> Bool {
-    core.tryAcquireHooked(identity)
+    guard LockDiagnostics.tracksHeldLocks else { return core.tryAcquire() }
+    return LockDiagnostics.tryAcquire(identity) { core.tryAcquire() }
   }
 
   @usableFromInline
   @inline(never)
   func unlockHooked() {
-    core.releaseHooked(identity, checkOwner: isChecked, typeName: "SpinLock")
+    guard LockDiagnostics.diagnosesRelease else { return release() }
+    LockDiagnostics.release(identity) { release() }
   }
 
+  /// Spins, yields, then sleeps until the lock is taken or `deadline` passes.
   @usableFromInline
   func lockSlow(before deadline: MonotonicInstant) -> Bool {
+    if core.isHeldByCurrentThread {
+      reportMisuse("SpinLock", "lock() by the thread that already holds it (self-deadlock)")
+    }
     for _ in 0..<SpinLock.yieldRounds {
-      // Spin phase, inside acquire: bounded exponential pauses.
+      // Spin phase: bounded exponential pauses.
       if core.tryAcquire() { return true }
-      if core.isHeldByCurrentThread {
-        reportMisuse("SpinLock", "lock() by the thread that already holds it (self-deadlock)")
-      }
       for round in 0..<SpinLock.spinRounds {
         if UInt32.atomicLoad(at: core.state, ordering: .relaxed) == 0, core.tryAcquire() { return true }
         Backoff.pause(round)
@@ -138,20 +244,62 @@ public final class SpinLock: Locking, @unchecked Sendable {
       if deadline.hasPassed { return false }
       sched_yield()
     }
-    return core.acquire(before: deadline, spins: 0, typeName: "SpinLock")
+    return sleepUntilAcquired(before: deadline)
   }
 
-  /// Releases the lock (see the type's doc for misuse).
-  @inlinable
-  public func unlock() {
-    if LockDiagnostics.releaseHooksRun { return unlockHooked() }
-    core.release(checkOwner: isChecked, typeName: "SpinLock")
+  /// The sleeping phase: counted in `waiters` from first to last, each sleep limited (see
+  /// the type's doc), starving after about 1 ms.
+  func sleepUntilAcquired(before deadline: MonotonicInstant) -> Bool {
+    // Full: the count is visible before the state is read below, so a release that reads
+    // the count after this takes its slow path and wakes or hands over.
+    _ = UInt64.atomicFetchAdd(1, at: waiters, ordering: .full)
+    var starving = false
+    let firstSleep = MonotonicInstant.now
+    var nap = SpinLock.firstNap
+    while true {
+      let current = UInt32.atomicLoad(at: core.state, ordering: .relaxed)
+      // Acquiring on both ways in: reads the releasing store (or hand-over) of the previous
+      // holder, so its writes are visible.
+      if current == 0 || (current == SpinLock.handedOver && starving) {
+        if UInt32.atomicCompareAndSwap(expected: current, desired: 1, at: core.state, ordering: .acquiring) {
+          leaveWaiters(starving: starving)
+          UInt64.atomicStore(currentThreadTag(), at: core.owner, ordering: .relaxed)
+          return true
+        }
+        continue
+      }
+      if deadline != .distantFuture, deadline.hasPassed {
+        leaveWaiters(starving: starving)
+        // A hand-over that may have been meant for this waiter: pass it on, or free it.
+        if starving && UInt32.atomicLoad(at: core.state, ordering: .relaxed) == SpinLock.handedOver {
+          _ = UInt32.atomicFetchAdd(1, at: core.handOff, ordering: .full)
+          if Futex.wake(core.handOff, count: 1) == 0 { takeBackHandOver() }
+        }
+        return false
+      }
+      if !starving && MonotonicInstant.now - firstSleep >= FutexLock.starvationThreshold {
+        // From sleeping to starving in one update: the count never reads zero meanwhile.
+        _ = UInt64.atomicFetchAdd(SpinLock.starvingUnit - 1, at: waiters, ordering: .full)
+        starving = true
+        continue
+      }
+      let wake = Swift.min(deadline, .after(nap))
+      if starving {
+        // Read the counter (acquiring) before re-reading the state, so a hand-over made
+        // after that read is seen through the counter (see `releaseSlow`).
+        let sequence = UInt32.atomicLoad(at: core.handOff, ordering: .acquiring)
+        if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != 1 { continue }
+        _ = Futex.wait(core.handOff, expected: sequence, deadline: wake)
+      } else {
+        _ = Futex.wait(core.state, expected: current, deadline: wake)
+      }
+      nap = Swift.min(nap * 2, SpinLock.longestNap)
+    }
   }
 
-  /// Acquires the lock if it is free right now; never blocks.
-  @inlinable
-  public func tryLock() -> Bool {
-    if LockDiagnostics.tryAcquisitionHooksRun { return tryLockHooked() }
-    return core.tryAcquireFree()
+  /// Takes this waiter out of the count.
+  func leaveWaiters(starving: Bool) {
+    // Wrapping: adding the two's complement subtracts.
+    _ = UInt64.atomicFetchAdd(0 &- (starving ? SpinLock.starvingUnit : 1), at: waiters, ordering: .relaxed)
   }
 }

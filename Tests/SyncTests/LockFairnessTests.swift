@@ -131,6 +131,18 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       wakeWaiter: { Futex.wake(state, count: 1) }, handOffWord: UInt(bitPattern: core.handOff))
   }
 
+  /// A spin lock counts its waiters in a word of their own (see `SpinLock.words`).
+  static func spinLock(_ lock: SpinLock) -> HandOverSubject {
+    nonisolated(unsafe) let state = lock.core.state
+    nonisolated(unsafe) let waiters = lock.waiters
+    return HandOverSubject(
+      testDescription: "SpinLock", hold: { lock.lockForScope() }, tryHold: { lock.tryLock() },
+      lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
+      waiterSleeps: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0 },
+      waiterStarves: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) >= SpinLock.starvingUnit },
+      wakeWaiter: { Futex.wake(state, count: 1) }, handOffWord: UInt(bitPattern: lock.core.handOff))
+  }
+
   static var all: [HandOverSubject] {
     let lock = Lock()
     let recursive = RecursiveLock()
@@ -138,7 +150,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
     return [
       futexLock("Lock", lock, lock.core),
       futexLock("RecursiveLock", recursive, recursive.core),
-      futexLock("SpinLock", spin, spin.core),
+      spinLock(spin),
       readWriteLock("ReadWriteLock, released by the writer", ReadWriteLock(), holdingRead: false),
       readWriteLock("ReadWriteLock, released by the last reader", ReadWriteLock(), holdingRead: true),
     ]
@@ -388,9 +400,13 @@ struct LockFairnessForkTests {
   @Test(
     "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
-    arguments: [0, 3, 4])
+    arguments: [0, 2, 3, 4])
   func starvingWaiterLeftInTheParent(subjectIndex: Int) async {
     switch subjectIndex {
+    case 2:
+      await #expect(processExitsWith: .success) {
+        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[2]) }
+      }
     case 3:
       await #expect(processExitsWith: .success) {
         blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[3]) }
@@ -576,4 +592,75 @@ func isBlockedInFutex(thread: Int32, on address: UInt) -> Bool {
   let fields = String(decoding: bytes[0..<count], as: UTF8.self).split(separator: " ")
   guard fields.count >= 2, fields[1].hasPrefix("0x") else { return false }
   return UInt(fields[1].dropFirst(2), radix: 16) == address
+}
+
+/// The spin lock's single-store `unlock()` can miss a waiter that registers at that very
+/// moment; the waiter's time-limited sleep is what recovers it. White box: the lock is freed
+/// with the store alone, as in that race, and the sleeping waiter must still take it.
+@Suite("SpinLock sleeping waiters", .timeLimit(.minutes(1)))
+struct SpinLockSleepingWaiterTests {
+  @Test("a sleeping waiter whose release woke nobody takes the lock within its time limit")
+  func releaseThatWakesNobody() {
+    let lock = SpinLock()
+    nonisolated(unsafe) let state = lock.core.state
+    nonisolated(unsafe) let owner = lock.core.owner
+    nonisolated(unsafe) let waiters = lock.waiters
+    let holding = Gate()
+    let released = TimedGate()
+    let waited = AtomicInteger<Int>(-1)
+    runConcurrently(2) { index in
+      if index == 1 {
+        holding.wait()
+        let acquired = lock.lock(timeout: .seconds(10))
+        if acquired { lock.unlock() }
+        released.wait()
+        // Acquired well before the deadline: within its sleep's time limit (1 ms at most)
+        // of the release, with a wide margin for a loaded machine.
+        waited.store(acquired && monotonicSeconds() - released.openedAt < 1 ? 1 : 0, ordering: .relaxed)
+        return
+      }
+      lock.lockForScope()
+      holding.open()
+      let giveUp = monotonicSeconds() + 10
+      while UInt64.atomicLoad(at: waiters, ordering: .relaxed) == 0 && monotonicSeconds() < giveUp { sched_yield() }
+      #expect(UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0, "the waiter never slept")
+      // Free it as the racing release does: the stores alone, no wake-up.
+      UInt64.atomicStore(0, at: owner, ordering: .relaxed)
+      released.open()
+      UInt32.atomicStore(0, at: state, ordering: .releasing)
+    }
+    #expect(waited.load(ordering: .relaxed) == 1)
+    #expect(UInt64.atomicLoad(at: waiters, ordering: .relaxed) == 0, "a waiter stayed counted")
+  }
+
+  @Test("eight threads counting under a spin lock lose no increment, with waiters sleeping and starving")
+  func contendedCountIsExact() {
+    let lock = SpinLock()
+    let counter = PerThread(1)
+    let perThread = isRunningUnderThreadSanitizer ? 2_000 : 20_000
+    runConcurrently(8) { index in
+      for round in 0..<perThread {
+        lock.lockForScope()
+        counter.acquisitionSlots[0] += 1
+        // Now and then a long hold, so the others sleep and some starve.
+        if round % 1_000 == index { busy(seconds: 0.002) }
+        lock.unlock()
+      }
+    }
+    #expect(counter.acquisitions[0] == 8 * perThread)
+    #expect(UInt64.atomicLoad(at: lock.waiters, ordering: .relaxed) == 0)
+  }
+}
+
+/// A gate that remembers when it was opened (monotonic seconds).
+private final class TimedGate: @unchecked Sendable {
+  // @unchecked: `opened` is written once before `gate` opens, read after it is open.
+  private let gate = Gate()
+  private var opened = 0.0
+  func open() {
+    opened = monotonicSeconds()
+    gate.open()
+  }
+  func wait() { gate.wait() }
+  var openedAt: Double { opened }
 }
