@@ -284,6 +284,9 @@ private func portsReap(_ pid: pid_t) {
   if status != 0 { fatalError("cost-tables (ports): child process ended with status \(status)") }
 }
 
+/// How many times the cross-process rows ran in this process (their port names differ).
+nonisolated(unsafe) private var crossProcessRuns = 0
+
 private func portsCrossProcessRows(_ harness: Harness) {
   let group = "Ports"
   let id = "ports.roundtrip.xprocess"
@@ -313,7 +316,10 @@ private func portsCrossProcessRows(_ harness: Harness) {
 
   // Ours: another child registers a named local port and serves it; this process sends
   // requests through a remote port and waits for each reply.
-  let name = "cost-tables-ports-\(getpid())"
+  // A name of its own per run (a full report runs this row ten times and more): no run
+  // depends on how fast the previous run's registration is cleaned up.
+  crossProcessRuns += 1
+  let name = "cost-tables-ports-\(getpid())-\(crossProcessRuns)"
   let portChild = portsFork {
     // Drop the inherited end of the raw pair, or the raw child never sees end of stream.
     if close(pair[0]) != 0 { return 4 }
@@ -334,6 +340,11 @@ private func portsCrossProcessRows(_ harness: Harness) {
   while found == nil {
     found = try? MessagePort.remote(name: name)
     if found == nil {
+      // A child that ended without serving says why in its status (2: registering failed).
+      var status: Int32 = 0
+      if waitpid(portChild, &status, WNOHANG) == portChild {
+        fatalError("cost-tables (ports): the child serving \(name) ended with status \(status) before serving")
+      }
       if giveUp.hasPassed { fatalError("cost-tables (ports): the child never registered \(name)") }
       sched_yield()
     }
