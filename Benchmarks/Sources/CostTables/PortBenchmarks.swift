@@ -278,6 +278,50 @@ private func portsFork(_ body: () -> Int32) -> pid_t {
   return pid
 }
 
+/// Starts this program again as `cost-tables --serve-port NAME [--pin CPU]` (see
+/// ``servePortIfAsked()``) without `fork`, with `closing` closed in the child; returns its pid.
+private func spawnPortServer(name: String, cpu: Int?, closing descriptor: Int32) -> pid_t {
+  var executable = [CChar](repeating: 0, count: 4096)
+  let length = readlink("/proc/self/exe", &executable, executable.count - 1)
+  portsCheck(length > 0, "readlink(/proc/self/exe)")
+  let path = String(decoding: executable[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  var actions = posix_spawn_file_actions_t()
+  portsCheck(posix_spawn_file_actions_init(&actions) == 0, "posix_spawn_file_actions_init")
+  defer { posix_spawn_file_actions_destroy(&actions) }
+  // The raw row's socket end: the raw child must be the only other holder of the pair.
+  portsCheck(posix_spawn_file_actions_addclose(&actions, descriptor) == 0, "posix_spawn_file_actions_addclose")
+  let arguments = [path, "--serve-port", name] + (cpu.map { ["--pin", String($0)] } ?? [])
+  let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+  defer { for argument in argv { free(argument) } }
+  var pid: pid_t = 0
+  let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
+  if spawned != 0 { fatalError("cost-tables (ports): posix_spawn failed: \(String(cString: strerror(spawned)))") }
+  return pid
+}
+
+/// The serving side of the cross-process row, when this program was started as
+/// `cost-tables --serve-port NAME [--pin CPU]`: registers `NAME` and answers every request
+/// with its payload until a request with msgid 0. Exits with 2 when the name cannot be
+/// registered, 3 when serving fails, 0 at the end. Returns when not asked.
+func servePortIfAsked() {
+  let arguments = CommandLine.arguments
+  guard arguments.count >= 3, arguments[1] == "--serve-port" else { return }
+  if arguments.count >= 5, arguments[3] == "--pin", let cpu = Int(arguments[4]) {
+    do { try Thread.setCurrentCPUAffinity([cpu]) } catch { _exit(4) }
+  }
+  guard
+    let port = try? MessagePort.local(
+      name: arguments[2],
+      handler: { message in
+        if message.msgid == 0 { _exit(0) }
+        return message.payload
+      })
+  else { _exit(2) }
+  while true {
+    do { try port.serve(before: .after(.seconds(300))) } catch { _exit(3) }
+  }
+}
+
 private func portsReap(_ pid: pid_t) {
   var status: Int32 = 0
   portsCheck(waitpid(pid, &status, 0) == pid, "waitpid")
@@ -314,27 +358,16 @@ private func portsCrossProcessRows(_ harness: Harness) {
   }
   portsCheck(close(pair[1]) == 0, "close")
 
-  // Ours: another child registers a named local port and serves it; this process sends
-  // requests through a remote port and waits for each reply.
+  // Ours: another process registers a named local port and serves it; this process sends
+  // requests through a remote port and waits for each reply. That process is this program
+  // started afresh (`--serve-port`), not a fork: a fork of this multithreaded process could
+  // inherit a lock some other thread held at that moment (Dispatch's, the Swift runtime's),
+  // and a child that takes it hangs.
   // A name of its own per run (a full report runs this row ten times and more): no run
   // depends on how fast the previous run's registration is cleaned up.
   crossProcessRuns += 1
   let name = "cost-tables-ports-\(getpid())-\(crossProcessRuns)"
-  let portChild = portsFork {
-    // Drop the inherited end of the raw pair, or the raw child never sees end of stream.
-    if close(pair[0]) != 0 { return 4 }
-    guard
-      let port = try? MessagePort.local(
-        name: name,
-        handler: { message in
-          if message.msgid == 0 { _exit(0) }
-          return message.payload
-        })
-    else { return 2 }
-    while true {
-      do { try port.serve(before: .after(.seconds(300))) } catch { return 3 }
-    }
-  }
+  let portChild = spawnPortServer(name: name, cpu: PingPongPlacement.cpus?.partner, closing: pair[0])
   var found: MessagePort?
   let giveUp = MonotonicInstant.after(.seconds(30))
   while found == nil {

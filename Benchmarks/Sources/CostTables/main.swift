@@ -216,4 +216,7 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   return failed ? 1 : 0
 }
 
+// The cross-process port row starts this program again to serve its port (see
+// `servePortIfAsked`); that run does nothing else.
+servePortIfAsked()
 exit(runCostTables(CostTablesOptions(CommandLine.arguments)))
