@@ -23,6 +23,21 @@ func registerLockHooksBenchmarks(_ harness: Harness) {
   let contentionBefore = Diagnostics.collectsLockContention
   let samplingBefore = Diagnostics.lockContentionSampling
 
+  /// Contention statistics alone, sampling one acquisition in `interval`.
+  func sampled(_ interval: Int, _ name: String, _ body: @escaping (Int) -> Void) -> (
+    subject: Subject, body: (Int) -> Void
+  ) {
+    (
+      subject: .toolkit(name),
+      body: { iterations in
+        Diagnostics.setMode(.off, for: .lockOrder)
+        Diagnostics.lockContentionSampling = interval
+        Diagnostics.collectsLockContention = true
+        body(iterations)
+      }
+    )
+  }
+
   func subjects(_ body: @escaping (Int) -> Void) -> [(subject: Subject, body: (Int) -> Void)] {
     [
       (
@@ -41,33 +56,9 @@ func registerLockHooksBenchmarks(_ harness: Harness) {
           body(iterations)
         }
       ),
-      (
-        subject: .toolkit("Lock lock+unlock, contention sampled 1 in 100"),
-        body: { iterations in
-          Diagnostics.setMode(.off, for: .lockOrder)
-          Diagnostics.lockContentionSampling = 100
-          Diagnostics.collectsLockContention = true
-          body(iterations)
-        }
-      ),
-      (
-        subject: .toolkit("Lock lock+unlock, contention sampled 1 in 10,000 (the unsampled path)"),
-        body: { iterations in
-          Diagnostics.setMode(.off, for: .lockOrder)
-          Diagnostics.lockContentionSampling = 10_000
-          Diagnostics.collectsLockContention = true
-          body(iterations)
-        }
-      ),
-      (
-        subject: .toolkit("Lock lock+unlock, contention sampled every time (what one sample costs)"),
-        body: { iterations in
-          Diagnostics.setMode(.off, for: .lockOrder)
-          Diagnostics.lockContentionSampling = 1
-          Diagnostics.collectsLockContention = true
-          body(iterations)
-        }
-      ),
+      sampled(100, "Lock lock+unlock, contention sampled 1 in 100", body),
+      sampled(10_000, "Lock lock+unlock, contention sampled 1 in 10,000 (the unsampled path)", body),
+      sampled(1, "Lock lock+unlock, contention sampled every time (what one sample costs)", body),
     ]
   }
 
