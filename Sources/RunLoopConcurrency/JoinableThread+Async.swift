@@ -40,12 +40,15 @@ extension JoinableThread {
       do throws(ThreadStartError) {
         try Thread.detach(name: "join-helper") {
           continuation.resume(returning: slot.join())
+          slot.fence.markResumed(slot)
         }
       } catch {
         // No helper thread: join here (blocking this thread) rather than never resuming.
         continuation.resume(returning: slot.join())
+        slot.fence.markResumed(slot)
       }
     }
+    slot.fence.waitForResumer(slot)
     return try result.get()
   }
 }
@@ -55,6 +58,9 @@ private final class JoinSlot<Value: Sendable, Failure: Error>: @unchecked Sendab
   // @unchecked: `handle` is taken once, by the one thread that joins (the helper, or the
   // caller when no helper could be started); the helper's start orders it after `init`.
   private var handle: JoinableThread<Value, Failure>?
+  /// Under ThreadSanitizer only: orders the helper's `resume` before the task's next writes
+  /// (see `ResumerFence`); the helper's closure keeps the slot alive until it has marked it.
+  let fence = ResumerFence()
 
   init(_ handle: consuming JoinableThread<Value, Failure>) {
     self.handle = consume handle
