@@ -117,8 +117,7 @@ final class ContentionTable: @unchecked Sendable {
 
   /// Forgets the destroyed lock numbered `id` (its figures stay under its label).
   func forget(_ id: UInt64) {
-    let removed = WordLock.withLock(word) { indexByLock.removeValue(forKey: id) }
-    withExtendedLifetime(removed) {}
+    _ = WordLock.withLock(word) { indexByLock.removeValue(forKey: id) }
   }
 
   /// A sampled acquisition of weight `weight`; `waited` is -1 when it did not wait.

@@ -144,35 +144,53 @@ package enum LockDiagnostics {
     tk_diagnostics_load_switches() & 0xA000_03FC != 0
   }
 
-  /// Whether a blocking or timed acquisition leaves its inlined fast path for its outlined
-  /// hooked path. Everything off: ``hooksMayRun``'s one load, test and branch. Contention
-  /// statistics alone: also the thread-local countdown, decremented inline, so only the
-  /// thread's sampled acquisitions (one in ``Diagnostics/lockContentionSampling``, on
-  /// average) make the outlined call. A lock detector on, or the environment not read yet:
-  /// always.
+  /// Whether an acquisition takes the hooks under the switches `word`: never with every lock
+  /// detector and contention statistics off; with contention statistics alone, only the
+  /// thread's sample (the thread-local countdown, decremented here, so one acquisition in
+  /// ``Diagnostics/lockContentionSampling`` on average); with a lock detector on, or while
+  /// `word` is still undecided (the environment not read yet), always.
   @inlinable
   @inline(__always)
-  static var acquisitionHooksRun: Bool {
-    let word = tk_diagnostics_load_switches()
-    // `Diagnostics.undecidedBit | Diagnostics.lockTrackingMask`, as in `hooksMayRun`.
+  static func acquisitionTakesHooks(_ word: UInt32) -> Bool {
+    // `Diagnostics.undecidedBit | Diagnostics.lockTrackingMask`, spelled as a literal so the
+    // check inlines without a global's accessor.
     if word & 0xA000_03FC == 0 { return false }
     // `Diagnostics.undecidedBit | Diagnostics.lockKindsMask` clear: contention statistics
-    // alone. The outlined path counts down again, which keeps a sample a sample (the
-    // countdown stays at or below zero until `ThreadState.sample` sets it anew).
+    // alone.
     if word & 0x8000_03FC == 0 { return tk_lock_diagnostics_count_down() != 0 }
     return true
   }
 
-  /// Whether a release leaves its inlined fast path for its outlined hooked path: as
-  /// ``acquisitionHooksRun``, except that with contention statistics alone only a thread
-  /// with an unreleased sampled hold makes the outlined call (one thread-local read).
+  /// Whether a release takes the hooks under the switches `word`: as
+  /// ``acquisitionTakesHooks(_:)``, except that with contention statistics alone only a
+  /// thread with an unreleased sampled hold does (one thread-local read).
   @inlinable
   @inline(__always)
-  static var releaseHooksRun: Bool {
-    let word = tk_diagnostics_load_switches()
+  static func releaseTakesHooks(_ word: UInt32) -> Bool {
     if word & 0xA000_03FC == 0 { return false }
     if word & 0x8000_03FC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
     return true
+  }
+
+  /// Whether a blocking or timed acquisition leaves its inlined fast path for its outlined
+  /// hooked path (``acquisitionTakesHooks(_:)`` on the switches as they are, undecided or
+  /// not). Everything off: ``hooksMayRun``'s one load, test and branch; contention
+  /// statistics alone: also the inline countdown, so only samples make the outlined call.
+  /// The outlined path decides again with ``diagnosesAcquisition`` (it may have to read the
+  /// environment first); for a sample that counts down once more, which keeps it a sample:
+  /// the countdown stays at or below zero until `ThreadState.sample` sets it anew.
+  @inlinable
+  @inline(__always)
+  static var acquisitionHooksRun: Bool {
+    acquisitionTakesHooks(tk_diagnostics_load_switches())
+  }
+
+  /// Whether a release leaves its inlined fast path for its outlined hooked path
+  /// (``releaseTakesHooks(_:)`` on the switches as they are).
+  @inlinable
+  @inline(__always)
+  static var releaseHooksRun: Bool {
+    releaseTakesHooks(tk_diagnostics_load_switches())
   }
 
   /// Whether a `tryLock` leaves its inlined fast path for its outlined hooked path: a lock
@@ -200,11 +218,7 @@ package enum LockDiagnostics {
   @inlinable
   @inline(__always)
   static var diagnosesAcquisition: Bool {
-    let word = Diagnostics.switches()
-    if word & 0x2000_03FC == 0 { return false }
-    // `Diagnostics.lockKindsMask`: without a lock detector only samples need the hooks.
-    if word & 0x3FC == 0 { return tk_lock_diagnostics_count_down() != 0 }
-    return true
+    acquisitionTakesHooks(Diagnostics.switches())
   }
 
   /// Whether a release takes the diagnosed path: a lock detector is on, or contention
@@ -212,10 +226,7 @@ package enum LockDiagnostics {
   @inlinable
   @inline(__always)
   static var diagnosesRelease: Bool {
-    let word = Diagnostics.switches()
-    if word & 0x2000_03FC == 0 { return false }
-    if word & 0x3FC == 0 { return tk_lock_diagnostics_sampled_holds() != 0 }
-    return true
+    releaseTakesHooks(Diagnostics.switches())
   }
 
   /// Whether a `tryLock` takes the diagnosed path: a lock detector is on (contention
