@@ -36,19 +36,21 @@ extension JoinableThread {
   /// ```
   public consuming func value() async throws(Failure) -> Value {
     let slot = JoinSlot(self)
+    // Under ThreadSanitizer only: orders the helper's `resume` before the task's next writes.
+    let fence = ResumerFence()
     let result: Result<Value, Failure> = await withUnsafeContinuation { continuation in
       do throws(ThreadStartError) {
         try Thread.detach(name: "join-helper") {
           continuation.resume(returning: slot.join())
-          slot.fence.markResumed(slot)
+          fence.markResumed()
         }
       } catch {
         // No helper thread: join here (blocking this thread) rather than never resuming.
         continuation.resume(returning: slot.join())
-        slot.fence.markResumed(slot)
+        fence.markResumed()
       }
     }
-    slot.fence.waitForResumer(slot)
+    fence.waitForResumer()
     return try result.get()
   }
 }
@@ -58,9 +60,6 @@ private final class JoinSlot<Value: Sendable, Failure: Error>: @unchecked Sendab
   // @unchecked: `handle` is taken once, by the one thread that joins (the helper, or the
   // caller when no helper could be started); the helper's start orders it after `init`.
   private var handle: JoinableThread<Value, Failure>?
-  /// Under ThreadSanitizer only: orders the helper's `resume` before the task's next writes
-  /// (see `ResumerFence`); the helper's closure keeps the slot alive until it has marked it.
-  let fence = ResumerFence()
 
   init(_ handle: consuming JoinableThread<Value, Failure>) {
     self.handle = consume handle

@@ -57,7 +57,7 @@ extension RunLoop {
     } onCancel: {
       request.cancel()
     }
-    request.fence.waitForResumer(request)
+    request.fence.waitForResumer()
     return try result.get()
   }
 }
@@ -89,7 +89,7 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
       phase = .done
       lock.unlock()
       continuation.resume(returning: .failure(.cancelled))
-      fence.markResumed(self)
+      fence.markResumed()
       return false
     }
     self.continuation = continuation
@@ -142,7 +142,7 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
     }
     guard let taken else { return }
     taken.resume(returning: result)
-    fence.markResumed(self)
+    fence.markResumed()
   }
 
   /// Owned by the queued block alone: its release (after the block ran, or unrun when the

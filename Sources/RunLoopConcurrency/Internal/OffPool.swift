@@ -5,26 +5,20 @@ import Threads
 /// the helper thread (`EAGAIN`), `body` runs on the calling thread instead: correct, but that
 /// thread blocks meanwhile.
 func runOffPool(name: String, _ body: @escaping @Sendable () -> Void) async {
-  let request = OffPoolRequest()
+  // Under ThreadSanitizer only: orders the helper's `resume` before the task's next writes.
+  let fence = ResumerFence()
   await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
     do throws(ThreadStartError) {
       _ = try Thread.detach(name: name) {
         body()
         continuation.resume()
-        request.fence.markResumed(request)
+        fence.markResumed()
       }
     } catch {
       body()
       continuation.resume()
-      request.fence.markResumed(request)
+      fence.markResumed()
     }
   }
-  request.fence.waitForResumer(request)
-}
-
-/// One off-pool call, kept alive by the helper thread's closure until it has marked the
-/// resume: under ThreadSanitizer only, its fence orders the helper's `resume` before the
-/// task's next writes (see `ResumerFence`).
-private final class OffPoolRequest: Sendable {
-  let fence = ResumerFence()
+  fence.waitForResumer()
 }

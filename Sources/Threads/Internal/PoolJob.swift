@@ -115,7 +115,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     } onCancel: {
       core.cancel(self)
     }
-    fence.waitForResumer(self)
+    fence.waitForResumer()
     return outcome
   }
 
@@ -124,7 +124,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     finished()
     guard let continuation = continuation.take() else { fatalError("ThreadPool internal error: no continuation") }
     continuation.resume(returning: outcome)
-    fence.markResumed(self)
+    fence.markResumed()
   }
 
   /// Takes the closure, runs it and returns its outcome; the closure is released when this
@@ -147,7 +147,7 @@ final class TypedPoolJob<Value, Failure: Error>: PoolJob, @unchecked Sendable {
     case .shutDown: continuation.resume(returning: .failure(.shutDown))
     case .threadStart(let error): continuation.resume(returning: .failure(.threadStartFailed(error)))
     }
-    fence.markResumed(self)
+    fence.markResumed()
   }
 }
 

@@ -43,28 +43,28 @@ package enum SanitizerAnnotations {
 /// visible to ThreadSanitizer (see ``SanitizerAnnotations``): the resumer calls
 /// ``markResumed()`` once it has returned from `resume`, the task calls ``waitForResumer()``
 /// once its wait returned, and the resumer's reads of the task's frame are then ordered
-/// before the task's next writes to it. Outside ThreadSanitizer both are a test of a nil
-/// field: nothing is allocated and nobody waits (the runtime orders them with its own
-/// atomics). Create one per request, in the object the resumer keeps alive until after
-/// `markResumed()`.
+/// before the task's next writes to it. The fence's own word (allocated under
+/// ThreadSanitizer only) is the address both annotate. Outside ThreadSanitizer both are a
+/// test of a nil field: nothing is allocated and nobody waits (the runtime orders them with
+/// its own atomics). Create one per request and let the resumer keep a copy until it has
+/// called ``markResumed()`` (the copy keeps the word alive).
 package struct ResumerFence: Sendable {
   private let done: FutexWord? = SanitizerAnnotations.isActive ? FutexWord(0) : nil
 
   /// An open fence (a closed one under ThreadSanitizer).
   package init() {}
 
-  /// The resuming thread has returned from `resume`; `owner` is the request, released here
-  /// and acquired by the waiting task.
-  package func markResumed(_ owner: AnyObject) {
+  /// The resuming thread has returned from `resume`.
+  package func markResumed() {
     guard let done else { return }
-    SanitizerAnnotations.release(owner)
+    SanitizerAnnotations.release(done)
     done.store(1)
   }
 
-  /// Waits (briefly, yielding) until the resumer has called ``markResumed(_:)`` with `owner`.
-  package func waitForResumer(_ owner: AnyObject) {
+  /// Waits (briefly, yielding) until the resumer has called ``markResumed()``.
+  package func waitForResumer() {
     guard let done else { return }
     while done.load() == 0 { sched_yield() }
-    SanitizerAnnotations.acquire(owner)
+    SanitizerAnnotations.acquire(done)
   }
 }
