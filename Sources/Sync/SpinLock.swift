@@ -173,15 +173,21 @@ public final class SpinLock: Locking, @unchecked Sendable {
     if counted >= SpinLock.starvingUnit {
       // Releasing, as any release: the claimer's acquiring compare-and-swap reads it.
       UInt32.atomicStore(SpinLock.handedOver, at: core.state, ordering: .releasing)
-      // Bumped after the hand-over is visible: a starving waiter that reads the new value
-      // (acquiring) before sleeping also reads the hand-over and claims it; one that read
-      // the old value has its futex wait refused or woken.
-      _ = UInt32.atomicFetchAdd(1, at: core.handOff, ordering: .full)
-      if Futex.wake(core.handOff, count: 1) == 0 { takeBackHandOver() }
+      wakeStarvingWaiter()
       return
     }
     UInt32.atomicStore(0, at: core.state, ordering: .releasing)
     if counted & 0xFFFF_FFFF != 0 { Futex.wake(core.state, count: 1) }
+  }
+
+  /// Tells the starving waiters of the hand-over in `state`: bumps the hand-over counter and
+  /// wakes one; when that wakes nobody, ``takeBackHandOver()``.
+  func wakeStarvingWaiter() {
+    // Bumped after the hand-over is visible: a starving waiter that reads the new value
+    // (acquiring) before sleeping also reads the hand-over and claims it; one that read the
+    // old value has its futex wait refused or woken.
+    _ = UInt32.atomicFetchAdd(1, at: core.handOff, ordering: .full)
+    if Futex.wake(core.handOff, count: 1) == 0 { takeBackHandOver() }
   }
 
   /// A hand-over whose wake-up woke nobody: the starving waiters are running (about to
@@ -272,8 +278,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
         leaveWaiters(starving: starving)
         // A hand-over that may have been meant for this waiter: pass it on, or free it.
         if starving && UInt32.atomicLoad(at: core.state, ordering: .relaxed) == SpinLock.handedOver {
-          _ = UInt32.atomicFetchAdd(1, at: core.handOff, ordering: .full)
-          if Futex.wake(core.handOff, count: 1) == 0 { takeBackHandOver() }
+          wakeStarvingWaiter()
         }
         return false
       }
