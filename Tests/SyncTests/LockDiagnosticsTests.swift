@@ -60,6 +60,14 @@ func onlyDetector(_ kind: Diagnostics.Kind?, _ mode: Diagnostics.Mode = .report)
   if let kind { Diagnostics.setMode(mode, for: kind) }
 }
 
+/// Switches every detector off and contention statistics on, measuring one acquisition in
+/// `sampling` (in an exit test's child, as ``onlyDetector(_:_:)``).
+func onlyContentionStatistics(sampling: Int) {
+  onlyDetector(nil)
+  Diagnostics.lockContentionSampling = sampling
+  Diagnostics.collectsLockContention = true
+}
+
 /// Standard error of an exit test, as text.
 private func standardError(_ result: ExitTest.Result?) -> String {
   result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
@@ -285,9 +293,7 @@ struct LockDiagnosticsTests {
   @Test("a lock contended by 4 threads shows contended acquisitions and plausible waits; an uncontended one none")
   func contention() async {
     await #expect(processExitsWith: .success) {
-      onlyDetector(nil)
-      Diagnostics.lockContentionSampling = 1
-      Diagnostics.collectsLockContention = true
+      onlyContentionStatistics(sampling: 1)
       let hot = Condition(name: "hot")
       let cold = Condition(name: "cold")
       let perThread = 2_000
@@ -328,9 +334,7 @@ struct LockDiagnosticsTests {
   @Test("locks of one name created and destroyed in turn add up in one entry")
   func destroyedLocksAddUpUnderTheirName() async {
     await #expect(processExitsWith: .success) {
-      onlyDetector(nil)
-      Diagnostics.lockContentionSampling = 1
-      Diagnostics.collectsLockContention = true
+      onlyContentionStatistics(sampling: 1)
       blocking {
         runConcurrently(1) { _ in
           for _ in 0..<100 {
@@ -347,9 +351,7 @@ struct LockDiagnosticsTests {
   @Test("sampling 1 in 10 estimates each of two locks taken in turn, not only one of them")
   func samplingSeesLocksTakenInTurn() async {
     await #expect(processExitsWith: .success) {
-      onlyDetector(nil)
-      Diagnostics.lockContentionSampling = 10
-      Diagnostics.collectsLockContention = true
+      onlyContentionStatistics(sampling: 10)
       let first = Lock(name: "first")
       let second = Lock(name: "second")
       blocking {

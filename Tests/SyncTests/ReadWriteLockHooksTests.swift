@@ -154,9 +154,7 @@ struct ReadWriteLockHooksTests {
   @Test("a ReadWriteLock write-locked by 4 threads shows contended acquisitions")
   func contention() async {
     await #expect(processExitsWith: .success) {
-      onlyDetector(nil)
-      Diagnostics.lockContentionSampling = 1
-      Diagnostics.collectsLockContention = true
+      onlyContentionStatistics(sampling: 1)
       let hot = ReadWriteLock(name: "hot")
       let cold = ReadWriteLock(name: "cold")
       let perThread = 2_000
