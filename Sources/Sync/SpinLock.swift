@@ -62,7 +62,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// The waiters count (the `depth` word; see `words`). The spin lock never uses it as a
   /// recursion depth: it is only ever reached through these 64-bit atomics.
   @inlinable
-  var waiters: UnsafeMutablePointer<UInt64> { (core.base + 16).assumingMemoryBound(to: UInt64.self) }
+  var waiters: UnsafeMutablePointer<UInt64> { UnsafeMutableRawPointer(core.depth).assumingMemoryBound(to: UInt64.self) }
 
   /// Whether `unlock()` verifies the calling thread holds the lock.
   public let isChecked: Bool
