@@ -14,8 +14,9 @@
 /// every `unlock()` hands the lock directly to a starving waiter (oldest first, as the
 /// kernel queues them) instead of freeing it; nobody can barge in until no waiter starves.
 /// So the longest wait is about 1 ms plus the critical sections of the starving waiters
-/// ahead. The cost is paid only while someone starves: each such hand-over is one wake-up
-/// the next owner must be scheduled for. The uncontended path is unchanged.
+/// ahead. A sleeper counts itself even when no release wakes it: its first sleep ends at the
+/// threshold. The cost is paid only while someone starves: each such hand-over is one
+/// wake-up the next owner must be scheduled for. The uncontended path is unchanged.
 ///
 /// **Misuse** is never undefined behaviour:
 /// - `unlock()` of an unlocked lock always stops the process with a message;

@@ -513,7 +513,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
         return false
       }
       if firstSleep == .distantPast { firstSleep = .now }
-      if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) {
+      // Until the threshold, wake up on it too (see `FutexLock.wakeDeadline`): a writer no
+      // release wakes must still count itself as starving on time.
+      let woken = Futex.wait(
+        writerNotify, expected: sequence, deadline: FutexLock.wakeDeadline(deadline, firstSleep: firstSleep))
+      if !woken, deadline != .distantFuture, deadline.hasPassed {
         withdrawWritersWaiting()
         return false
       }

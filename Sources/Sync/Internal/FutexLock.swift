@@ -93,6 +93,16 @@ struct FutexLock {
   @usableFromInline
   static var starvationThreshold: Duration { .milliseconds(1) }
 
+  /// When a waiter that first slept at `firstSleep` and does not starve yet wakes up from a
+  /// sleep bounded by `deadline`: at the starvation threshold, unless that passed already
+  /// (then the deadline alone, so a waiter that cannot count itself as starving never spins
+  /// on an expired timeout).
+  @usableFromInline
+  static func wakeDeadline(_ deadline: MonotonicInstant, firstSleep: MonotonicInstant) -> MonotonicInstant {
+    let starvesAt = firstSleep + starvationThreshold
+    return starvesAt.hasPassed ? deadline : Swift.min(deadline, starvesAt)
+  }
+
   /// Called with the lock's words by a starving waiter just before it reads the hand-over
   /// counter to go to sleep: the window in which a whole hand-over (and its take-back) can
   /// pass unseen. Tests set it, before starting any thread, to make that interleaving
@@ -370,7 +380,10 @@ struct FutexLock {
         _ = Futex.wait(handOff, expected: sequence, deadline: deadline)
         current = UInt32.atomicLoad(at: state, ordering: .relaxed)
       } else {
-        _ = Futex.wait(state, expected: current, deadline: deadline)
+        // Until the threshold, wake up on it too: a sleeper no release wakes (others barge
+        // in, or the wake-ups go to the waiters ahead of it in the kernel's queue) must still
+        // count itself as starving on time, so that the next unlock hands it the lock.
+        _ = Futex.wait(state, expected: current, deadline: Self.wakeDeadline(deadline, firstSleep: firstSleep))
         if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
         current = spin(spins)
       }
