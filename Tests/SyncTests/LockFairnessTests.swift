@@ -256,7 +256,8 @@ struct LockFairnessTests {
       // Nothing wakes the waiter: the lock stays held and nobody calls wake. Without a
       // sleep bounded by the threshold it would sleep until the unlock, never starving.
       while !subject.waiterStarves() && monotonicSeconds() < giveUp { sched_yield() }
-      #expect(subject.waiterStarves(), "\(subject.testDescription): the unwoken waiter did not count itself as starving")
+      #expect(
+        subject.waiterStarves(), "\(subject.testDescription): the unwoken waiter did not count itself as starving")
       subject.unlock()
       waiterHolds.wait()
       release.open()
