@@ -23,6 +23,12 @@
 //                                   counts of that run, in percent (0 = every thread got the
 //                                   same share, 100 = one thread got everything)
 //   fairness.throughput-N           ns per acquisition over that run (what the bound costs)
+//   fairness.sleeps-N, fairness.preemptions-N
+//                                   the threads' voluntary context switches (sleeps in the
+//                                   kernel) and involuntary ones (the scheduler took the
+//                                   processor away) per million acquisitions in that run:
+//                                   whether a long wait was spent asleep in the lock or
+//                                   runnable, waiting for a CPU
 //
 // Three runs: every row's samples are three values, one per run, the subjects interleaved
 // within each run in rotating order. A throughput run's value is the median of three samples
@@ -392,6 +398,8 @@ private struct FairnessFigures {
   var p50Wait: Double
   var giniPercent: Double
   var nanosecondsPerAcquisition: Double
+  var sleepsPerMillion: Double
+  var preemptionsPerMillion: Double
 }
 
 /// One fairness run: `threads` threads hammer for `duration`; every acquisition is timed.
@@ -405,6 +413,7 @@ private func fairnessRun<S: ContentionSubject>(_ subject: S, threads: Int, durat
     let deadline = Harness.now() + duration
     var done: UInt64 = 0
     var longest: UInt64 = 0
+    let usageBefore = threadUsage()
     var now = Harness.now()
     while now < deadline {
       subject.increment()
@@ -415,14 +424,21 @@ private func fairnessRun<S: ContentionSubject>(_ subject: S, threads: Int, durat
       done += 1
       now = after
     }
+    let usageAfter = threadUsage()
     slot[0] = done
     slot[1] = longest
+    slot[2] = UInt64(usageAfter.sleeps - usageBefore.sleeps)
+    slot[3] = UInt64(usageAfter.preemptions - usageBefore.preemptions)
   }
   var counts: [Double] = []
   var longest: UInt64 = 0
+  var sleeps: UInt64 = 0
+  var preemptions: UInt64 = 0
   for index in 0..<threads {
     counts.append(Double(slots.slot(index)[0]))
     longest = Swift.max(longest, slots.slot(index)[1])
+    sleeps += slots.slot(index)[2]
+    preemptions += slots.slot(index)[3]
   }
   let total = counts.reduce(0, +)
   if subject.count &- before != Int(total) {
@@ -433,7 +449,9 @@ private func fairnessRun<S: ContentionSubject>(_ subject: S, threads: Int, durat
     p99Wait: WaitHistogram.quantile(0.99, of: histograms),
     p50Wait: WaitHistogram.quantile(0.5, of: histograms),
     giniPercent: 100 * gini(counts),
-    nanosecondsPerAcquisition: Double(elapsed) / Swift.max(1, total))
+    nanosecondsPerAcquisition: Double(elapsed) / Swift.max(1, total),
+    sleepsPerMillion: 1_000_000 * Double(sleeps) / Swift.max(1, total),
+    preemptionsPerMillion: 1_000_000 * Double(preemptions) / Swift.max(1, total))
 }
 
 /// The Gini coefficient of `values` (0 = all equal, 1 = one has everything).
@@ -567,6 +585,12 @@ func registerContentionBenchmarks(_ harness: Harness) {
       harness.record(
         id: "fairness.throughput-\(threads)", subject: entry.subject, group: group,
         nanoseconds: runs.map(\.nanosecondsPerAcquisition))
+      harness.record(
+        id: "fairness.sleeps-\(threads)", subject: entry.subject, group: group, values: runs.map(\.sleepsPerMillion),
+        unit: "switches/1M")
+      harness.record(
+        id: "fairness.preemptions-\(threads)", subject: entry.subject, group: group,
+        values: runs.map(\.preemptionsPerMillion), unit: "switches/1M")
     }
     harness.progress("fairness.*-\(threads)", since: began)
   }
@@ -574,7 +598,9 @@ func registerContentionBenchmarks(_ harness: Harness) {
 
 /// The ids one fairness thread count records.
 private func fairnessIds(_ threads: Int) -> [String] {
-  ["max-wait", "p99-wait", "p50-wait", "gini", "throughput"].map { "fairness.\($0)-\(threads)" }
+  ["max-wait", "p99-wait", "p50-wait", "gini", "throughput", "sleeps", "preemptions"].map {
+    "fairness.\($0)-\(threads)"
+  }
 }
 
 extension Harness {

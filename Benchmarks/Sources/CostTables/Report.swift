@@ -138,9 +138,15 @@ struct RunResults {
     return matching.filter(\.isOurs) + matching.filter { !$0.isOurs }
   }
 
+  /// Units of rows that describe a run rather than rank it (fewer is not better): they get
+  /// no best peer, no ratio and no place in the not-ahead table.
+  static let descriptiveUnits: Set<String> = ["switches/1M"]
+
   /// The peer with the lowest median for `id`.
   func bestPeer(id: String) -> BenchmarkRow? {
-    rows(id: id).filter { !$0.isOurs && !$0.median.isNaN }.min { $0.median < $1.median }
+    let peers = rows(id: id).filter { !$0.isOurs && !$0.median.isNaN }
+    if let unit = peers.first?.unit, Self.descriptiveUnits.contains(unit) { return nil }
+    return peers.min { $0.median < $1.median }
   }
 
   /// "0.84x (pthread)" for an ours row; "best" or a ratio for peers.

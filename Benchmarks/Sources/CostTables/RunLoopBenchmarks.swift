@@ -322,15 +322,15 @@ private func benchmarkTimerLateness(_ harness: Harness) {
 
 // MARK: Idle CPU
 
-/// The calling thread's CPU time (ns) and voluntary context switches (each blocking wait that
-/// slept counts one).
-private func threadUsage() -> (cpu: Double, sleeps: Double) {
+/// The calling thread's CPU time (ns), voluntary context switches (each blocking wait that
+/// slept counts one) and involuntary ones (the scheduler took the processor away from it).
+func threadUsage() -> (cpu: Double, sleeps: Double, preemptions: Double) {
   var usage = rusage()
   // RUSAGE_THREAD (1): glibc declares the name only under _GNU_SOURCE.
   precondition(getrusage(1, &usage) == 0, "getrusage failed")
   let user = Double(usage.ru_utime.tv_sec) * 1e9 + Double(usage.ru_utime.tv_usec) * 1e3
   let system = Double(usage.ru_stime.tv_sec) * 1e9 + Double(usage.ru_stime.tv_usec) * 1e3
-  return (user + system, Double(usage.ru_nvcsw))
+  return (user + system, Double(usage.ru_nvcsw), Double(usage.ru_nivcsw))
 }
 
 private func benchmarkIdleCPU(_ harness: Harness) {
