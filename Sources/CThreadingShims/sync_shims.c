@@ -2,17 +2,28 @@
 // lock-owner identity.
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "tk_sync_shims.h"
 
 __thread uint64_t tk_thread_identity_value __attribute__((tls_model("initial-exec"))) = 0;
 
 // The last identity handed out. Relaxed: the counter only has to hand out distinct
-// numbers; nothing is published with it. 64 bits do not wrap in the life of a process.
+// numbers; nothing is published with it.
 static _Atomic uint64_t tk_thread_identity_last = 0;
 
 uint64_t tk_thread_identity_reserve(void) {
-  return atomic_fetch_add_explicit(&tk_thread_identity_last, 1, memory_order_relaxed) + 1;
+  uint64_t identity = atomic_fetch_add_explicit(&tk_thread_identity_last, 1, memory_order_relaxed) + 1;
+  if (identity >= TK_THREAD_IDENTITY_LIMIT) {
+    // Lock words keep the owner's identity in 48 bits: a larger one would alias another
+    // thread's. Unreachable in practice; stop clearly rather than break a lock.
+    static const char message[] =
+        "Sync: more than 2^48 thread identities were handed out in this process; lock owners would be ambiguous\n";
+    (void)write(2, message, sizeof message - 1);
+    abort();
+  }
+  return identity;
 }
 
 uint64_t tk_thread_identity_assign(void) {

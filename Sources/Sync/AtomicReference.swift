@@ -51,7 +51,7 @@ public final class AtomicReference<Object: AnyObject> {
   deinit {
     lock.checkNotHeld(typeName: "AtomicReference")
     let last = slot.move()
-    UnsafeMutableRawPointer(lock.state).deallocate()  // the block starts with the lock words
+    lock.base.deallocate()  // the block starts with the lock words
     withExtendedLifetime(last) {}  // released after the block is gone
   }
 

@@ -128,7 +128,7 @@ public final class ConditionVariable: @unchecked Sendable {
     if !mutex.isHeldByCurrentThread {
       reportMisuse("ConditionVariable", "wait with a mutex the calling thread does not hold")
     }
-    let address = UInt64(UInt(bitPattern: mutex.core.state))
+    let address = UInt64(UInt(bitPattern: mutex.core.base))
     let bound = UInt64.atomicLoad(at: core.boundLock, ordering: .relaxed)
     if bound == address { return }
     if bound == 0,

@@ -5,8 +5,9 @@
 ///
 /// Built on a Linux futex whose word lives inside the object (one allocation per lock): the
 /// uncontended `lock()`/`unlock()` pair is one atomic compare-and-swap each, inlined into
-/// your code; a contended `lock()` spins briefly, then sleeps in the kernel until the holder
-/// releases it.
+/// your code, and nothing else (the 64-bit word holds the holder's thread tag beside the
+/// futex state, so the misuse checks below cost no extra store); a contended `lock()` spins
+/// briefly, then sleeps in the kernel until the holder releases it.
 ///
 /// **Fairness: a bounded wait.** Normally a releasing thread may re-acquire before a woken
 /// sleeper runs (barging), which keeps throughput high under contention. But once a waiter

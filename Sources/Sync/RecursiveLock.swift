@@ -109,7 +109,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
   @inlinable
   public func unlock() {
     guard core.isHeldByCurrentThread else {
-      if UInt32.atomicLoad(at: core.state, ordering: .relaxed) == 0 {
+      if UInt64.atomicLoad(at: core.word, ordering: .relaxed) & FutexLock.lockBits == 0 {
         reportMisuse("RecursiveLock", "unlock() of a lock that is not locked (more unlocks than locks?)")
       }
       reportMisuse("RecursiveLock", "unlock() from a thread that does not hold the lock")

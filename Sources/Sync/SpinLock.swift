@@ -46,16 +46,16 @@ public final class SpinLock: Locking, @unchecked Sendable {
   ///
   /// | word | meaning |
   /// |---|---|
-  /// | `state` | 0 free, 1 held, 3 handed over to a starving waiter (nobody else may take it) |
+  /// | `word` | 0 free; 1 held, with the holder's thread tag in bits 16-63 (as ``Lock``); 3 handed over to a starving waiter (nobody else may take it) |
   /// | `handOff` | bumped by each hand-over; starving waiters sleep on it |
-  /// | `owner` | the holder's thread tag (0 when free), as ``Lock`` |
   /// | `depth` | the waiters: sleeping ones in the low 32 bits, starving ones above |
   ///
-  /// Only the holder writes `state` while it is 1 (waiters only compare-and-swap 0 -> 1, or
-  /// 3 -> 1 when starving), which is what lets `unlock()` store instead of compare-and-swap.
+  /// Only the holder writes `word` while it is held (waiters only compare-and-swap 0 -> held,
+  /// or 3 -> held when starving), which is what lets `unlock()` store instead of
+  /// compare-and-swap; the store of 0 clears the owner's tag with the lock.
   private var words = FutexLock.Words()
 
-  /// The futex lock on `words`, for the addresses of the words and the owner tag.
+  /// The futex lock on `words`, for the addresses of the words and the holder's tag.
   @inlinable
   var core: FutexLock { FutexLock(inside: self) }
 
@@ -77,7 +77,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
   static let longestNap = Duration.milliseconds(1)
   /// One starving waiter in `waiters`.
   static let starvingUnit: UInt64 = 1 << 32
-  static let handedOver: UInt32 = 3
+  static let handedOver: UInt64 = FutexLock.handedOver
 
   /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``
   /// (after `words`, which must stay the first stored property).
@@ -148,20 +148,19 @@ public final class SpinLock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   func release() {
-    // Only the holder writes `state` while it is 1, so this relaxed load is exact for the
+    // Only the holder writes `word` while it is held, so this relaxed load is exact for the
     // holder; 0 or 3 means nobody holds it.
-    if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != 1 || (isChecked && core.ownerTag != currentThreadTag())
-    {
+    let current = UInt64.atomicLoad(at: core.word, ordering: .relaxed)
+    if current & FutexLock.stateMask != 1 || (isChecked && current &>> FutexLock.ownerShift != currentThreadTag()) {
       core.releaseMisuse(typeName: "SpinLock")
     }
-    UInt64.atomicStore(0, at: core.owner, ordering: .relaxed)
     // Relaxed: a waiter that registers after this load (or whose registration this load
     // does not see yet, on x86 and arm64 alike) is not woken by this release; it sleeps at
     // most its time limit, then finds the lock free. Mutual exclusion does not depend on it.
     if UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0 { return releaseSlow() }
     // Releasing: the next owner's acquiring compare-and-swap reads this store, so it sees
     // every write of the critical section (x86 and arm64 alike).
-    UInt32.atomicStore(0, at: core.state, ordering: .releasing)
+    UInt64.atomicStore(0, at: core.word, ordering: .releasing)
   }
 
   /// A release with waiters counted: hands the lock over when one starves, else frees it
@@ -172,12 +171,12 @@ public final class SpinLock: Locking, @unchecked Sendable {
     let counted = UInt64.atomicLoad(at: waiters, ordering: .relaxed)
     if counted >= SpinLock.starvingUnit {
       // Releasing, as any release: the claimer's acquiring compare-and-swap reads it.
-      UInt32.atomicStore(SpinLock.handedOver, at: core.state, ordering: .releasing)
+      UInt64.atomicStore(SpinLock.handedOver, at: core.word, ordering: .releasing)
       wakeStarvingWaiter()
       return
     }
-    UInt32.atomicStore(0, at: core.state, ordering: .releasing)
-    if counted & 0xFFFF_FFFF != 0 { Futex.wake(core.state, count: 1) }
+    UInt64.atomicStore(0, at: core.word, ordering: .releasing)
+    if counted & 0xFFFF_FFFF != 0 { Futex.wake(core.futexWord, count: 1) }
   }
 
   /// Tells the starving waiters of the hand-over in `state`: bumps the hand-over counter and
@@ -196,12 +195,12 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// sleeper, so a lock whose starving waiters are gone keeps working.
   func takeBackHandOver() {
     for _ in 0..<256 {
-      if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != SpinLock.handedOver { return }
+      if UInt64.atomicLoad(at: core.word, ordering: .relaxed) != SpinLock.handedOver { return }
       tk_cpu_relax()
     }
     // Releasing, as any release: the next owner reads it.
-    if UInt32.atomicCompareAndSwap(expected: SpinLock.handedOver, desired: 0, at: core.state, ordering: .releasing) {
-      Futex.wake(core.state, count: 1)
+    if UInt64.atomicCompareAndSwap(expected: SpinLock.handedOver, desired: 0, at: core.word, ordering: .releasing) {
+      Futex.wake(core.futexWord, count: 1)
     }
   }
 
@@ -244,7 +243,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
       // Spin phase: bounded exponential pauses.
       if core.tryAcquire() { return true }
       for round in 0..<SpinLock.spinRounds {
-        if UInt32.atomicLoad(at: core.state, ordering: .relaxed) == 0, core.tryAcquire() { return true }
+        if UInt64.atomicLoad(at: core.word, ordering: .relaxed) == 0, core.tryAcquire() { return true }
         Backoff.pause(round)
       }
       if deadline.hasPassed { return false }
@@ -262,14 +261,14 @@ public final class SpinLock: Locking, @unchecked Sendable {
     var starving = false
     let firstSleep = MonotonicInstant.now
     var nap = SpinLock.firstNap
+    let held = 1 | FutexLock.ownerBits(currentThreadTag())
     while true {
-      let current = UInt32.atomicLoad(at: core.state, ordering: .relaxed)
+      let current = UInt64.atomicLoad(at: core.word, ordering: .relaxed)
       // Acquiring on both ways in: reads the releasing store (or hand-over) of the previous
       // holder, so its writes are visible.
       if current == 0 || (current == SpinLock.handedOver && starving) {
-        if UInt32.atomicCompareAndSwap(expected: current, desired: 1, at: core.state, ordering: .acquiring) {
+        if UInt64.atomicCompareAndSwap(expected: current, desired: held, at: core.word, ordering: .acquiring) {
           leaveWaiters(starving: starving)
-          UInt64.atomicStore(currentThreadTag(), at: core.owner, ordering: .relaxed)
           return true
         }
         continue
@@ -277,7 +276,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
       if deadline != .distantFuture, deadline.hasPassed {
         leaveWaiters(starving: starving)
         // A hand-over that may have been meant for this waiter: pass it on, or free it.
-        if starving && UInt32.atomicLoad(at: core.state, ordering: .relaxed) == SpinLock.handedOver {
+        if starving && UInt64.atomicLoad(at: core.word, ordering: .relaxed) == SpinLock.handedOver {
           wakeStarvingWaiter()
         }
         return false
@@ -293,10 +292,12 @@ public final class SpinLock: Locking, @unchecked Sendable {
         // Read the counter (acquiring) before re-reading the state, so a hand-over made
         // after that read is seen through the counter (see `releaseSlow`).
         let sequence = UInt32.atomicLoad(at: core.handOff, ordering: .acquiring)
-        if UInt32.atomicLoad(at: core.state, ordering: .relaxed) != 1 { continue }
+        if UInt64.atomicLoad(at: core.word, ordering: .relaxed) & FutexLock.lockBits != 1 { continue }
         _ = Futex.wait(core.handOff, expected: sequence, deadline: wake)
       } else {
-        _ = Futex.wait(core.state, expected: current, deadline: wake)
+        // The kernel compares the word's low half (owner bits 16-31 included): a new holder
+        // since `current` was read refuses the sleep, and the loop looks again.
+        _ = Futex.wait(core.futexWord, expected: UInt32(truncatingIfNeeded: current), deadline: wake)
       }
       nap = Swift.min(nap * 2, SpinLock.longestNap)
     }

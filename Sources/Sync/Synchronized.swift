@@ -167,8 +167,7 @@ enum SynchronizedTable {
   static func resetAllBucketsInChild() {
     for index in 0..<bucketCount {
       let lock = bucketLock(index)
-      UInt64.atomicStore(0, at: lock.owner, ordering: .relaxed)
-      UInt32.atomicStore(0, at: lock.state, ordering: .releasing)
+      UInt64.atomicStore(0, at: lock.word, ordering: .releasing)
     }
   }
 

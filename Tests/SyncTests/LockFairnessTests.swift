@@ -122,25 +122,26 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   let handOffWord: UInt
 
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
-    nonisolated(unsafe) let state = core.state
+    nonisolated(unsafe) let word = core.word
+    nonisolated(unsafe) let futexWord = core.futexWord
     return HandOverSubject(
       testDescription: name, hold: { lock.lockForScope() }, tryHold: { lock.tryLock() }, lock: { lock.lockForScope() },
       unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
-      waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits == 2 },
-      waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) >= FutexLock.starvingUnit },
-      wakeWaiter: { Futex.wake(state, count: 1) }, handOffWord: UInt(bitPattern: core.handOff))
+      waiterSleeps: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits == 2 },
+      waiterStarves: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask != 0 },
+      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: core.handOff))
   }
 
   /// A spin lock counts its waiters in a word of their own (see `SpinLock.words`).
   static func spinLock(_ lock: SpinLock) -> HandOverSubject {
-    nonisolated(unsafe) let state = lock.core.state
+    nonisolated(unsafe) let futexWord = lock.core.futexWord
     nonisolated(unsafe) let waiters = lock.waiters
     return HandOverSubject(
       testDescription: "SpinLock", hold: { lock.lockForScope() }, tryHold: { lock.tryLock() },
       lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0 },
       waiterStarves: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) >= SpinLock.starvingUnit },
-      wakeWaiter: { Futex.wake(state, count: 1) }, handOffWord: UInt(bitPattern: lock.core.handOff))
+      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: lock.core.handOff))
   }
 
   static var all: [HandOverSubject] {
@@ -382,7 +383,8 @@ func starvingWaiterMissesItsHandOver() {
   let lock = Lock()
   let core = lock.core
   let target = UInt(bitPattern: core.base)
-  nonisolated(unsafe) let state = core.state
+  nonisolated(unsafe) let word = core.word
+  nonisolated(unsafe) let futexWord = core.futexWord
   let holding = Gate()
   let releaseNow = Gate()
   let released = Gate()
@@ -406,7 +408,7 @@ func starvingWaiterMissesItsHandOver() {
     lock.lock()
     holding.open()
     let giveUp = monotonicSeconds() + 10
-    while UInt32.atomicLoad(at: state, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+    while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
       sched_yield()
     }
     // Keep it asleep past the starvation threshold (the duration under test).
@@ -414,7 +416,7 @@ func starvingWaiterMissesItsHandOver() {
     while monotonicSeconds() < end {}
     // Wake it with the lock still held: it counts itself as starving and reaches the hook.
     while !releaseNow.isOpen && monotonicSeconds() < giveUp {
-      Futex.wake(state, count: 1)
+      Futex.wake(futexWord, count: 1)
       sched_yield()
     }
     precondition(releaseNow.isOpen, "the waiter never started to starve")
@@ -634,8 +636,7 @@ struct SpinLockSleepingWaiterTests {
   @Test("a sleeping waiter whose release woke nobody takes the lock within its time limit")
   func releaseThatWakesNobody() {
     let lock = SpinLock()
-    nonisolated(unsafe) let state = lock.core.state
-    nonisolated(unsafe) let owner = lock.core.owner
+    nonisolated(unsafe) let word = lock.core.word
     nonisolated(unsafe) let waiters = lock.waiters
     let holding = Gate()
     let released = TimedGate()
@@ -656,10 +657,9 @@ struct SpinLockSleepingWaiterTests {
       let giveUp = monotonicSeconds() + 10
       while UInt64.atomicLoad(at: waiters, ordering: .relaxed) == 0 && monotonicSeconds() < giveUp { sched_yield() }
       #expect(UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0, "the waiter never slept")
-      // Free it as the racing release does: the stores alone, no wake-up.
-      UInt64.atomicStore(0, at: owner, ordering: .relaxed)
+      // Free it as the racing release does: the store alone, no wake-up.
       released.open()
-      UInt32.atomicStore(0, at: state, ordering: .releasing)
+      UInt64.atomicStore(0, at: word, ordering: .releasing)
     }
     #expect(waited.load(ordering: .relaxed) == 1)
     #expect(UInt64.atomicLoad(at: waiters, ordering: .relaxed) == 0, "a waiter stayed counted")

@@ -60,12 +60,17 @@ static inline int64_t tk_monotonic_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
 }
 
-/// The calling thread's identity for lock ownership: a 64-bit number from a process-wide
-/// counter, assigned on the thread's first call and never given to another thread of the
-/// process (unlike `pthread_t`, which glibc reuses for a thread created after one has
-/// ended). Never 0, so 0 can mean "no owner". Kept in an initial-exec thread-local, so after
+/// The calling thread's identity for lock ownership: a number from a process-wide counter,
+/// assigned on the thread's first call and never given to another thread of the process
+/// (unlike `pthread_t`, which glibc reuses for a thread created after one has ended). Never
+/// 0, so 0 can mean "no owner", and always below `TK_THREAD_IDENTITY_LIMIT` (2^48), so a
+/// lock word holds it beside its state bits. Kept in an initial-exec thread-local, so after
 /// the first call it costs one thread-relative load and a predicted branch.
 extern __thread uint64_t tk_thread_identity_value __attribute__((tls_model("initial-exec")));
+
+/// Identities stay below this (48 bits: at a million new threads a second, nine years of
+/// them). The counter stops the process with a message rather than hand out a larger one.
+#define TK_THREAD_IDENTITY_LIMIT (1ULL << 48)
 
 /// The `synchronized` side table's storage: 64 zero-initialized 64-byte buckets in static
 /// memory (no lazy initialization a fork could interrupt). Never fails.

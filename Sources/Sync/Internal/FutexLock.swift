@@ -3,59 +3,67 @@ import CThreadingShims
 /// The lock word shared by ``Lock``, ``LockedValue``, ``RecursiveLock``, ``SpinLock`` and
 /// `synchronized`: a three-state futex lock (Drepper, "Futexes Are Tricky", mutex 3) with a
 /// bounded wait ("eventual fairness", as WebKit's `WTF::Lock`, parking_lot and Go's
-/// `sync.Mutex` starvation mode) plus an owner tag.
+/// `sync.Mutex` starvation mode), whose word also holds the owner's thread tag.
 ///
-/// The low two bits of `state`:
+/// `word` is 64 bits. Its low 32 bits are the futex word (the kernel compares and sleeps on
+/// them; Linux on x86_64 and arm64 is little-endian, so they are the first four bytes):
 ///
 /// | bits | meaning |
 /// |---|---|
-/// | 0 | unlocked |
-/// | 1 | locked, nobody sleeping |
-/// | 2 | locked, someone may be sleeping in the kernel: unlock must wake one |
-/// | 3 | handed over: unlocked by its holder and given to a starving waiter, who has not claimed it yet (no thread owns it; nobody else may take it) |
+/// | 0-1 = 0 | unlocked |
+/// | 0-1 = 1 | locked, nobody sleeping |
+/// | 0-1 = 2 | locked, someone may be sleeping in the kernel: unlock must wake one |
+/// | 0-1 = 3 | handed over: unlocked by its holder and given to a starving waiter, who has not claimed it yet (no thread owns it; nobody else may take it) |
+/// | 2-15 | the number of *starving* waiters (at most ``maxStarving``) |
+/// | 16-63 | the holder's thread tag (`currentThreadTag()`, below 2^48), 0 when nobody owns it |
 ///
-/// The bits above (`state >> 2`) count the *starving* waiters: threads that have slept for
-/// ``starvationThreshold`` or longer without getting the lock. While the count is not
-/// zero, unlock never frees the lock: it marks it handed over (3) and wakes one starving
-/// waiter, which sleeps on `handOff` rather than on `state`, so it is woken before the
-/// others; nobody can barge in between. So a waiter waits at most about the threshold plus
-/// the critical sections of the starving waiters ahead of it (each one hand-over, one
-/// wake-up), whatever the others do. While nobody starves, the lock barges as before: a
-/// releasing thread may take it again before a woken sleeper runs, which keeps throughput
-/// high. The uncontended paths are untouched (one compare-and-swap 0 -> 1, one 1 -> 0).
+/// Starving waiters are threads that have slept for ``starvationThreshold`` or longer
+/// without getting the lock. While their count is not zero, unlock never frees the lock: it
+/// marks it handed over (3) and wakes one starving waiter, which sleeps on `handOff` rather
+/// than on the lock word, so it is woken before the others; nobody can barge in between. So
+/// a waiter waits at most about the threshold plus the critical sections of the starving
+/// waiters ahead of it (each one hand-over, one wake-up), whatever the others do. While
+/// nobody starves, the lock barges: a releasing thread may take it again before a woken
+/// sleeper runs, which keeps throughput high.
 ///
-/// Acquire: one compare-and-swap 0 -> 1 with acquire ordering (the fast path, inlined into
-/// the caller). Otherwise spin a bounded number of times, then mark the word 2 and sleep on
-/// the futex. Release: one compare-and-swap 1 -> 0 with release ordering; anything else
-/// (sleepers, starving waiters) takes the slow path. Acquire ordering on every way of taking
-/// the lock (including claiming a hand-over) and release ordering on every way of giving it
-/// up (including handing it over) make the protected writes visible to the next owner on
-/// x86 and arm64 alike (and tell ThreadSanitizer so).
+/// The owner's tag lives in the word so that the uncontended pair is exactly two
+/// compare-and-swaps and nothing else (as `Synchronization.Mutex`, which keeps the kernel
+/// thread id in its word): acquire 0 -> `1 | tag`, release `1 | tag` -> 0. A separate owner
+/// word cost two more stores per pair (about 5% of the pair, measured). Only the acquiring
+/// thread writes its own tag, with the compare-and-swap that takes the lock, so reading
+/// one's own tag back is exact; every way of giving the lock up clears it. The tag serves
+/// misuse checks, recursion and the diagnostics' holder names, never mutual exclusion.
 ///
-/// `owner` holds the holder's thread tag (0 when free). It is written with relaxed atomics
-/// by the holder only, so reading one's own tag back is exact; it serves misuse checks and
-/// recursion, never mutual exclusion.
+/// Acquire: one compare-and-swap 0 -> `1 | tag` with acquire ordering (the fast path,
+/// inlined into the caller). Otherwise spin a bounded number of times, then mark the word 2
+/// and sleep on the futex. Release: one compare-and-swap `1 | tag` -> 0 with release
+/// ordering; anything else (sleepers, starving waiters, a release by another thread in
+/// unchecked mode) takes the slow path. Acquire ordering on every way of taking the lock
+/// (including claiming a hand-over) and release ordering on every way of giving it up
+/// (including handing it over) make the protected writes visible to the next owner on x86
+/// and arm64 alike (and tell ThreadSanitizer so).
 ///
-/// The words (``wordsSize`` bytes: `state`, `handOff`, `owner`, `depth`) live wherever the
-/// owner puts them, 8-byte aligned and at a stable address: inside the owning object
-/// (``Lock``, ``LockedValue``...) or in a heap block (`init()`).
+/// The words (``wordsSize`` bytes: `word`, `handOff`, a spare 32 bits, `depth`) live
+/// wherever the owner puts them, 8-byte aligned and at a stable address: inside the owning
+/// object (``Lock``, ``LockedValue``...) or in a heap block (`init()`).
 @usableFromInline
 struct FutexLock {
   /// The start of the words.
   @usableFromInline
   let base: UnsafeMutableRawPointer
 
-  /// The lock word (see the type's table).
+  /// The lock word: state and owner (see the type's table). Only ever accessed as a whole,
+  /// through 64-bit atomics; the kernel reads its low half (`futexWord`).
   @inlinable
-  var state: UnsafeMutablePointer<UInt32> { base.assumingMemoryBound(to: UInt32.self) }
+  var word: UnsafeMutablePointer<UInt64> { base.assumingMemoryBound(to: UInt64.self) }
+  /// The low 32 bits of `word`, for the futex calls only (never through Swift atomics).
+  @inlinable
+  var futexWord: UnsafeMutablePointer<UInt32> { base.assumingMemoryBound(to: UInt32.self) }
   /// The starving waiters' wake-up counter: bumped by each hand-over, slept on by them.
   @inlinable
-  var handOff: UnsafeMutablePointer<UInt32> { (base + 4).assumingMemoryBound(to: UInt32.self) }
-  /// The holder's thread tag, 0 when free.
-  @inlinable
-  var owner: UnsafeMutablePointer<UInt64> { (base + 8).assumingMemoryBound(to: UInt64.self) }
+  var handOff: UnsafeMutablePointer<UInt32> { (base + 8).assumingMemoryBound(to: UInt32.self) }
   /// Recursion depth, used by ``RecursiveLock`` and `synchronized` only; touched by the
-  /// holder only.
+  /// holder only. (``SpinLock`` counts its waiters here instead.)
   @inlinable
   var depth: UnsafeMutablePointer<Int> { (base + 16).assumingMemoryBound(to: Int.self) }
 
@@ -64,11 +72,11 @@ struct FutexLock {
   @usableFromInline
   struct Words {
     @usableFromInline
-    var state: UInt32 = 0
+    var word: UInt64 = 0
     @usableFromInline
     var handOff: UInt32 = 0
     @usableFromInline
-    var owner: UInt64 = 0
+    var spare: UInt32 = 0
     @usableFromInline
     var depth: Int = 0
     @usableFromInline
@@ -80,13 +88,30 @@ struct FutexLock {
   @inlinable
   static var wordsSize: Int { 24 }
 
-  /// Lock state values and the starving count's unit (see the type's table).
+  /// Lock state values, the starving count's unit and mask, and the owner's place (see
+  /// the type's table).
   @usableFromInline
-  static var lockBits: UInt32 { 3 }
+  static var lockBits: UInt64 { 3 }
   @usableFromInline
-  static var handedOver: UInt32 { 3 }
+  static var handedOver: UInt64 { 3 }
   @usableFromInline
-  static var starvingUnit: UInt32 { 4 }
+  static var starvingUnit: UInt64 { 4 }
+  @usableFromInline
+  static var starvingMask: UInt64 { 0xFFFC }
+  /// The most starving waiters the word counts; a waiter past the threshold beyond them
+  /// stays an ordinary sleeper until a slot frees (16,383 threads waiting for one lock).
+  @usableFromInline
+  static var maxStarving: UInt64 { starvingMask >> 2 }
+  /// The state bits (lock bits and starving count), below the owner.
+  @usableFromInline
+  static var stateMask: UInt64 { 0xFFFF }
+  @usableFromInline
+  static var ownerShift: UInt64 { 16 }
+
+  /// `tag` placed in the owner bits.
+  @inlinable
+  @inline(__always)
+  static func ownerBits(_ tag: UInt64) -> UInt64 { tag &<< ownerShift }
 
   /// How long a waiter sleeps without getting the lock before it counts as starving and
   /// the lock switches to hand-over (about 1 ms, as Go's `sync.Mutex`).
@@ -153,14 +178,14 @@ struct FutexLock {
   func checkNotHeld(typeName: String) {
     // The lock bits only: a starving count can remain in the child of a fork, counting
     // waiters that do not exist there.
-    if UInt32.atomicLoad(at: state, ordering: .relaxed) & Self.lockBits != 0 {
+    if UInt64.atomicLoad(at: word, ordering: .relaxed) & Self.lockBits != 0 {
       reportMisuse(typeName, "deinitialized while locked")
     }
   }
 
   /// The holder's thread tag, or 0.
   @inlinable
-  var ownerTag: UInt64 { UInt64.atomicLoad(at: owner, ordering: .relaxed) }
+  var ownerTag: UInt64 { UInt64.atomicLoad(at: word, ordering: .relaxed) &>> Self.ownerShift }
 
   /// Whether the calling thread holds the lock.
   @inlinable
@@ -170,11 +195,8 @@ struct FutexLock {
   @inlinable
   @inline(__always)
   func tryAcquire() -> Bool {
-    if UInt32.atomicCompareAndSwap(expected: 0, desired: 1, at: state, ordering: .acquiring) {
-      UInt64.atomicStore(currentThreadTag(), at: owner, ordering: .relaxed)
-      return true
-    }
-    return false
+    UInt64.atomicCompareAndSwap(
+      expected: 0, desired: 1 | Self.ownerBits(currentThreadTag()), at: word, ordering: .acquiring)
   }
 
   /// One attempt for `tryLock()`: as ``tryAcquire()``, and also takes a free lock whose
@@ -188,13 +210,11 @@ struct FutexLock {
 
   @usableFromInline
   func tryAcquireCounted() -> Bool {
-    let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    let current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+    // Free: no lock bits, and then no owner either (every release clears it).
     guard current != 0, current & Self.lockBits == 0 else { return false }
-    guard UInt32.atomicCompareAndSwap(expected: current, desired: current | 1, at: state, ordering: .acquiring) else {
-      return false
-    }
-    UInt64.atomicStore(currentThreadTag(), at: owner, ordering: .relaxed)
-    return true
+    return UInt64.atomicCompareAndSwap(
+      expected: current, desired: current | 1 | Self.ownerBits(currentThreadTag()), at: word, ordering: .acquiring)
   }
 
   /// Acquires, blocking as long as it takes. No deadline is evaluated before the fast path
@@ -216,22 +236,21 @@ struct FutexLock {
   }
 
   /// Releases. `checkOwner` verifies the caller holds the lock (checked mode); releasing an
-  /// unlocked lock is always detected, because it costs nothing here.
+  /// unlocked lock is always detected, because it costs nothing here. Unchecked, a release
+  /// by another thread frees the lock on the holder's behalf (it takes the slow path).
   @inlinable
   @inline(__always)
   func release(checkOwner: Bool, typeName: String) {
-    if checkOwner, ownerTag != currentThreadTag() {
-      releaseMisuse(typeName: typeName)
-    }
-    UInt64.atomicStore(0, at: owner, ordering: .relaxed)
-    if !UInt32.atomicCompareAndSwap(expected: 1, desired: 0, at: state, ordering: .releasing) {
-      releaseSlow(typeName: typeName)
+    // The word says exactly "held by me, nobody sleeping, nobody starving" or this fails.
+    let mine = 1 | Self.ownerBits(currentThreadTag())
+    if !UInt64.atomicCompareAndSwap(expected: mine, desired: 0, at: word, ordering: .releasing) {
+      releaseSlow(checkOwner: checkOwner, typeName: typeName)
     }
   }
 
   @usableFromInline
   func releaseMisuse(typeName: String) -> Never {
-    let bits = UInt32.atomicLoad(at: state, ordering: .relaxed) & Self.lockBits
+    let bits = UInt64.atomicLoad(at: word, ordering: .relaxed) & Self.lockBits
     if bits == 0 || bits == Self.handedOver {
       reportMisuse(typeName, "unlock() of a lock that is not locked")
     }
@@ -240,21 +259,24 @@ struct FutexLock {
 
   @usableFromInline
   @inline(never)
-  func releaseSlow(typeName: String) {
-    // The compare-and-swap failed: sleepers (2), starving waiters (count), or not locked
-    // at all (0, or 3: handed over, so nobody holds it). Waiters change the word too
-    // (marking 2, counting themselves), hence a compare-and-swap loop.
-    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+  func releaseSlow(checkOwner: Bool, typeName: String) {
+    // The compare-and-swap failed: sleepers (2), starving waiters (count), another thread's
+    // release, or not locked at all (0, or 3: handed over, so nobody holds it). Waiters
+    // change the word too (marking 2, counting themselves), hence a compare-and-swap loop.
+    var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+    if checkOwner, current &>> Self.ownerShift != currentThreadTag() { releaseMisuse(typeName: typeName) }
     while true {
       let bits = current & Self.lockBits
       if bits == 0 || bits == Self.handedOver {
         reportMisuse(typeName, "unlock() of a lock that is not locked")
       }
-      if current >= Self.starvingUnit {
+      // Whatever happens, the owner bits go: handed over or free, nobody owns it.
+      let state = current & Self.stateMask
+      if state >= Self.starvingUnit {
         // Someone starves: hand the lock over instead of freeing it. Releasing: the
         // claimer's acquiring compare-and-swap reads this value, so it sees our writes.
-        let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: current | Self.handedOver, at: state, ordering: .releasing)
+        let seen = UInt64.atomicCompareExchange(
+          expected: current, desired: state | Self.handedOver, at: word, ordering: .releasing)
         if seen == current {
           // Bumped after the hand-over is visible (releasing): a starving waiter that reads
           // this value (acquiring) before sleeping then also reads the hand-over and claims
@@ -266,9 +288,9 @@ struct FutexLock {
         }
         current = seen
       } else {
-        let seen = UInt32.atomicCompareExchange(expected: current, desired: 0, at: state, ordering: .releasing)
+        let seen = UInt64.atomicCompareExchange(expected: current, desired: 0, at: word, ordering: .releasing)
         if seen == current {
-          if bits == 2 { Futex.wake(state, count: 1) }
+          if bits == 2 { Futex.wake(futexWord, count: 1) }
           return
         }
         current = seen
@@ -285,13 +307,14 @@ struct FutexLock {
   /// paths).
   @usableFromInline
   func takeBackHandOver() {
-    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
     while current & Self.lockBits == Self.handedOver {
-      // Releasing, as any release: the next owner reads it.
-      let seen = UInt32.atomicCompareExchange(
-        expected: current, desired: current & ~Self.lockBits, at: state, ordering: .releasing)
+      // Releasing, as any release: the next owner reads it. (A handed-over word has no
+      // owner bits.)
+      let seen = UInt64.atomicCompareExchange(
+        expected: current, desired: current & ~Self.lockBits, at: word, ordering: .releasing)
       if seen == current {
-        Futex.wake(state, count: 1)
+        Futex.wake(futexWord, count: 1)
         return
       }
       current = seen
@@ -306,6 +329,7 @@ struct FutexLock {
       reportMisuse(
         typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
     }
+    let mine = Self.ownerBits(me)
     // Bounded spinning: poll, one pause per poll, while the lock is held; a holder about to
     // leave hands over without a system call. Never unbounded.
     var current = spin(spins)
@@ -318,14 +342,14 @@ struct FutexLock {
     while true {
       let bits = current & Self.lockBits
       if bits == 0 {
-        // Free. While someone starves, only after a hand-over nobody was woken for (see
-        // `takeBackHandOver`); a starving waiter that takes it leaves the count. A thread
-        // that has not slept may take it with 1 even if others sleep: the release that
-        // freed it has already woken one of them, which re-marks the word 2.
-        let desired = starving ? (current - Self.starvingUnit) | 2 : current | (slept ? 2 : 1)
-        let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: desired, at: state, ordering: .acquiring)
-        if seen == current { break }
+        // Free (so no owner bits). While someone starves, only after a hand-over nobody
+        // was woken for (see `takeBackHandOver`); a starving waiter that takes it leaves
+        // the count. A thread that has not slept may take it with 1 even if others sleep:
+        // the release that freed it has already woken one of them, which re-marks the
+        // word 2.
+        let desired = (starving ? (current - Self.starvingUnit) | 2 : current | (slept ? 2 : 1)) | mine
+        let seen = UInt64.atomicCompareExchange(expected: current, desired: desired, at: word, ordering: .acquiring)
+        if seen == current { return true }
         current = seen
         continue
       }
@@ -333,19 +357,26 @@ struct FutexLock {
         // Claim the hand-over: locked with sleepers possible, one starving waiter fewer.
         // Acquiring: reads the releasing hand-over, so the previous holder's writes are
         // visible.
-        let seen = UInt32.atomicCompareExchange(
-          expected: current, desired: current - Self.starvingUnit - 1, at: state, ordering: .acquiring)
-        if seen == current { break }
+        let seen = UInt64.atomicCompareExchange(
+          expected: current, desired: (current - Self.starvingUnit - 1) | mine, at: word, ordering: .acquiring)
+        if seen == current { return true }
         current = seen
         continue
       }
-      // Locked: make sure the word says "sleepers" (1 -> 2) and counts us once we starve.
-      // Marked before giving up too: a thread woken by a release may have consumed the
-      // wake-up meant for the sleepers, so it must leave the word saying "wake one".
+      // Locked: make sure the word says "sleepers" (1 -> 2) and counts us once we starve
+      // (unless the count is full: then we stay an ordinary sleeper). Marked before giving
+      // up too: a thread woken by a release may have consumed the wake-up meant for the
+      // sleepers, so it must leave the word saying "wake one".
       var desired = bits == 1 ? current + 1 : current
-      if becomeStarving { desired += Self.starvingUnit }
+      if becomeStarving {
+        if (current & Self.starvingMask) >> 2 < Self.maxStarving {
+          desired += Self.starvingUnit
+        } else {
+          becomeStarving = false
+        }
+      }
       if desired != current {
-        let seen = UInt32.atomicCompareExchange(expected: current, desired: desired, at: state, ordering: .relaxed)
+        let seen = UInt64.atomicCompareExchange(expected: current, desired: desired, at: word, ordering: .relaxed)
         if seen != current {
           current = seen
           continue
@@ -374,41 +405,40 @@ struct FutexLock {
         // may never come. Handed over or free, go round and claim or take it.
         if let hook = Self.beforeStarvingSleep { hook(base) }
         let sequence = UInt32.atomicLoad(at: handOff, ordering: .acquiring)
-        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+        current = UInt64.atomicLoad(at: word, ordering: .relaxed)
         let seenBits = current & Self.lockBits
         if seenBits == Self.handedOver || seenBits == 0 { continue }
         _ = Futex.wait(handOff, expected: sequence, deadline: deadline)
-        current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+        current = UInt64.atomicLoad(at: word, ordering: .relaxed)
       } else {
         // Until the threshold, wake up on it too: a sleeper no release wakes (others barge
         // in, or the wake-ups go to the waiters ahead of it in the kernel's queue) must still
-        // count itself as starving on time, so that the next unlock hands it the lock.
-        _ = Futex.wait(state, expected: current, deadline: Self.wakeDeadline(deadline, firstSleep: firstSleep))
+        // count itself as starving on time, so that the next unlock hands it the lock. The
+        // kernel compares the word's low half, owner bits 16-31 included: a new owner since
+        // `current` was read refuses the sleep, and the loop looks again.
+        _ = Futex.wait(
+          futexWord, expected: UInt32(truncatingIfNeeded: current),
+          deadline: Self.wakeDeadline(deadline, firstSleep: firstSleep))
         if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
         current = spin(spins)
       }
     }
-    UInt64.atomicStore(me, at: owner, ordering: .relaxed)
-    return true
   }
 
   /// A starving waiter whose deadline passed: takes itself out of the starving count, or
   /// claims the lock if it was handed over meanwhile (then it returns true: acquired).
   @usableFromInline
   func leaveStarving(owner me: UInt64) -> Bool {
-    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
     while true {
       let bits = current & Self.lockBits
       let claim = bits == Self.handedOver
-      let desired = current - Self.starvingUnit - (claim ? 1 : 0)
+      let desired = claim ? (current - Self.starvingUnit - 1) | Self.ownerBits(me) : current - Self.starvingUnit
       // Acquiring for the claim (it reads the releasing hand-over); nothing is published by
       // merely leaving.
-      let seen = UInt32.atomicCompareExchange(
-        expected: current, desired: desired, at: state, ordering: claim ? .acquiring : .relaxed)
-      if seen == current {
-        if claim { UInt64.atomicStore(me, at: owner, ordering: .relaxed) }
-        return claim
-      }
+      let seen = UInt64.atomicCompareExchange(
+        expected: current, desired: desired, at: word, ordering: claim ? .acquiring : .relaxed)
+      if seen == current { return claim }
       current = seen
     }
   }
@@ -422,11 +452,11 @@ extension FutexLock {
   /// stops at once while the lock is being handed to starving waiters (bits 3 or a
   /// starving count): the word cannot become free then, so polling could only lose.
   @usableFromInline
-  func spin(_ limit: Int) -> UInt32 {
+  func spin(_ limit: Int) -> UInt64 {
     var remaining = limit
     while true {
-      let current = UInt32.atomicLoad(at: state, ordering: .relaxed)
-      if current == 0 || remaining == 0 || current >= Self.handedOver { return current }
+      let current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+      if current == 0 || remaining == 0 || current & Self.stateMask >= Self.handedOver { return current }
       tk_cpu_relax()
       remaining -= 1
     }

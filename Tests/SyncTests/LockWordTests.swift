@@ -1,0 +1,110 @@
+import Glibc
+import Testing
+
+@testable import Sync
+
+/// A lock built on `FutexLock`, seen through its word (white box).
+struct LockWordSubject: Sendable, CustomTestStringConvertible {
+  let testDescription: String
+  let lock: @Sendable () -> Void
+  let unlock: @Sendable () -> Void
+  /// The address of the lock word (64 bits: state and owner).
+  let word: UInt
+
+  var wordPointer: UnsafeMutablePointer<UInt64> { UnsafeMutablePointer(bitPattern: word)! }
+  var current: UInt64 { UInt64.atomicLoad(at: wordPointer, ordering: .relaxed) }
+
+  static var all: [LockWordSubject] {
+    let lock = Lock()
+    let value = LockedValue(0)
+    let recursive = RecursiveLock()
+    let spin = SpinLock()
+    return [
+      LockWordSubject(
+        testDescription: "Lock", lock: { lock.lockForScope() }, unlock: { lock.unlock() },
+        word: UInt(bitPattern: lock.core.word)),
+      LockWordSubject(
+        testDescription: "LockedValue", lock: { value.lockForScope() }, unlock: { value.unlockForScope() },
+        word: UInt(bitPattern: value.core.word)),
+      LockWordSubject(
+        testDescription: "RecursiveLock", lock: { recursive.lockForScope() }, unlock: { recursive.unlock() },
+        word: UInt(bitPattern: recursive.core.word)),
+      LockWordSubject(
+        testDescription: "SpinLock", lock: { spin.lockForScope() }, unlock: { spin.unlock() },
+        word: UInt(bitPattern: spin.core.word)),
+    ]
+  }
+}
+
+extension LockedValue {
+  /// The bare lock operations, for white-box tests of the word.
+  func lockForScope() { core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") }
+  func unlockForScope() { core.release(checkOwner: true, typeName: "LockedValue") }
+}
+
+/// The lock word keeps the owner's thread tag beside the state bits, so that an uncontended
+/// pair is two compare-and-swaps and nothing else; what the tag answers must stay exact.
+@Suite("Lock word", .timeLimit(.minutes(1)))
+struct LockWordTests {
+  @Test(
+    "a held lock's word is 1 with the holder's tag above the state bits; a released one is 0",
+    arguments: LockWordSubject.all)
+  func heldWordNamesTheHolder(subject: LockWordSubject) {
+    #expect(subject.current == 0)
+    subject.lock()
+    let held = subject.current
+    #expect(held & FutexLock.stateMask == 1)
+    #expect(held >> FutexLock.ownerShift == currentThreadTag())
+    // Another thread reads the holder's tag, which is not its own.
+    let otherSeesHolder = AtomicBool(false)
+    let otherThinksItHolds = AtomicBool(true)
+    let holder = currentThreadTag()
+    runConcurrently(1) { _ in
+      let core = FutexLock(existingWordsAt: UnsafeMutableRawPointer(subject.wordPointer))
+      otherSeesHolder.store(core.ownerTag == holder, ordering: .relaxed)
+      otherThinksItHolds.store(core.isHeldByCurrentThread, ordering: .relaxed)
+    }
+    #expect(otherSeesHolder.load(ordering: .relaxed))
+    #expect(!otherThinksItHolds.load(ordering: .relaxed))
+    subject.unlock()
+    #expect(subject.current == 0, "the release leaves no owner behind")
+  }
+
+  @Test("with the starving count full, a waiter past the threshold stays an ordinary sleeper and still gets the lock")
+  func fullStarvingCountKeepsTheOwnerBits() {
+    let lock = Lock()
+    nonisolated(unsafe) let word = lock.core.word
+    let acquired = AtomicBool(false)
+    let holding = Gate()
+    // The count as 16,383 starving waiters would leave it (they do not exist: releases
+    // hand over to nobody and take the hand-over back).
+    let fake = FutexLock.maxStarving * FutexLock.starvingUnit
+    runConcurrently(2) { index in
+      if index == 1 {
+        holding.wait()
+        acquired.store(lock.lock(timeout: .seconds(10)), ordering: .relaxed)
+        if acquired.load(ordering: .relaxed) { lock.unlock() }
+        return
+      }
+      lock.lockForScope()
+      let me = currentThreadTag()
+      _ = UInt64.atomicFetchAdd(fake, at: word, ordering: .relaxed)
+      holding.open()
+      let giveUp = monotonicSeconds() + 10
+      while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+        sched_yield()
+      }
+      // Keep it waiting well past the threshold (the duration under test): it wakes at the
+      // threshold and tries to count itself as starving.
+      let end = monotonicSeconds() + 0.005
+      while monotonicSeconds() < end {}
+      let seen = UInt64.atomicLoad(at: word, ordering: .relaxed)
+      #expect(seen & FutexLock.starvingMask == fake, "the waiter pushed the starving count past its bits")
+      #expect(seen >> FutexLock.ownerShift == me, "the owner bits changed under the holder")
+      lock.unlock()
+    }
+    #expect(acquired.load(ordering: .relaxed), "the ordinary waiter never got the lock")
+    _ = UInt64.atomicFetchAdd(0 &- fake, at: word, ordering: .relaxed)
+    #expect(UInt64.atomicLoad(at: word, ordering: .relaxed) == 0)
+  }
+}
