@@ -15,8 +15,9 @@
 /// every `unlock()` hands the lock directly to a starving waiter (oldest first, as the
 /// kernel queues them) instead of freeing it; nobody can barge in until no waiter starves.
 /// So the longest wait is about 1 ms plus the critical sections of the starving waiters
-/// ahead. A sleeper counts itself even when no release wakes it: its first sleep ends at the
-/// threshold. The cost is paid only while someone starves: each such hand-over is one
+/// ahead. A sleeper counts itself when it wakes (a release wakes the longest sleeper first,
+/// in the kernel's order), so with many sleepers the last may wait for its turn to be woken
+/// before it counts. The cost is paid only while someone starves: each such hand-over is one
 /// wake-up the next owner must be scheduled for. The uncontended path is unchanged.
 ///
 /// **Misuse** is never undefined behaviour:

@@ -513,11 +513,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
         return false
       }
       if firstSleep == .distantPast { firstSleep = .now }
-      // Until the threshold, wake up on it too (see `FutexLock.wakeDeadline`): a writer no
-      // release wakes must still count itself as starving on time.
-      let woken = Futex.wait(
-        writerNotify, expected: sequence, deadline: FutexLock.wakeDeadline(deadline, firstSleep: firstSleep))
-      if !woken, deadline != .distantFuture, deadline.hasPassed {
+      if !Futex.wait(writerNotify, expected: sequence, deadline: deadline) {
         withdrawWritersWaiting()
         return false
       }

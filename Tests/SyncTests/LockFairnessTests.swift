@@ -233,38 +233,6 @@ struct LockFairnessTests {
     }
   }
 
-  @Test(
-    "a sleeping waiter that no release wakes counts itself as starving after about 1 ms, and the next unlock hands it the lock",
-    arguments: HandOverSubject.all)
-  func unwokenSleeperStarvesOnTime(subject: HandOverSubject) {
-    let holding = Gate()
-    let waiterHolds = Gate()
-    let release = Gate()
-    runConcurrently(2) { index in
-      if index == 1 {
-        holding.wait()
-        subject.lock()
-        waiterHolds.open()
-        release.wait()
-        subject.unlock()
-        return
-      }
-      subject.hold()
-      holding.open()
-      let giveUp = monotonicSeconds() + 10
-      while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
-      #expect(subject.waiterSleeps(), "\(subject.testDescription): the waiter never went to sleep")
-      // Nothing wakes the waiter: the lock stays held and nobody calls wake. Without a
-      // sleep bounded by the threshold it would sleep until the unlock, never starving.
-      while !subject.waiterStarves() && monotonicSeconds() < giveUp { sched_yield() }
-      #expect(
-        subject.waiterStarves(), "\(subject.testDescription): the unwoken waiter did not count itself as starving")
-      subject.unlock()
-      waiterHolds.wait()
-      release.open()
-    }
-  }
-
   // Not the mixed ReadWriteLock subject: its waiter takes a read lock first, and readers
   // have no bounded wait (documented on ReadWriteLock): a writer that re-takes the lock at
   // once can hold a reader back until it stops.
