@@ -179,7 +179,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
     if counted & 0xFFFF_FFFF != 0 { Futex.wake(core.futexWord, count: 1) }
   }
 
-  /// Tells the starving waiters of the hand-over in `state`: bumps the hand-over counter and
+  /// Tells the starving waiters of the hand-over in `word`: bumps the hand-over counter and
   /// wakes one; when that wakes nobody, ``takeBackHandOver()``.
   func wakeStarvingWaiter() {
     // Bumped after the hand-over is visible: a starving waiter that reads the new value
@@ -261,7 +261,7 @@ public final class SpinLock: Locking, @unchecked Sendable {
     var starving = false
     let firstSleep = MonotonicInstant.now
     var nap = SpinLock.firstNap
-    let held = 1 | FutexLock.ownerBits(currentThreadTag())
+    let held = FutexLock.heldByCurrentThread
     while true {
       let current = UInt64.atomicLoad(at: core.word, ordering: .relaxed)
       // Acquiring on both ways in: reads the releasing store (or hand-over) of the previous

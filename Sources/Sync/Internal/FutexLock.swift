@@ -113,6 +113,12 @@ struct FutexLock {
   @inline(__always)
   static func ownerBits(_ tag: UInt64) -> UInt64 { tag &<< ownerShift }
 
+  /// The word of a lock the calling thread holds with nobody sleeping or starving: what an
+  /// uncontended acquire writes and an uncontended release expects.
+  @inlinable
+  @inline(__always)
+  static var heldByCurrentThread: UInt64 { 1 | ownerBits(currentThreadTag()) }
+
   /// How long a waiter sleeps without getting the lock before it counts as starving and
   /// the lock switches to hand-over (about 1 ms, as Go's `sync.Mutex`).
   @usableFromInline
@@ -185,8 +191,7 @@ struct FutexLock {
   @inlinable
   @inline(__always)
   func tryAcquire() -> Bool {
-    UInt64.atomicCompareAndSwap(
-      expected: 0, desired: 1 | Self.ownerBits(currentThreadTag()), at: word, ordering: .acquiring)
+    UInt64.atomicCompareAndSwap(expected: 0, desired: Self.heldByCurrentThread, at: word, ordering: .acquiring)
   }
 
   /// One attempt for `tryLock()`: as ``tryAcquire()``, and also takes a free lock whose
@@ -204,7 +209,7 @@ struct FutexLock {
     // Free: no lock bits, and then no owner either (every release clears it).
     guard current != 0, current & Self.lockBits == 0 else { return false }
     return UInt64.atomicCompareAndSwap(
-      expected: current, desired: current | 1 | Self.ownerBits(currentThreadTag()), at: word, ordering: .acquiring)
+      expected: current, desired: current | Self.heldByCurrentThread, at: word, ordering: .acquiring)
   }
 
   /// Acquires, blocking as long as it takes. No deadline is evaluated before the fast path
@@ -232,8 +237,7 @@ struct FutexLock {
   @inline(__always)
   func release(checkOwner: Bool, typeName: String) {
     // The word says exactly "held by me, nobody sleeping, nobody starving" or this fails.
-    let mine = 1 | Self.ownerBits(currentThreadTag())
-    if !UInt64.atomicCompareAndSwap(expected: mine, desired: 0, at: word, ordering: .releasing) {
+    if !UInt64.atomicCompareAndSwap(expected: Self.heldByCurrentThread, desired: 0, at: word, ordering: .releasing) {
       releaseSlow(checkOwner: checkOwner, typeName: typeName)
     }
   }
@@ -359,7 +363,7 @@ struct FutexLock {
       // sleepers, so it must leave the word saying "wake one".
       var desired = bits == 1 ? current + 1 : current
       if becomeStarving {
-        if (current & Self.starvingMask) >> 2 < Self.maxStarving {
+        if current & Self.starvingMask != Self.starvingMask {
           desired += Self.starvingUnit
         } else {
           becomeStarving = false
