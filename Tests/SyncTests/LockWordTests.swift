@@ -1,3 +1,4 @@
+import CThreadingShims
 import Glibc
 import Testing
 
@@ -74,13 +75,16 @@ struct LockWordTests {
   func fullStarvingCountKeepsTheOwnerBits() {
     let lock = Lock()
     nonisolated(unsafe) let word = lock.core.word
+    nonisolated(unsafe) let futexWord = lock.core.futexWord
     let acquired = AtomicBool(false)
     let holding = Gate()
+    let waiterThread = AtomicInteger<Int32>(0)
     // The count as 16,383 starving waiters would leave it (they do not exist: releases
     // hand over to nobody and take the hand-over back).
-    let fake = FutexLock.maxStarving * FutexLock.starvingUnit
+    let fake = FutexLock.starvingMask
     runConcurrently(2) { index in
       if index == 1 {
+        waiterThread.store(tk_gettid(), ordering: .relaxed)
         holding.wait()
         acquired.store(lock.lock(timeout: .seconds(10)), ordering: .relaxed)
         if acquired.load(ordering: .relaxed) { lock.unlock() }
@@ -91,13 +95,25 @@ struct LockWordTests {
       _ = UInt64.atomicFetchAdd(fake, at: word, ordering: .relaxed)
       holding.open()
       let giveUp = monotonicSeconds() + 10
-      while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+      while !isBlockedInFutex(thread: waiterThread.load(ordering: .relaxed), on: UInt(bitPattern: futexWord))
+        && monotonicSeconds() < giveUp
+      {
         sched_yield()
       }
-      // Keep it waiting well past the threshold (the duration under test): it wakes at the
-      // threshold and tries to count itself as starving.
-      let end = monotonicSeconds() + 0.005
+      let waiter = waiterThread.load(ordering: .relaxed)
+      // Keep it asleep past the threshold (the duration under test), then wake it with the
+      // lock still held, as a release whose lock is re-taken at once would: it finds the
+      // lock held after over a millisecond asleep and tries to count itself as starving.
+      // Woken until it has slept again (its voluntary context switches grow), so the
+      // attempt is behind us; with the count full it must sleep on as an ordinary waiter.
+      let end = monotonicSeconds() + 0.002
       while monotonicSeconds() < end {}
+      let sleepsBefore = voluntarySwitches(of: waiter)
+      while voluntarySwitches(of: waiter) < sleepsBefore + 2 && monotonicSeconds() < giveUp {
+        Futex.wake(futexWord, count: 1)
+        sched_yield()
+      }
+      #expect(voluntarySwitches(of: waiter) >= sleepsBefore + 2, "the woken waiter never went back to sleep")
       let seen = UInt64.atomicLoad(at: word, ordering: .relaxed)
       #expect(seen & FutexLock.starvingMask == fake, "the waiter pushed the starving count past its bits")
       #expect(seen >> FutexLock.ownerShift == me, "the owner bits changed under the holder")
@@ -107,4 +123,20 @@ struct LockWordTests {
     _ = UInt64.atomicFetchAdd(0 &- fake, at: word, ordering: .relaxed)
     #expect(UInt64.atomicLoad(at: word, ordering: .relaxed) == 0)
   }
+}
+
+/// How many times `thread` (a kernel thread id of this process) has blocked voluntarily:
+/// each sleep in the kernel counts one. -1 when its status cannot be read.
+private func voluntarySwitches(of thread: Int32) -> Int {
+  let descriptor = open("/proc/self/task/\(thread)/status", O_RDONLY)
+  guard descriptor >= 0 else { return -1 }
+  defer { close(descriptor) }
+  var bytes = [UInt8](repeating: 0, count: 4096)
+  let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 4095) }
+  guard count > 0 else { return -1 }
+  for line in String(decoding: bytes[0..<count], as: UTF8.self).split(separator: "\n")
+  where line.hasPrefix("voluntary_ctxt_switches:") {
+    return Int(String(line.dropFirst("voluntary_ctxt_switches:".count).drop { $0 == " " || $0 == "\t" })) ?? -1
+  }
+  return -1
 }
