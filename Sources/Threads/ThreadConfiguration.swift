@@ -60,7 +60,8 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// (glibc reports the failed `mmap`'s `ENOMEM` as `EAGAIN`, as POSIX specifies). The
   /// guard area is allocated in addition to this size. glibc reuses the stacks of ended
   /// threads, and may hand a thread a cached stack up to 4x the requested size (never a
-  /// smaller one).
+  /// smaller one). Under ThreadSanitizer, its `pthread_create` raises a stack smaller than
+  /// its thread-local data plus 128 KiB to exactly that sum, which is not a page multiple.
   public var stackSize: Int = ThreadConfiguration.defaultStackSize
 
   /// The size of the inaccessible guard area below the stack that turns a stack overflow

@@ -108,7 +108,12 @@ struct PeerLibuvThreadTests {
       try Thread.currentStackSize().stackSize
     }.join()
     #expect(size >= requested)
-    #expect(size % ThreadConfiguration.pageSize == 0)
+    // ThreadSanitizer's pthread_create raises a stack smaller than its thread-local data
+    // plus 128 KiB to exactly that sum, which is no page multiple; glibc's stack cache may
+    // also hand this thread an ended thread's stack, so the alignment holds only without it.
+    if !isRunningUnderThreadSanitizer {
+      #expect(size % ThreadConfiguration.pageSize == 0)
+    }
   }
 
   @Test(
