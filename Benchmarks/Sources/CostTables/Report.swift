@@ -247,6 +247,8 @@ struct Report {
   /// contended figures most of all (with a busy second core, threads run one at a time).
   var loadBefore: String? = nil
   var loadAfter: String? = nil
+  /// The results file the figures were read from (`--from-json`), or nil when measured now.
+  var readFrom: String? = nil
 
   /// The 1, 5 and 15 minute load averages, if readable.
   static func loadAverage() -> String? {
@@ -295,6 +297,9 @@ struct Report {
     ]
     let series = Series.all(in: results)
     let seriesIds = series.reduce(into: Set<String>()) { $0.formUnion($1.ids) }
+    // A series whose points sit in several groups (one per thread count) is printed once,
+    // after the first group that holds one of its points.
+    var printed = Set<String>()
     for group in results.groups {
       let ids = results.ids.filter { id in
         !seriesIds.contains(id) && results.rows.contains { $0.benchmark == id && $0.group == group }
@@ -302,14 +307,13 @@ struct Report {
       if !ids.isEmpty { tables.append(detailTable(group: group, ids: ids)) }
       for entry in series where results.rows.contains(where: { $0.group == group && entry.ids.contains($0.benchmark) })
       {
-        tables.append(scalingTable(entry))
+        if printed.insert(entry.base).inserted { tables.append(scalingTable(entry)) }
       }
     }
     tables.append(notAheadTable())
     return tables
   }
 
-  /// Resolves a guide item to the ids measured in this run (or its first id, unmeasured).
   /// Resolves a guide item to the ids measured in this run (or its first id, unmeasured);
   /// an id already shown for an earlier item (`taken`) is not repeated.
   func resolve(_ item: GuideItem, taken: inout Set<String>) -> [String] {
@@ -487,10 +491,15 @@ struct Report {
       }
     }
     let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+    let machine =
+      field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
+      + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? "")
     var lines = [
       "cost-tables: the guide's cost tables on this machine, beside the peers, in one run",
-      "Machine: " + field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
-        + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? ""),
+      readFrom.map {
+        "Figures read from " + $0 + ", measured by an earlier run: the file does not record that run's machine"
+          + " or load (this machine: " + machine + ")"
+      } ?? "Machine: " + machine,
       "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
         + "; up to " + String(sampleCount)
         + " samples per row after one warm-up (each row says); peers interleaved with ours.",

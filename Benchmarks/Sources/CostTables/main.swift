@@ -173,6 +173,8 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   if options.fromJSONPath == nil {
     report.loadBefore = loadBefore
     report.loadAfter = Report.loadAverage()
+  } else {
+    report.readFrom = options.fromJSONPath
   }
   print(report.text())
 
