@@ -283,13 +283,17 @@ struct Charts {
       yPosition += 16
       let maximum = rows.map(\.median).filter { !$0.isNaN }.max() ?? 1
       let colors = Charts.colors(for: rows.map { (label: $0.subject.name, isToolkit: $0.subject.isToolkit) })
-      let best = results.bestPeer(id: id)
       for row in rows {
+        let best = row.isOurs ? results.comparedPeer(id: id, for: row.subject) : nil
         svg.text(labelWidth - 8, yPosition + barHeight - 4, row.subject.name, size: 12, anchor: "end")
         let length = row.median.isNaN || maximum <= 0 ? 0 : row.median / maximum * plotWidth
         svg.rect(labelWidth, yPosition, length, barHeight, fill: colors[row.subject.name] ?? "#888888")
         var label = Format.value(row.median, unit: row.unit)
-        if row.isOurs, let best { label += "  " + Format.ratio(row.median / best.median) + " of best peer" }
+        if let best {
+          label +=
+            "  " + Format.ratio(row.median / best.median)
+            + (comparesLikeForLike(id) ? " of best like-for-like peer" : " of best peer")
+        }
         svg.text(labelWidth + length + 6, yPosition + barHeight - 4, label, size: 11)
         yPosition += barHeight + 3
       }

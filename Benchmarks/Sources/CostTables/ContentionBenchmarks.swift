@@ -493,6 +493,23 @@ private let contentionEntries: [ContentionEntry] = [
   ContentionEntry(.peer("pthread_rwlock (write)"), PthreadContention<PthreadRWLockPrimitive>.init),
 ]
 
+/// The like-for-like peers of each toolkit subject in the `contention.*` and `fairness.*`
+/// rows (the families in this file's header): the same kind of lock with the same data
+/// layout. Those rows' ratios are taken against the best of these, not against every peer
+/// (a spinlock that never sleeps is no peer of a mutex).
+let contentionLikeForLike: [String: [String]] = [
+  "Sync.LockedValue<Int>": ["Synchronization.Mutex<Int>", "pthread_mutex (counter beside)"],
+  "Sync.Lock": ["pthread_mutex", "Foundation.NSLock"],
+  "Sync.SpinLock": ["pthread_spinlock"],
+  "Sync.RecursiveLock": ["Foundation.NSRecursiveLock"],
+  "Sync.ReadWriteLock (write)": ["pthread_rwlock (write)"],
+]
+
+/// Whether `id` is one of the rows `contentionLikeForLike` applies to.
+func comparesLikeForLike(_ id: String) -> Bool {
+  id.hasPrefix("contention.") || (id.hasPrefix("fairness.") && !id.hasPrefix("fairness.rw-"))
+}
+
 // MARK: - Registration
 
 /// How many runs every contention row is measured in (one with --quick, which only proves

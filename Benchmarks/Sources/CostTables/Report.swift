@@ -149,6 +149,16 @@ struct RunResults {
     return peers.min { $0.median < $1.median }
   }
 
+  /// The peer an ours row of `id` is compared with: in the rows that compare like for like
+  /// (`comparesLikeForLike`), the best of `subject`'s like-for-like peers; elsewhere the
+  /// best peer of the row.
+  func comparedPeer(id: String, for subject: Subject) -> BenchmarkRow? {
+    guard comparesLikeForLike(id), let names = contentionLikeForLike[subject.name] else { return bestPeer(id: id) }
+    let peers = rows(id: id).filter { !$0.isOurs && !$0.median.isNaN && names.contains($0.subject.name) }
+    if let unit = peers.first?.unit, Self.descriptiveUnits.contains(unit) { return nil }
+    return peers.min { $0.median < $1.median }
+  }
+
   /// "0.84x (pthread)" for an ours row; "best" or a ratio for peers.
   func ratioText(_ row: BenchmarkRow) -> String {
     guard let best = bestPeer(id: row.benchmark) else { return "no peer" }
@@ -436,15 +446,21 @@ struct Report {
         findings.append("Finding: " + subject.name + " grows super-linearly in " + series.base + ": " + growth + ".")
       }
     }
-    // Ratio rows: each of ours against the best peer at every N.
+    // Ratio rows: each of ours against the best peer at every N (the best like-for-like
+    // peer where the rows compare like for like).
+    let likeForLike = comparesLikeForLike(series.points[0].id)
     for subject in subjects where subject.isToolkit {
       let ratios = series.points.map { point -> String in
         guard let ours = results.rows(id: point.id).first(where: { $0.subject == subject }),
-          let best = results.bestPeer(id: point.id)
+          let best = results.comparedPeer(id: point.id, for: subject)
         else { return "-" }
         return Format.ratio(ours.median / best.median)
       }
-      table.rows.append([subject.name + " / best peer"] + ratios + ["", ""])
+      let label =
+        likeForLike
+        ? contentionLikeForLike[subject.name].map { " / best of " + $0.joined(separator: ", ") } ?? " / best peer"
+        : " / best peer"
+      table.rows.append([subject.name + label] + ratios + ["", ""])
     }
     if let first = results.rows(id: series.points[0].id).first { table.notes.append("Method: " + first.method) }
     if series.base.contains("contended") {
@@ -463,8 +479,8 @@ struct Report {
       title: "Where this toolkit is not ahead of the best peer",
       columns: ["benchmark", "subject", "ours", "best peer", "ratio"], rows: [])
     for id in results.ids {
-      guard let best = results.bestPeer(id: id) else { continue }
-      for row in results.rows(id: id) where row.isOurs && row.median >= best.median {
+      for row in results.rows(id: id) where row.isOurs {
+        guard let best = results.comparedPeer(id: id, for: row.subject), row.median >= best.median else { continue }
         table.rows.append([
           id, row.subject.name, Format.value(row.median, unit: row.unit),
           Format.value(best.median, unit: best.unit) + " (" + best.subject.name + ")",
@@ -477,6 +493,9 @@ struct Report {
     } else if table.rows.isEmpty {
       table.notes.append("None: every row of ours is ahead of its best peer in this run.")
     }
+    table.notes.append(
+      "In the contention.* and fairness.* rows each lock is compared with its like-for-like peers only (the scaling tables name them)."
+    )
     table.notes.append("Reasons belong in the README's closing note; a ratio within a few percent is noise here.")
     return table
   }
