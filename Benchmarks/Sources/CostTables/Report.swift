@@ -161,7 +161,8 @@ struct RunResults {
 
   /// "0.84x (pthread)" for an ours row; "best" or a ratio for peers.
   func ratioText(_ row: BenchmarkRow) -> String {
-    guard let best = bestPeer(id: row.benchmark) else { return "no peer" }
+    guard let best = row.isOurs ? comparedPeer(id: row.benchmark, for: row.subject) : bestPeer(id: row.benchmark)
+    else { return "no peer" }
     if !row.isOurs && best.subject == row.subject { return "best peer" }
     return Format.ratio(row.median / best.median) + (row.isOurs ? " (" + best.subject.name + ")" : "")
   }
