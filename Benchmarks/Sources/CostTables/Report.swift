@@ -142,21 +142,22 @@ struct RunResults {
   /// no best peer, no ratio and no place in the not-ahead table.
   static let descriptiveUnits: Set<String> = ["switches/1M"]
 
-  /// The peer with the lowest median for `id`.
-  func bestPeer(id: String) -> BenchmarkRow? {
-    let peers = rows(id: id).filter { !$0.isOurs && !$0.median.isNaN }
+  /// The peer with the lowest median for `id`, among the peers named `among` when given.
+  func bestPeer(id: String, among names: [String]? = nil) -> BenchmarkRow? {
+    let peers = rows(id: id).filter { !$0.isOurs && !$0.median.isNaN && names?.contains($0.subject.name) != false }
     if let unit = peers.first?.unit, Self.descriptiveUnits.contains(unit) { return nil }
     return peers.min { $0.median < $1.median }
   }
 
-  /// The peer an ours row of `id` is compared with: in the rows that compare like for like
-  /// (`comparesLikeForLike`), the best of `subject`'s like-for-like peers; elsewhere the
-  /// best peer of the row.
+  /// The peers an ours row of `id` is compared with: `subject`'s like-for-like peers in the
+  /// rows that compare like for like (`comparesLikeForLike`), nil (every peer) elsewhere.
+  static func likeForLikePeers(id: String, of subject: Subject) -> [String]? {
+    comparesLikeForLike(id) ? contentionLikeForLike[subject.name] : nil
+  }
+
+  /// The peer an ours row of `id` is compared with: the best of `likeForLikePeers`.
   func comparedPeer(id: String, for subject: Subject) -> BenchmarkRow? {
-    guard comparesLikeForLike(id), let names = contentionLikeForLike[subject.name] else { return bestPeer(id: id) }
-    let peers = rows(id: id).filter { !$0.isOurs && !$0.median.isNaN && names.contains($0.subject.name) }
-    if let unit = peers.first?.unit, Self.descriptiveUnits.contains(unit) { return nil }
-    return peers.min { $0.median < $1.median }
+    bestPeer(id: id, among: Self.likeForLikePeers(id: id, of: subject))
   }
 
   /// "0.84x (pthread)" for an ours row; "best" or a ratio for peers.
@@ -449,7 +450,6 @@ struct Report {
     }
     // Ratio rows: each of ours against the best peer at every N (the best like-for-like
     // peer where the rows compare like for like).
-    let likeForLike = comparesLikeForLike(series.points[0].id)
     for subject in subjects where subject.isToolkit {
       let ratios = series.points.map { point -> String in
         guard let ours = results.rows(id: point.id).first(where: { $0.subject == subject }),
@@ -457,10 +457,8 @@ struct Report {
         else { return "-" }
         return Format.ratio(ours.median / best.median)
       }
-      let label =
-        likeForLike
-        ? contentionLikeForLike[subject.name].map { " / best of " + $0.joined(separator: ", ") } ?? " / best peer"
-        : " / best peer"
+      let peers = RunResults.likeForLikePeers(id: series.points[0].id, of: subject)
+      let label = peers.map { " / best of " + $0.joined(separator: ", ") } ?? " / best peer"
       table.rows.append([subject.name + label] + ratios + ["", ""])
     }
     if let first = results.rows(id: series.points[0].id).first { table.notes.append("Method: " + first.method) }
