@@ -109,8 +109,8 @@ struct PeerLibuvThreadTests {
     }.join()
     #expect(size >= requested)
     // ThreadSanitizer's pthread_create raises a stack smaller than its thread-local data
-    // plus 128 KiB to exactly that sum, which is no page multiple; glibc's stack cache may
-    // also hand this thread an ended thread's stack, so the alignment holds only without it.
+    // plus 128 KiB to exactly that sum, which is no page multiple (and glibc's stack cache
+    // may hand such a stack on to a later thread), so the alignment holds only without it.
     if !isRunningUnderThreadSanitizer {
       #expect(size % ThreadConfiguration.pageSize == 0)
     }
