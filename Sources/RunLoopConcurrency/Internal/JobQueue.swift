@@ -135,17 +135,23 @@ enum JobSourceQueue {
     lock: Lock, source: RunLoopSource, runLoop: RunLoop,
     count: () -> Int, pop: () -> UnownedJob?, run: (UnownedJob) -> Void
   ) {
-    var budget = lock.withLock { Swift.min(count(), JobQueue.jobsPerPass) }
-    let passEnds = JobQueue.passDeadline()
-    while budget > 0 {
-      lock.lock()
-      let next = pop()
-      lock.unlock()
-      guard let job = next else { break }
+    lock.lock()
+    var budget = Swift.min(count(), JobQueue.jobsPerPass)
+    var next = budget > 0 ? pop() : nil
+    lock.unlock()
+    // The clock is read only by a pass long enough to reach a check (every 16th job).
+    let passEnds = budget > 16 ? JobQueue.passDeadline() : .distantFuture
+    while let job = next {
       run(job)
       budget -= 1
-      if JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
+      if budget == 0 || JobQueue.passIsOver(budget: budget, deadline: passEnds) { break }
+      lock.lock()
+      next = pop()
+      lock.unlock()
     }
+    // Read after the last job ran, not at the last pop: a push during that job signalled,
+    // but a nested run of the loop inside the job may have taken the signal into a drain
+    // that returned at once (drains do not nest), so this check is what runs that push.
     if lock.withLock({ count() }) > 0 { signal(source, runLoop) }
   }
 }
