@@ -6,7 +6,12 @@
 //                                 (run-loop thread / Dispatch queue / default actor, which
 //                                 the runtime may run on the caller's thread)
 //   executor.hop.roundtrip        the same call to an actor on a sleeping run-loop thread,
-//                                 beside the raw eventfd ping-pong (two wake-ups)
+//                                 beside the raw eventfd ping-pong between two plain
+//                                 threads (two wake-ups), the same round trip built from
+//                                 the bare primitives (the caller parks in a continuation,
+//                                 an eventfd wakes a plain thread that resumes it: the
+//                                 pool's return leg included, no executor), and a
+//                                 hand-written pthread-condition thread executor
 //   executor.enqueue.throughput   jobs enqueued from two threads to one executor, until all ran
 //   executor.enqueue.bytes-per-job  bytes allocated per enqueue (glibc's mallinfo2)
 //
@@ -77,6 +82,146 @@ private actor QueueActor {
   }
 }
 
+/// The smallest serial executor a user writes by hand on Linux: one thread that takes jobs
+/// from an array under a pthread mutex and sleeps on a condition variable when it is empty
+/// (signalled only then). The hop row's floor for "an executor on a thread of its own": it
+/// has no modes, timers, sources, priorities or isolation bookkeeping.
+private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable {
+  // @unchecked: `pending`, `waiting` and `stopping` are protected by `mutex`.
+  private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+  private var pending: [UnownedJob] = []
+  private var waiting = false
+  private var stopping = false
+  private var thread: JoinableThread<Void, Never>?
+  /// The executor's thread, for the actor's check that every call runs there.
+  private(set) nonisolated(unsafe) var pthread = pthread_t()
+
+  init() {
+    executorCheck(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init")
+    executorCheck(pthread_cond_init(condition, nil) == 0, "pthread_cond_init")
+    pending.reserveCapacity(64)
+    let started = Semaphore(value: 0)
+    do {
+      thread = try Thread.spawn(name: "cost-tables-cond") { () throws(Never) in
+        self.pthread = pthread_self()
+        started.signal()
+        self.serve()
+      }
+    } catch {
+      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+    }
+    started.wait()
+  }
+
+  private func serve() {
+    var batch: [UnownedJob] = []
+    batch.reserveCapacity(64)
+    let executor = asUnownedSerialExecutor()
+    while true {
+      executorCheck(pthread_mutex_lock(mutex) == 0, "pthread_mutex_lock")
+      while pending.isEmpty && !stopping {
+        waiting = true
+        executorCheck(pthread_cond_wait(condition, mutex) == 0, "pthread_cond_wait")
+        waiting = false
+      }
+      if pending.isEmpty {
+        executorCheck(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock")
+        return
+      }
+      swap(&batch, &pending)
+      executorCheck(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock")
+      for job in batch { job.runSynchronously(on: executor) }
+      batch.removeAll(keepingCapacity: true)
+    }
+  }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let unownedJob = UnownedJob(job)
+    executorCheck(pthread_mutex_lock(mutex) == 0, "pthread_mutex_lock")
+    pending.append(unownedJob)
+    if waiting { executorCheck(pthread_cond_signal(condition) == 0, "pthread_cond_signal") }
+    executorCheck(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock")
+  }
+
+  /// Lets the thread finish the jobs queued and joins it.
+  func stop() {
+    executorCheck(pthread_mutex_lock(mutex) == 0, "pthread_mutex_lock")
+    stopping = true
+    executorCheck(pthread_cond_signal(condition) == 0, "pthread_cond_signal")
+    executorCheck(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock")
+    thread.take()?.join()
+  }
+}
+
+/// An actor on a `ConditionThreadExecutor`; each call checks that it runs on its thread.
+private actor ConditionThreadActor {
+  let executor: ConditionThreadExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: ConditionThreadExecutor) { self.executor = executor }
+  var calls = 0
+  func ping(_ value: Int) -> Int {
+    executorCheck(pthread_equal(pthread_self(), executor.pthread) != 0, "the condition-thread actor ran off its thread")
+    calls &+= 1
+    return value &+ 1
+  }
+}
+
+/// The primitives under any executor on a thread of its own, with nothing between them: the
+/// caller parks its task in a continuation and writes an eventfd; a plain thread blocked in
+/// `read` wakes and resumes the continuation, which sends the task back to the pool exactly
+/// as an actor's answer does.
+private final class EventfdResumer: @unchecked Sendable {
+  // @unchecked: `parked` is protected by `lock`; the descriptor is written once, before the
+  // thread starts.
+  private let lock = Sync.Lock()
+  private var parked: UnsafeContinuation<Int, Never>?
+  private var parkedValue = 0
+  private let descriptor: Int32
+  private var thread: JoinableThread<Void, Never>?
+  private static let stopValue = UInt64.max - 1
+
+  init() {
+    descriptor = bench_eventfd()
+    executorCheck(descriptor >= 0, "eventfd")
+    executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl")
+    do {
+      thread = try Thread.spawn(name: "cost-tables-resume") { () throws(Never) in self.serve() }
+    } catch {
+      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+    }
+  }
+
+  private func serve() {
+    var signal: UInt64 = 0
+    while true {
+      executorCheck(read(descriptor, &signal, 8) == 8, "read(eventfd)")
+      if signal == EventfdResumer.stopValue { return }
+      let (continuation, value) = lock.withLock { (parked.take(), parkedValue) }
+      continuation?.resume(returning: value &+ 1)
+    }
+  }
+
+  /// Parks the calling task, wakes the thread, and returns `value + 1` from it.
+  func ping(_ value: Int) async -> Int {
+    await withUnsafeContinuation { continuation in
+      lock.withLock {
+        parked = continuation
+        parkedValue = value
+      }
+      var one: UInt64 = 1
+      executorCheck(write(descriptor, &one, 8) == 8, "write(eventfd)")
+    }
+  }
+
+  func stop() {
+    var stop = EventfdResumer.stopValue
+    executorCheck(write(descriptor, &stop, 8) == 8, "write(eventfd)")
+    thread.take()?.join()
+    close(descriptor)
+  }
+}
+
 /// A default actor (the runtime's own executor; it may run a call on the caller's pool
 /// thread without a thread switch).
 private actor DefaultActor {
@@ -113,6 +258,24 @@ private actor Caller {
     executorCheck(value == count, "round trips")
     let hops = target.executor.enqueued.load(ordering: .relaxed) - before
     executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
+  }
+
+  func roundTrips(_ count: Int, to target: ConditionThreadActor) async {
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+  }
+
+  func roundTrips(_ count: Int, to target: EventfdResumer) async {
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
   }
 
   func roundTrips(_ count: Int, to target: DefaultActor) async {
@@ -191,6 +354,9 @@ private func executorActorRows(_ harness: Harness) {
     let fromPeer = bench_eventfd()
     executorCheck(toPeer >= 0 && fromPeer >= 0, "eventfd")
     for descriptor in [toPeer, fromPeer] { executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
+    let conditionExecutor = ConditionThreadExecutor()
+    let conditionActor = ConditionThreadActor(executor: conditionExecutor)
+    let resumer = EventfdResumer()
     let stopValue = UInt64.max - 1
     let peer: JoinableThread<Void, Never>
     do {
@@ -216,6 +382,18 @@ private func executorActorRows(_ harness: Harness) {
           }
         ),
         (
+          .peer("pthread-condition thread executor actor (pool -> thread -> pool)"),
+          { iterations in
+            timeInPoolTask { await caller.roundTrips(iterations, to: conditionActor) }
+          }
+        ),
+        (
+          .peer("eventfd thread resuming a continuation (pool -> thread -> pool)"),
+          { iterations in
+            timeInPoolTask { await caller.roundTrips(iterations, to: resumer) }
+          }
+        ),
+        (
           .peer("raw eventfd round trip"),
           { iterations in
             let start = Harness.now()
@@ -232,6 +410,8 @@ private func executorActorRows(_ harness: Harness) {
     var stop = stopValue
     executorCheck(write(toPeer, &stop, 8) == 8, "write(eventfd)")
     peer.join()
+    conditionExecutor.stop()
+    resumer.stop()
     close(toPeer)
     close(fromPeer)
   }
