@@ -59,7 +59,9 @@ let package = Package(
       swiftSettings: strict),
     .testTarget(
       name: "RunLoopConcurrencyTests",
-      dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "CAllocationStats"],
+      dependencies: [
+        "RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport", "ProcessTestSupport", "CAllocationStats",
+      ],
       swiftSettings: strict),
     .testTarget(
       name: "ExampleTests", dependencies: ["RunLoopConcurrency", "RunLoop", "Threads", "Sync", "TestSupport"],

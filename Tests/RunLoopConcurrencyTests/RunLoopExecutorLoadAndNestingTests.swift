@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
@@ -27,10 +28,9 @@ import Threads
       let (notMarkedOnce, wrongThread) = await manyJobsFromEightThreads()
       print("counts: \(notMarkedOnce) \(wrongThread)")
     }
-    let output = String(decoding: result.standardOutputContent, as: UTF8.self)
     let counts = try #require(
-      output.split(separator: "\n").last { $0.hasPrefix("counts: ") }?.dropFirst("counts: ".count)
-        .split(separator: " ").compactMap { Int($0) }, "the child printed \(output)")
+      printedFigures(result.standardOutputContent, after: "counts: ").last,
+      "the child printed \(String(decoding: result.standardOutputContent, as: UTF8.self))")
     #expect(counts == [0, 0], "jobs not run exactly once, and jobs run off the loop's thread")
   }
 

@@ -1,4 +1,5 @@
 import CAllocationStats
+import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
@@ -106,11 +107,9 @@ import Threads
       }
       loop.stop()
     }
-    let output = String(decoding: allocation.standardOutputContent, as: UTF8.self)
-    let rounds = output.split(separator: "\n").compactMap { line in
-      line.hasPrefix("round ") ? line.split(separator: " ").last.flatMap { Int($0) } : nil
-    }
-    try #require(rounds.count == 3, "the child printed \(output)")
+    let rounds = printedFigures(allocation.standardOutputContent, after: "round ").compactMap(\.last)
+    try #require(
+      rounds.count == 3, "the child printed \(String(decoding: allocation.standardOutputContent, as: UTF8.self))")
     // The first round grows the queue to its peak; later ones must allocate nothing. The
     // statistics are process-wide and the runtime's idle pool threads may free or allocate a
     // little meanwhile, so the bound is under one byte per enqueue: one allocation per

@@ -1,5 +1,6 @@
 import CAllocationStats
 import Glibc
+import ProcessTestSupport
 import RunLoop
 import Sync
 import TestSupport
@@ -58,11 +59,9 @@ struct PortsSendAndLookupTests {
         }
       }
     }
-    let output = String(decoding: result.standardOutputContent, as: UTF8.self)
-    let figures = output.split(separator: "\n").compactMap { line in
-      line.hasPrefix("left allocated: ") ? Int(line.dropFirst("left allocated: ".count)) : nil
-    }
-    try #require(figures.count == 3, "the child printed \(output)")
+    let figures = printedFigures(result.standardOutputContent, after: "left allocated: ").compactMap(\.first)
+    try #require(
+      figures.count == 3, "the child printed \(String(decoding: result.standardOutputContent, as: UTF8.self))")
     // A lookup that kept its receive buffer would leave 16 KiB per call, any single
     // allocation 16 bytes; the bound is under one byte per lookup (the test library's threads
     // allocate a little meanwhile).
