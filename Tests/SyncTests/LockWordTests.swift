@@ -1,8 +1,9 @@
 import CThreadingShims
 import Glibc
+import ProcessTestSupport
 import Testing
 
-@testable import Sync
+@_spi(Benchmarking) @testable import Sync
 
 /// A lock built on `FutexLock`, seen through its word (white box).
 struct LockWordSubject: Sendable, CustomTestStringConvertible {
@@ -123,6 +124,77 @@ struct LockWordTests {
     _ = UInt64.atomicFetchAdd(0 &- fake, at: word, ordering: .relaxed)
     #expect(UInt64.atomicLoad(at: word, ordering: .relaxed) == 0)
   }
+}
+
+/// The benchmark switch that turns the bounded wait off, in a process of its own (it is
+/// process-wide, and the fairness tests beside it rely on the bound).
+@Suite("Lock word: the hand-over bound's switch", .timeLimit(.minutes(1)))
+struct HandOverBoundSwitchTests {
+  @Test("a waiter kept asleep past the threshold counts as starving with the bound on, and never with it off")
+  func theSwitchDecidesWhetherAWaiterStarves() async throws {
+    let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
+      let on = starvingBitsAfterALongSleep()
+      LockBenchmarkSwitches.handOverBound = false
+      let off = starvingBitsAfterALongSleep()
+      LockBenchmarkSwitches.handOverBound = true
+      print("starving bits: \(on.bits) \(off.bits)")
+      print("acquired: \(on.acquired ? 1 : 0) \(off.acquired ? 1 : 0)")
+    }
+    let output = String(decoding: result.standardOutputContent, as: UTF8.self)
+    let bits = try #require(printedFigures(result.standardOutputContent, after: "starving bits: ").last)
+    let acquired = try #require(printedFigures(result.standardOutputContent, after: "acquired: ").last)
+    try #require(bits.count == 2 && acquired.count == 2, "the child printed \(output)")
+    #expect(bits[0] == Int(FutexLock.starvingUnit), "bound on: one starving waiter (\(output))")
+    #expect(bits[1] == 0, "bound off: no starving waiter (\(output))")
+    #expect(acquired == [1, 1], "the waiter got the lock in both runs (\(output))")
+  }
+}
+
+/// Holds a `Lock` while another thread sleeps on it for over the starvation threshold, wakes
+/// it with the lock still held, and returns the starving bits of the word once the waiter
+/// has either counted itself as starving or gone back to sleep as an ordinary waiter; then
+/// releases, and says whether the waiter got the lock.
+private func starvingBitsAfterALongSleep() -> (bits: UInt64, acquired: Bool) {
+  let lock = Lock()
+  nonisolated(unsafe) let word = lock.core.word
+  nonisolated(unsafe) let futexWord = lock.core.futexWord
+  let acquired = AtomicBool(false)
+  let holding = Gate()
+  let waiterThread = AtomicInteger<Int32>(0)
+  let bits = AtomicInteger<UInt64>(0)
+  runConcurrently(2) { index in
+    if index == 1 {
+      waiterThread.store(tk_gettid(), ordering: .relaxed)
+      holding.wait()
+      acquired.store(lock.lock(timeout: .seconds(10)), ordering: .relaxed)
+      if acquired.load(ordering: .relaxed) { lock.unlock() }
+      return
+    }
+    lock.lockForScope()
+    holding.open()
+    let giveUp = monotonicSeconds() + 10
+    while !isBlockedInFutex(thread: waiterThread.load(ordering: .relaxed), on: UInt(bitPattern: futexWord))
+      && monotonicSeconds() < giveUp
+    {
+      sched_yield()
+    }
+    let waiter = waiterThread.load(ordering: .relaxed)
+    let end = monotonicSeconds() + 0.002
+    while monotonicSeconds() < end {}
+    // Woken with the lock held, past the threshold: a starving waiter adds itself to the
+    // count and sleeps on the hand-over counter (which these wake-ups do not touch); an
+    // ordinary one sleeps on the word again.
+    let sleepsBefore = voluntarySwitches(of: waiter)
+    while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask == 0
+      && voluntarySwitches(of: waiter) < sleepsBefore + 2 && monotonicSeconds() < giveUp
+    {
+      Futex.wake(futexWord, count: 1)
+      sched_yield()
+    }
+    bits.store(UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask, ordering: .relaxed)
+    lock.unlock()
+  }
+  return (bits.load(ordering: .relaxed), acquired.load(ordering: .relaxed))
 }
 
 /// How many times `thread` (a kernel thread id of this process) has blocked voluntarily:

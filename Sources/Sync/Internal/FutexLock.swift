@@ -120,9 +120,13 @@ struct FutexLock {
   static var heldByCurrentThread: UInt64 { 1 | ownerBits(currentThreadTag()) }
 
   /// How long a waiter sleeps without getting the lock before it counts as starving and
-  /// the lock switches to hand-over (about 1 ms, as Go's `sync.Mutex`).
+  /// the lock switches to hand-over (about 1 ms, as Go's `sync.Mutex`). About 31,700 years,
+  /// so never reached, while a benchmark has turned ``LockBenchmarkSwitches/handOverBound``
+  /// off. Read only by a waiter that has just slept.
   @usableFromInline
-  static var starvationThreshold: Duration { .milliseconds(1) }
+  static var starvationThreshold: Duration {
+    handOverBoundSwitch.load(ordering: .relaxed) ? .milliseconds(1) : .seconds(1_000_000_000_000)
+  }
 
   /// Called with the lock's words by a starving waiter just before it reads the hand-over
   /// counter to go to sleep: the window in which a whole hand-over (and its take-back) can
