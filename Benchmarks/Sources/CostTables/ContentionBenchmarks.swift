@@ -23,6 +23,10 @@
 //                                   counts of that run, in percent (0 = every thread got the
 //                                   same share, 100 = one thread got everything)
 //   fairness.throughput-N           ns per acquisition over that run (what the bound costs)
+//                                   The fairness rows add "Sync.Lock, hand-over bound off":
+//                                   the same lock with the bounded wait switched off
+//                                   (LockBenchmarkSwitches, SPI), so every report measures
+//                                   what the bound costs and what it buys
 //   fairness.sleeps-N, fairness.preemptions-N
 //                                   the threads' voluntary context switches (sleeps in the
 //                                   kernel) and involuntary ones (the scheduler took the
@@ -49,7 +53,7 @@
 
 import CBenchmarkShims
 import Foundation
-import Sync
+@_spi(Benchmarking) import Sync
 import Synchronization
 
 #if canImport(Glibc)
@@ -469,14 +473,31 @@ private struct ContentionEntry: Sendable {
   let throughput: @Sendable (_ threads: Int, _ scenario: Scenario, _ duration: UInt64) -> Double
   let fairness: @Sendable (_ threads: Int, _ duration: UInt64) -> FairnessFigures
 
-  init<S: ContentionSubject>(_ subject: Subject, _ make: @escaping @Sendable () -> S) {
+  /// `handOverBound: false` runs the subject with the toolkit's bounded wait switched off
+  /// (process-wide, for that run only: the subjects run one at a time).
+  init<S: ContentionSubject>(
+    _ subject: Subject, handOverBound: Bool = true, _ make: @escaping @Sendable () -> S
+  ) {
     self.subject = subject
     throughput = { threads, scenario, duration in
       throughputSample(make(), threads: threads, scenario: scenario, duration: duration)
     }
-    fairness = { threads, duration in fairnessRun(make(), threads: threads, duration: duration) }
+    fairness = { threads, duration in
+      LockBenchmarkSwitches.handOverBound = handOverBound
+      defer { LockBenchmarkSwitches.handOverBound = true }
+      return fairnessRun(make(), threads: threads, duration: duration)
+    }
   }
 }
+
+/// The fairness rows' subjects: the contention subjects and `Sync.Lock` without the bound
+/// (a reference, compared with nothing: its row is what the bound is judged against).
+private let fairnessEntries: [ContentionEntry] =
+  contentionEntries + [
+    ContentionEntry(.peer("Sync.Lock, hand-over bound off"), handOverBound: false) {
+      LockObjectContention(Sync.Lock(checked: false))
+    }
+  ]
 
 private let contentionEntries: [ContentionEntry] = [
   ContentionEntry(.toolkit("Sync.LockedValue<Int>"), LockedValueContention.init),
@@ -580,15 +601,15 @@ func registerContentionBenchmarks(_ harness: Harness) {
   let duration: UInt64 = quick ? 20_000_000 : 500_000_000
   for threads in fairnessCounts where harness.wantsAny(fairnessIds(threads)) {
     let began = Harness.now()
-    var figures = [[FairnessFigures]](repeating: [], count: contentionEntries.count)
+    var figures = [[FairnessFigures]](repeating: [], count: fairnessEntries.count)
     for run in 0..<contentionRuns(harness) {
-      for offset in 0..<contentionEntries.count {
-        let index = (run + offset) % contentionEntries.count
-        figures[index].append(contentionEntries[index].fairness(threads, duration))
+      for offset in 0..<fairnessEntries.count {
+        let index = (run + offset) % fairnessEntries.count
+        figures[index].append(fairnessEntries[index].fairness(threads, duration))
       }
     }
     let group = "Fairness (\(threads) threads hammering)"
-    for (index, entry) in contentionEntries.enumerated() {
+    for (index, entry) in fairnessEntries.enumerated() {
       let runs = figures[index]
       harness.record(
         id: "fairness.max-wait-\(threads)", subject: entry.subject, group: group, nanoseconds: runs.map(\.maxWait))
