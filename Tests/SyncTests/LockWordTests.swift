@@ -76,51 +76,20 @@ struct LockWordTests {
   func fullStarvingCountKeepsTheOwnerBits() {
     let lock = Lock()
     nonisolated(unsafe) let word = lock.core.word
-    nonisolated(unsafe) let futexWord = lock.core.futexWord
-    let acquired = AtomicBool(false)
-    let holding = Gate()
-    let waiterThread = AtomicInteger<Int32>(0)
     // The count as 16,383 starving waiters would leave it (they do not exist: releases
     // hand over to nobody and take the hand-over back).
     let fake = FutexLock.starvingMask
-    runConcurrently(2) { index in
-      if index == 1 {
-        waiterThread.store(tk_gettid(), ordering: .relaxed)
-        holding.wait()
-        acquired.store(lock.lock(timeout: .seconds(10)), ordering: .relaxed)
-        if acquired.load(ordering: .relaxed) { lock.unlock() }
-        return
-      }
-      lock.lockForScope()
-      let me = currentThreadTag()
-      _ = UInt64.atomicFetchAdd(fake, at: word, ordering: .relaxed)
-      holding.open()
-      let giveUp = monotonicSeconds() + 10
-      while !isBlockedInFutex(thread: waiterThread.load(ordering: .relaxed), on: UInt(bitPattern: futexWord))
-        && monotonicSeconds() < giveUp
-      {
-        sched_yield()
-      }
-      let waiter = waiterThread.load(ordering: .relaxed)
-      // Keep it asleep past the threshold (the duration under test), then wake it with the
-      // lock still held, as a release whose lock is re-taken at once would: it finds the
-      // lock held after over a millisecond asleep and tries to count itself as starving.
-      // Woken until it has slept again (its voluntary context switches grow), so the
-      // attempt is behind us; with the count full it must sleep on as an ordinary waiter.
-      let end = monotonicSeconds() + 0.002
-      while monotonicSeconds() < end {}
-      let sleepsBefore = voluntarySwitches(of: waiter)
-      while voluntarySwitches(of: waiter) < sleepsBefore + 2 && monotonicSeconds() < giveUp {
-        Futex.wake(futexWord, count: 1)
-        sched_yield()
-      }
-      #expect(voluntarySwitches(of: waiter) >= sleepsBefore + 2, "the woken waiter never went back to sleep")
+    // Woken until it has slept again, so its attempt to count itself as starving is behind
+    // us; with the count full it must sleep on as an ordinary waiter.
+    let acquired = wakeAWaiterPastTheThreshold(
+      lock, prepare: { _ = UInt64.atomicFetchAdd(fake, at: word, ordering: .relaxed) }
+    ) { sleptAgain in
+      #expect(sleptAgain, "the woken waiter never went back to sleep")
       let seen = UInt64.atomicLoad(at: word, ordering: .relaxed)
       #expect(seen & FutexLock.starvingMask == fake, "the waiter pushed the starving count past its bits")
-      #expect(seen >> FutexLock.ownerShift == me, "the owner bits changed under the holder")
-      lock.unlock()
+      #expect(seen >> FutexLock.ownerShift == currentThreadTag(), "the owner bits changed under the holder")
     }
-    #expect(acquired.load(ordering: .relaxed), "the ordinary waiter never got the lock")
+    #expect(acquired, "the ordinary waiter never got the lock")
     _ = UInt64.atomicFetchAdd(0 &- fake, at: word, ordering: .relaxed)
     #expect(UInt64.atomicLoad(at: word, ordering: .relaxed) == 0)
   }
@@ -150,18 +119,39 @@ struct HandOverBoundSwitchTests {
   }
 }
 
-/// Holds a `Lock` while another thread sleeps on it for over the starvation threshold, wakes
-/// it with the lock still held, and returns the starving bits of the word once the waiter
-/// has either counted itself as starving or gone back to sleep as an ordinary waiter; then
-/// releases, and says whether the waiter got the lock.
+/// The starving bits of a `Lock`'s word once a waiter kept asleep past the starvation
+/// threshold has either counted itself as starving or gone back to sleep as an ordinary
+/// waiter, and whether it got the lock afterwards.
 private func starvingBitsAfterALongSleep() -> (bits: UInt64, acquired: Bool) {
   let lock = Lock()
   nonisolated(unsafe) let word = lock.core.word
+  let bits = AtomicInteger<UInt64>(0)
+  // A starving waiter adds itself to the count and sleeps on the hand-over counter (which
+  // the wake-ups do not touch); an ordinary one sleeps on the word again.
+  let acquired = wakeAWaiterPastTheThreshold(
+    lock, settled: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask != 0 }
+  ) { _ in
+    bits.store(UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask, ordering: .relaxed)
+  }
+  return (bits.load(ordering: .relaxed), acquired)
+}
+
+/// Keeps a waiter of `lock` asleep past the starvation threshold, then wakes it with the
+/// lock still held, as a release whose lock is re-taken at once would: it finds the lock
+/// held after over a millisecond asleep and may count itself as starving.
+///
+/// The calling side takes the lock and runs `prepare` before the waiter starts; it wakes
+/// the waiter until `settled()` holds or the waiter has slept again (its voluntary context
+/// switches grew by two), calls `inspect` with whether it slept again, the lock still held,
+/// and releases. Returns whether the waiter then got the lock (within 10 s).
+private func wakeAWaiterPastTheThreshold(
+  _ lock: Lock, prepare: @escaping @Sendable () -> Void = {}, settled: @escaping @Sendable () -> Bool = { false },
+  inspect: @escaping @Sendable (_ sleptAgain: Bool) -> Void
+) -> Bool {
   nonisolated(unsafe) let futexWord = lock.core.futexWord
   let acquired = AtomicBool(false)
   let holding = Gate()
   let waiterThread = AtomicInteger<Int32>(0)
-  let bits = AtomicInteger<UInt64>(0)
   runConcurrently(2) { index in
     if index == 1 {
       waiterThread.store(tk_gettid(), ordering: .relaxed)
@@ -171,6 +161,7 @@ private func starvingBitsAfterALongSleep() -> (bits: UInt64, acquired: Bool) {
       return
     }
     lock.lockForScope()
+    prepare()
     holding.open()
     let giveUp = monotonicSeconds() + 10
     while !isBlockedInFutex(thread: waiterThread.load(ordering: .relaxed), on: UInt(bitPattern: futexWord))
@@ -181,20 +172,15 @@ private func starvingBitsAfterALongSleep() -> (bits: UInt64, acquired: Bool) {
     let waiter = waiterThread.load(ordering: .relaxed)
     let end = monotonicSeconds() + 0.002
     while monotonicSeconds() < end {}
-    // Woken with the lock held, past the threshold: a starving waiter adds itself to the
-    // count and sleeps on the hand-over counter (which these wake-ups do not touch); an
-    // ordinary one sleeps on the word again.
     let sleepsBefore = voluntarySwitches(of: waiter)
-    while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask == 0
-      && voluntarySwitches(of: waiter) < sleepsBefore + 2 && monotonicSeconds() < giveUp
-    {
+    while !settled() && voluntarySwitches(of: waiter) < sleepsBefore + 2 && monotonicSeconds() < giveUp {
       Futex.wake(futexWord, count: 1)
       sched_yield()
     }
-    bits.store(UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask, ordering: .relaxed)
+    inspect(voluntarySwitches(of: waiter) >= sleepsBefore + 2)
     lock.unlock()
   }
-  return (bits.load(ordering: .relaxed), acquired.load(ordering: .relaxed))
+  return acquired.load(ordering: .relaxed)
 }
 
 /// How many times `thread` (a kernel thread id of this process) has blocked voluntarily:
