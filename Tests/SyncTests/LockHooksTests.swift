@@ -139,12 +139,16 @@ struct LockHooksTests {
 
   @Test("locks without a name are called by their creation sites; name gives it")
   func unnamedLockedValueAndSpinLock() {
-    let value = LockedValue(0)
-    let spin = SpinLock()
-    #expect(Lock().name == "SyncTests/LockHooksTests.swift:144")
-    #expect(RecursiveLock().name == "SyncTests/LockHooksTests.swift:145")
-    #expect(value.name == "SyncTests/LockHooksTests.swift:142")
-    #expect(spin.name == "SyncTests/LockHooksTests.swift:143")
+    // Each lock and the site it should report are made on one line.
+    let (value, valueSite) = (LockedValue(0), "\(#fileID):\(#line)")
+    let (spin, spinSite) = (SpinLock(), "\(#fileID):\(#line)")
+    let (lock, lockSite) = (Lock(), "\(#fileID):\(#line)")
+    let (recursive, recursiveSite) = (RecursiveLock(), "\(#fileID):\(#line)")
+    #expect(valueSite.hasPrefix("SyncTests/LockHooksTests.swift:"))  // module/file:line
+    #expect(value.name == valueSite)
+    #expect(spin.name == spinSite)
+    #expect(lock.name == lockSite)
+    #expect(recursive.name == recursiveSite)
     #expect(LockedValue(0, name: "named").name == "named")
     #expect(Lock(name: "named lock").name == "named lock")
   }
