@@ -31,9 +31,12 @@ import CThreadingShims
 /// - ``Kind/heldLockInCallback``: a run-loop callback that returns still holding a diagnosed
 ///   lock it took.
 /// - ``Kind/blockingInTask``: a thread running a task (a thread of Swift's cooperative pool,
-///   or of another executor) blocked in a diagnosed lock or condition wait longer than
-///   ``blockingInTaskThreshold``. The watchdog thread (the one ``Kind/deadlocks`` uses)
-///   reports each such wait once, while it is still blocked, naming the lock or condition,
+///   or of another executor) blocked longer than ``blockingInTaskThreshold`` in a diagnosed
+///   lock or condition wait, in a ``Semaphore``, ``Latch`` or ``ThreadBarrier`` wait (the
+///   classic way to starve the cooperative pool: a task waiting for a signal that only
+///   another task, queued behind it, would send), or in a join (`JoinableThread.join()`,
+///   Threads module). The watchdog thread (the one ``Kind/deadlocks`` uses)
+///   reports each such wait once, while it is still blocked, naming what it waits for,
 ///   the thread and how long it has waited, at most about a quarter of the threshold after
 ///   it passed. Off by default and **not** switched by `all` (async code that blocks on
 ///   purpose, such as a test waiting on a latch, would stop the process): switch it on by
@@ -48,7 +51,9 @@ import CThreadingShims
 /// the per-object locks of `synchronized`); while any of them (or contention statistics) is on, every
 /// lock operation of those types takes an out-of-line path that keeps the thread's held
 /// locks; while all are off, the operation pays one relaxed load and a branch. Locks held
-/// while they are switched on are tracked from their next acquisition.
+/// while they are switched on are tracked from their next acquisition. The semaphore,
+/// latch and barrier waits and joins that ``Kind/blockingInTask`` also watches pay the same
+/// load and branch, only once they are about to sleep.
 ///
 /// **Fork.** In the child of a `fork()` the lock detectors and contention statistics are off,
 /// whatever the environment variable or an API call says: the child has only the forking
@@ -172,9 +177,10 @@ public enum Diagnostics {
     @inlinable
     public static var heldLockInCallback: Kind { Kind(name: "held-lock-in-callback", index: 3) }
 
-    /// A thread running a task blocked in a diagnosed lock or condition wait longer than
-    /// ``Diagnostics/blockingInTaskThreshold``. Environment name `blocking-in-task`; not
-    /// part of ``all``.
+    /// A thread running a task blocked longer than ``Diagnostics/blockingInTaskThreshold``
+    /// in a diagnosed lock or condition wait, a ``Semaphore``, ``Latch`` or
+    /// ``ThreadBarrier`` wait, or a join (`JoinableThread.join()`, Threads module).
+    /// Environment name `blocking-in-task`; not part of ``all``.
     @inlinable
     public static var blockingInTask: Kind { Kind(name: "blocking-in-task", index: 4) }
 

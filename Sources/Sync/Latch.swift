@@ -16,6 +16,11 @@
 /// Timed waits use the monotonic clock; a passed deadline or a zero or negative timeout
 /// makes one check and never blocks.
 ///
+/// **Inside a task.** Waiting in a task holds one of the cooperative pool's few threads; a
+/// task that waits for count-downs only other tasks would make can starve the pool for
+/// good. With ``Diagnostics/Kind/blockingInTask`` on, a wait inside a task that outlasts
+/// ``Diagnostics/blockingInTaskThreshold`` is reported while it waits.
+///
 /// **Misuse** stops the process with a message: a negative initial count, or counting
 /// down below zero.
 ///
@@ -83,6 +88,17 @@ public final class Latch: @unchecked Sendable {
   /// whether it reached zero. `false` never comes before the deadline.
   @available(*, noasync, message: "blocks the thread")
   public func wait(before deadline: MonotonicInstant) -> Bool {
+    if isOpen { return true }
+    if LockDiagnostics.blockingWaitHooksMayRun {
+      return LockDiagnostics.blockingWait("the opening of a Latch", before: deadline) {
+        sleepUntilOpen(before: deadline)
+      }
+    }
+    return sleepUntilOpen(before: deadline)
+  }
+
+  /// The sleeping part of a wait: until the count reaches zero or `deadline` passes.
+  func sleepUntilOpen(before deadline: MonotonicInstant) -> Bool {
     while true {
       let current = UInt32.atomicLoad(at: remaining, ordering: .acquiring)
       if current == 0 { return true }

@@ -138,7 +138,9 @@ struct Watchdog {
       case .read(let lock): what = "a read lock of \"\(lock.label)\""
       case .write(let lock): what = "the write lock of \"\(lock.label)\""
       case .condition(let lock): what = "a notification of the condition of \"\(lock.label)\""
-      case .join: continue
+      case .join(let thread, let name):
+        what = "the end of thread \(LockDiagnostics.describeThread(name: name, identity: thread))"
+      case .signal(let description): what = description
       }
       var details = [
         "a task blocks the thread it runs on (a thread of Swift's cooperative pool, or of its executor); threshold \(ContentionTable.describe(threshold))"
@@ -200,7 +202,7 @@ struct Watchdog {
       // The joined thread: the walk stops there unless it waits too (a thread that never
       // ran a lock hook has no state, so no entry).
       case .join(let thread, _): [thread]
-      case .condition, nil: []
+      case .condition, .signal, nil: []
       }
     }
     var findings: [Diagnostics.Finding] = []
@@ -265,6 +267,9 @@ struct Watchdog {
         let writers = (holders.waitingWriters[lock.id] ?? []).filter { $0 != entry.state.identity }
         if !holding.isEmpty { line += " (write-held by \(names(holding)))" }
         if !writers.isEmpty { line += " (behind the waiting writers \(names(writers)))" }
+      case .signal(let what):
+        // Never in a cycle (it is no edge); listed for completeness.
+        line = "\(entry.state.description) waits for \(what)"
       case .join(let thread, let name):
         let joined = byThread[thread]?.state.description ?? LockDiagnostics.describeThread(name: name, identity: thread)
         line = "\(entry.state.description) joins thread \(joined)"

@@ -390,6 +390,35 @@ package enum LockDiagnostics {
     withUnsafeCurrentTask { $0 != nil }
   }
 
+  /// Whether a wait of a ``Semaphore``, ``Latch`` or ``ThreadBarrier`` that is about to
+  /// sleep takes its hooked path (``blockingWait(_:before:wait:)``): the environment has not
+  /// been read yet, or ``Diagnostics/Kind/blockingInTask`` is on. One relaxed load and a
+  /// branch, on a path that is about to sleep in the kernel anyway.
+  @inline(__always)
+  static var blockingWaitHooksMayRun: Bool {
+    // `Diagnostics.undecidedBit` and the bits of kind 4 (blocking in a task), spelled as a
+    // literal so the check needs no global's accessor.
+    tk_diagnostics_load_switches() & 0x8000_0300 != 0
+  }
+
+  /// The hooked path of a wait that no lock is part of (a semaphore's permit, a latch's
+  /// opening, a barrier's other parties): while ``Diagnostics/Kind/blockingInTask`` is on
+  /// and the calling thread runs a task, the thread is marked as waiting for `what` while
+  /// `wait` runs, so the watchdog reports the wait once it has lasted the threshold.
+  /// Otherwise it just runs `wait`. Such a wait is never an edge of the deadlock detector's
+  /// wait-for graph: any thread may end it.
+  static func blockingWait<Result>(
+    _ what: @autoclosure () -> String, before deadline: MonotonicInstant, wait: () -> Result
+  ) -> Result {
+    let settings = Diagnostics.settings()
+    guard blockingInTaskIsOn(settings), isInTask() else { return wait() }
+    let state = ThreadState.current(settings: settings).takeUnretainedValue()
+    state.setWaiting(WaitRecord(waitingFor: what(), deadline: deadline))
+    let result = wait()
+    state.setWaiting(nil)
+    return result
+  }
+
   // MARK: Joins
 
   /// Whether a join takes its hooked path (``join(thread:name:wait:)``): the environment has
@@ -398,23 +427,24 @@ package enum LockDiagnostics {
   @inlinable
   @inline(__always)
   package static var joinHooksMayRun: Bool {
-    // `Diagnostics.undecidedBit` and the bits of kinds 1 to 3 (lock order, deadlocks, held
-    // lock in callback; `blockingInTask` watches no joins), spelled as a literal so the check
-    // inlines without a global's accessor.
-    tk_diagnostics_load_switches() & 0x8000_00FC != 0
+    // `Diagnostics.undecidedBit` and the bits of kinds 1 to 4 (lock order, deadlocks, held
+    // lock in callback, blocking in a task), spelled as a literal so the check inlines
+    // without a global's accessor.
+    tk_diagnostics_load_switches() & 0x8000_03FC != 0
   }
 
   /// The hooked path of a join: while a lock detector is on, the calling thread is marked as
   /// waiting for the end of the thread with identity `thread` (its `tk_thread_identity`),
   /// named `name` (empty when unnamed), while `wait` (the blocking join) runs, so the
   /// ``Diagnostics/Kind/deadlocks`` watchdog follows the join as an edge of its wait-for
-  /// graph: the joiner waits for the joined thread. Otherwise it just runs `wait`.
+  /// graph: the joiner waits for the joined thread, and a join inside a task is watched by
+  /// ``Diagnostics/Kind/blockingInTask``. Otherwise it just runs `wait`.
   @usableFromInline
   package static func join(thread: UInt64, name: String, wait: () -> Void) {
     let settings = Diagnostics.settings()
     guard settings & Diagnostics.lockKindsMask != 0 else { return wait() }
     let state = ThreadState.current(settings: settings).takeUnretainedValue()
-    state.setWaiting(WaitRecord(joining: thread, name: name))
+    state.setWaiting(WaitRecord(joining: thread, name: name, inTask: blockingInTaskIsOn(settings) && isInTask()))
     wait()
     state.setWaiting(nil)
   }
@@ -474,6 +504,10 @@ struct WaitRecord {
     /// The end of the thread with identity `thread` (`tk_thread_identity`), named `name`
     /// (empty when unnamed): a join.
     case join(thread: UInt64, name: String)
+    /// A wait no lock is part of, as the report words it ("a permit of a Semaphore"): a
+    /// semaphore's permit, a latch's opening, a barrier's other parties. Any thread may end
+    /// it, so it is never an edge of the wait-for graph.
+    case signal(String)
   }
 
   let target: Target
@@ -499,10 +533,17 @@ struct WaitRecord {
     self.inTask = inTask
   }
 
-  init(joining thread: UInt64, name: String) {
+  init(joining thread: UInt64, name: String, inTask: Bool = false) {
     target = .join(thread: thread, name: name)
     deadline = .distantFuture
-    inTask = false
+    self.inTask = inTask
+  }
+
+  /// A wait inside a task for `what` (see ``Target/signal(_:)``).
+  init(waitingFor what: String, deadline: MonotonicInstant) {
+    target = .signal(what)
+    self.deadline = deadline
+    inTask = true
   }
 
   /// The lock whose condition the thread waits for, if it waits for a notification: that

@@ -17,6 +17,11 @@
 /// deadline or a zero or negative timeout makes one attempt and never blocks. Not fair: a
 /// thread that arrives as a permit is returned may take it before a sleeper wakes.
 ///
+/// **Inside a task.** Waiting in a task holds one of the cooperative pool's few threads; a
+/// task that waits for a signal only another task would send can starve the pool for good.
+/// With ``Diagnostics/Kind/blockingInTask`` on, a wait inside a task that outlasts
+/// ``Diagnostics/blockingInTaskThreshold`` is reported while it waits.
+///
 /// **Misuse** stops the process with a message: a negative initial value, or more than
 /// `UInt32.max` permits outstanding (a signal/wait imbalance).
 ///
@@ -130,6 +135,17 @@ public final class Semaphore: @unchecked Sendable {
 
   @usableFromInline
   func waitSlow(before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.blockingWaitHooksMayRun {
+      return LockDiagnostics.blockingWait("a permit of a Semaphore", before: deadline) {
+        sleepForPermit(before: deadline)
+      }
+    }
+    return sleepForPermit(before: deadline)
+  }
+
+  /// The sleeping part of a wait: registers as a sleeper until a permit is taken or
+  /// `deadline` passes.
+  func sleepForPermit(before deadline: MonotonicInstant) -> Bool {
     // Register as a possible sleeper; the same operation says whether a permit is there.
     var current = UInt64.atomicFetchAdd(Semaphore.sleeper, at: word, ordering: .full) + Semaphore.sleeper
     var timedOut = false

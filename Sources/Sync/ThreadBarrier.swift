@@ -17,6 +17,11 @@
 /// }
 /// ```
 ///
+/// **Inside a task.** Waiting in a task holds one of the cooperative pool's few threads;
+/// tasks that wait at a barrier for parties that are tasks queued behind them can starve
+/// the pool for good. With ``Diagnostics/Kind/blockingInTask`` on, a wait inside a task
+/// that outlasts ``Diagnostics/blockingInTaskThreshold`` is reported while it waits.
+///
 /// **Misuse** stops the process with a message (it is a programming error, like a negative
 /// array count, so it is not thrown): a party count below 1. More threads than `parties`
 /// arriving at once simply form the next round.
@@ -73,9 +78,20 @@ public final class ThreadBarrier: @unchecked Sendable {
     }
     // The round number, not the count, tells a waiter its round is over: the count is
     // already being reused by the next round when a slow waiter wakes.
+    if LockDiagnostics.blockingWaitHooksMayRun {
+      LockDiagnostics.blockingWait("the other parties of a ThreadBarrier", before: .distantFuture) {
+        waitForRound(round)
+      }
+    } else {
+      waitForRound(round)
+    }
+    return false
+  }
+
+  /// Waits, holding `lockCore`, until the round numbered `round` is over.
+  func waitForRound(_ round: Int) {
     while counters[1] == round {
       _ = waitCore.wait(releasing: lockCore, before: .distantFuture, typeName: "ThreadBarrier")
     }
-    return false
   }
 }

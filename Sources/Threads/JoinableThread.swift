@@ -73,7 +73,9 @@ public struct JoinableThread<Value: Sendable, Failure: Error>: ~Copyable, @unche
   /// While a lock detector of ``/Sync/Diagnostics`` is on, the joiner is listed as waiting
   /// for this thread, so the deadlock watchdog (``/Sync/Diagnostics/Kind/deadlocks``)
   /// reports a cycle such as "A joins B while B waits for a lock A holds", naming the joined
-  /// thread ("joins thread X"). Off, the check costs one relaxed load and a branch.
+  /// thread ("joins thread X"), and with ``/Sync/Diagnostics/Kind/blockingInTask`` on a
+  /// join inside a task that outlasts its threshold is reported ("waiting for the end of
+  /// thread X"). Off, the check costs one relaxed load and a branch.
   @available(*, noasync, message: "blocks the thread until the joined thread ends")
   @inlinable
   public consuming func join() throws(Failure) -> Value {

@@ -62,7 +62,9 @@ struct BlockingInTaskTests {
         let done = Semaphore()
         Task.detached {
           blocking {
-            held.wait()
+            // Not `held.wait()`: a latch wait inside the task is watched too, and one that
+            // outlasted the threshold on a loaded machine would be a second report.
+            while !held.isOpen { sched_yield() }
             // Blocks until the holder, woken by the report, lets go.
             busy.withLock {}
           }
@@ -103,7 +105,9 @@ struct BlockingInTaskTests {
         }
         done.signal()
       }
-      blocking { done.wait() }
+      // On a plain thread: a semaphore wait inside this exit test's own task would be
+      // reported too.
+      runConcurrently(1) { _ in done.wait() }
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
@@ -134,6 +138,101 @@ struct BlockingInTaskTests {
             busy.withLock {}
           }
         }
+      }
+    }
+    #expect(!standardError(result).contains("[blocking-in-task]"))
+  }
+
+  @Test("a task waiting for a Semaphore permit longer than the threshold is reported once, while it waits")
+  func taskWaitingForASemaphoreIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+      let permit = Semaphore()
+      // The report gives the permit, so the wait ends once it was reported (or after 10 s).
+      Diagnostics.reportHandler = { finding in
+        Diagnostics.standardErrorHandler(finding)
+        if finding.kind == .blockingInTask { permit.signal() }
+      }
+      onlyDetector(.blockingInTask)
+      let done = Latch(count: 1)
+      Task.detached {
+        blocking { _ = permit.wait(timeout: .seconds(10)) }
+        done.countDown()
+      }
+      runConcurrently(1) { _ in done.wait() }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
+    #expect(text.contains("has blocked inside a task for"))
+    #expect(text.contains("waiting for a permit of a Semaphore"))
+    #expect(text.contains("timed: gives up in"))
+    #expect(text.contains("holds nothing"))
+  }
+
+  @Test("a task waiting for a Latch or at a ThreadBarrier longer than the threshold is reported, naming the wait")
+  func taskWaitingForALatchOrABarrierIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+      let opening = Latch(count: 1)
+      let barrier = ThreadBarrier(parties: 2)
+      let barrierReported = Semaphore()
+      // The first report opens the latch; the second lets a plain thread arrive at the
+      // barrier (the watchdog must not block in it).
+      Diagnostics.reportHandler = { finding in
+        Diagnostics.standardErrorHandler(finding)
+        guard finding.kind == .blockingInTask else { return }
+        if !opening.isOpen {
+          opening.countDown()
+        } else {
+          barrierReported.signal()
+        }
+      }
+      onlyDetector(.blockingInTask)
+      let done = Latch(count: 1)
+      Task.detached {
+        blocking {
+          _ = opening.wait(timeout: .seconds(10))
+          barrier.arriveAndWait()
+        }
+        done.countDown()
+      }
+      runConcurrently(1) { _ in
+        // Arrives once the barrier wait was reported (after 10 s: a missed report).
+        _ = barrierReported.wait(timeout: .seconds(10))
+        barrier.arriveAndWait()
+        done.wait()
+      }
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 2)
+    #expect(text.contains("waiting for the opening of a Latch"))
+    #expect(text.contains("waiting for the other parties of a ThreadBarrier"))
+  }
+
+  @Test("semaphore, latch and barrier waits are not reported while the kind is off, nor on a plain thread")
+  func waitsOutsideTasksOrWithTheKindOffAreNotReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(5)
+      Diagnostics.setMode(.off, for: .blockingInTask)
+      onlyDetector(.deadlocks)
+      let done = Latch(count: 1)
+      // The kind off: a task waits ten thresholds for a permit that never comes (a duration
+      // to wait out, not a synchronization).
+      Task.detached {
+        blocking { _ = Semaphore().wait(timeout: .milliseconds(50)) }
+        done.countDown()
+      }
+      runConcurrently(1) { _ in done.wait() }
+      // The kind on: a plain thread waits as long, for a semaphore, a latch and a barrier.
+      onlyDetector(.blockingInTask)
+      let barrier = ThreadBarrier(parties: 2)
+      runConcurrently(2) { index in
+        if index == 0 {
+          _ = Semaphore().wait(timeout: .milliseconds(50))
+          _ = Latch(count: 1).wait(timeout: .milliseconds(50))
+        }
+        // The other thread waits here for both waits above.
+        barrier.arriveAndWait()
       }
     }
     #expect(!standardError(result).contains("[blocking-in-task]"))

@@ -20,6 +20,12 @@ private func spawnOrExit(_ name: String, _ body: @escaping @Sendable () -> Void)
   }
 }
 
+/// Spawns a thread running `body` and joins it (a synchronous function, so that a task can
+/// call the `noasync` join on purpose).
+private func spawnAndJoin(_ name: String, _ body: @escaping @Sendable () -> Void) {
+  spawnOrExit(name, body).join()
+}
+
 /// Exit-test body: "joiner" holds "first" and joins "joined"; "joined" waits for "second",
 /// held by "holder"; "holder" waits for "first". Only the join closes the cycle. The
 /// watchdog (stop mode) ends the process; a missed deadlock ends it with status 0.
@@ -97,5 +103,27 @@ struct JoinDiagnosticsTests {
       plainJoinScenario()
     }
     #expect(!standardError(result).contains("[deadlocks]"))
+  }
+
+  @Test("a task joining a thread longer than the threshold is reported once, naming the thread")
+  func taskJoiningAThreadIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+      let reported = Semaphore()
+      Diagnostics.reportHandler = { finding in
+        Diagnostics.standardErrorHandler(finding)
+        if finding.kind == .blockingInTask { reported.signal() }
+      }
+      for kind in Diagnostics.Kind.all { Diagnostics.setMode(.off, for: kind) }
+      Diagnostics.setMode(.report, for: .blockingInTask)
+      // The joined thread ends once the join was reported (after 10 s: a missed report). The
+      // task is awaited, not waited for: this exit test's own task must not block.
+      await Task.detached {
+        spawnAndJoin("worker") { _ = reported.wait(timeout: .seconds(10)) }
+      }.value
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
+    #expect(text.contains("waiting for the end of thread \"worker\""))
   }
 }
