@@ -7,18 +7,25 @@ private func standardError(_ result: ExitTest.Result?) -> String {
   result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
 }
 
+/// Exit-test setup: ``Diagnostics/Kind/blockingInTask`` alone, with a 20 ms threshold; each
+/// finding goes to standard error, and `onReport` runs (on the watchdog thread) for each of
+/// this kind.
+private func watchBlockingInTasks(onReport: @escaping @Sendable () -> Void) {
+  Diagnostics.blockingInTaskThreshold = .milliseconds(20)
+  Diagnostics.reportHandler = { finding in
+    Diagnostics.standardErrorHandler(finding)
+    if finding.kind == .blockingInTask { onReport() }
+  }
+  onlyDetector(.blockingInTask)
+}
+
 /// Exit-test body: a thread holds "busy" until the watchdog has reported (or 10 seconds
 /// passed) while another thread runs `blockedWaiter`, which blocks on it; the finding
 /// handler also writes to standard error. `blockedWaiter` gets the lock and the latch that
 /// opens once the lock is held.
 private func holdWhileBlocked(_ blockedWaiter: @escaping @Sendable (Lock, Latch) -> Void) {
-  Diagnostics.blockingInTaskThreshold = .milliseconds(20)
   let reported = Semaphore()
-  Diagnostics.reportHandler = { finding in
-    Diagnostics.standardErrorHandler(finding)
-    if finding.kind == .blockingInTask { reported.signal() }
-  }
-  onlyDetector(.blockingInTask)
+  watchBlockingInTasks { reported.signal() }
   let busy = Lock(name: "busy")
   let held = Latch(count: 1)
   runConcurrently(2) { index in
@@ -83,16 +90,12 @@ struct BlockingInTaskTests {
   @Test("a task in a timed Condition wait longer than the threshold is reported, naming the condition")
   func taskInAConditionWaitIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
       let queue = Condition(name: "queue")
       let reported = Gate()
-      Diagnostics.reportHandler = { finding in
-        Diagnostics.standardErrorHandler(finding)
-        guard finding.kind == .blockingInTask else { return }
+      watchBlockingInTasks {
         reported.open()
         queue.withLock { queue.broadcast() }
       }
-      onlyDetector(.blockingInTask)
       let done = Semaphore()
       Task.detached {
         blocking {
@@ -146,14 +149,9 @@ struct BlockingInTaskTests {
   @Test("a task waiting for a Semaphore permit longer than the threshold is reported once, while it waits")
   func taskWaitingForASemaphoreIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
       let permit = Semaphore()
       // The report gives the permit, so the wait ends once it was reported (or after 10 s).
-      Diagnostics.reportHandler = { finding in
-        Diagnostics.standardErrorHandler(finding)
-        if finding.kind == .blockingInTask { permit.signal() }
-      }
-      onlyDetector(.blockingInTask)
+      watchBlockingInTasks { permit.signal() }
       let done = Latch(count: 1)
       Task.detached {
         blocking { _ = permit.wait(timeout: .seconds(10)) }
@@ -172,22 +170,18 @@ struct BlockingInTaskTests {
   @Test("a task waiting for a Latch or at a ThreadBarrier longer than the threshold is reported, naming the wait")
   func taskWaitingForALatchOrABarrierIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      Diagnostics.blockingInTaskThreshold = .milliseconds(20)
       let opening = Latch(count: 1)
       let barrier = ThreadBarrier(parties: 2)
       let barrierReported = Semaphore()
       // The first report opens the latch; the second lets a plain thread arrive at the
       // barrier (the watchdog must not block in it).
-      Diagnostics.reportHandler = { finding in
-        Diagnostics.standardErrorHandler(finding)
-        guard finding.kind == .blockingInTask else { return }
+      watchBlockingInTasks {
         if !opening.isOpen {
           opening.countDown()
         } else {
           barrierReported.signal()
         }
       }
-      onlyDetector(.blockingInTask)
       let done = Latch(count: 1)
       Task.detached {
         blocking {
