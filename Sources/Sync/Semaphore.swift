@@ -49,8 +49,18 @@ public final class Semaphore: @unchecked Sendable {
   @usableFromInline
   static let sleeper: UInt64 = 1 << 32
 
+  /// The name given at creation, and the creation site (see ``name``).
+  let givenName: String?
+  let fileID: StaticString
+  let line: UInt
+
   /// Creates a semaphore holding `value` permits. A negative `value` stops the process.
-  public init(value: Int = 0) {
+  /// `name` is what a ``Diagnostics/Kind/blockingInTask`` report calls it; without one the
+  /// report uses the creation site, `fileID:line`, which the defaults capture.
+  public init(value: Int = 0, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
+    givenName = name
+    self.fileID = fileID
+    self.line = line
     if value < 0 || value > Int(UInt32.max) {
       reportMisuse("Semaphore", "initial value \(value) is outside 0...\(UInt32.max)")
     }
@@ -67,6 +77,10 @@ public final class Semaphore: @unchecked Sendable {
   deinit {
     UnsafeMutableRawPointer(word).deallocate()
   }
+
+  /// What diagnostics reports call the semaphore: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { givenName ?? "\(fileID):\(line)" }
 
   /// The number of permits available right now; a snapshot that may change at once.
   public var value: Int {
@@ -136,7 +150,7 @@ public final class Semaphore: @unchecked Sendable {
   @usableFromInline
   func waitSlow(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.blockingWaitHooksMayRun {
-      return LockDiagnostics.blockingWait("a permit of a Semaphore", before: deadline) {
+      return LockDiagnostics.blockingWait("a permit of the Semaphore \"\(name)\"", before: deadline) {
         sleepForPermit(before: deadline)
       }
     }

@@ -40,9 +40,18 @@ public final class ThreadBarrier: @unchecked Sendable {
   /// The number of threads that make up one round.
   public let parties: Int
 
+  /// The name given at creation, and the creation site (see ``name``).
+  let givenName: String?
+  let fileID: StaticString
+  let line: UInt
+
   /// Creates a barrier for `parties` threads. A count below 1 stops the process with a
-  /// message.
-  public init(parties: Int) {
+  /// message. `name` is what a ``Diagnostics/Kind/blockingInTask`` report calls it; without
+  /// one the report uses the creation site, `fileID:line`, which the defaults capture.
+  public init(parties: Int, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
+    givenName = name
+    self.fileID = fileID
+    self.line = line
     if parties < 1 {
       reportMisuse("ThreadBarrier", "parties must be at least 1, got \(parties)")
     }
@@ -58,6 +67,10 @@ public final class ThreadBarrier: @unchecked Sendable {
     waitCore.deallocate()
     counters.deallocate()
   }
+
+  /// What diagnostics reports call the barrier: the `name` given at creation, else its
+  /// creation site (`"Module/File.swift:12"`).
+  public var name: String { givenName ?? "\(fileID):\(line)" }
 
   /// Arrives at the barrier and blocks until `parties` threads (this one included) have
   /// arrived in this round. Returns `true` in exactly one thread per round (the last to
@@ -79,7 +92,7 @@ public final class ThreadBarrier: @unchecked Sendable {
     // The round number, not the count, tells a waiter its round is over: the count is
     // already being reused by the next round when a slow waiter wakes.
     if LockDiagnostics.blockingWaitHooksMayRun {
-      LockDiagnostics.blockingWait("the other parties of a ThreadBarrier", before: .distantFuture) {
+      LockDiagnostics.blockingWait("the other parties of the ThreadBarrier \"\(name)\"", before: .distantFuture) {
         waitForRound(round)
       }
     } else {

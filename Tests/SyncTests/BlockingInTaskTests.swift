@@ -149,7 +149,7 @@ struct BlockingInTaskTests {
   @Test("a task waiting for a Semaphore permit longer than the threshold is reported once, while it waits")
   func taskWaitingForASemaphoreIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      let permit = Semaphore()
+      let permit = Semaphore(name: "permit")
       // The report gives the permit, so the wait ends once it was reported (or after 10 s).
       watchBlockingInTasks { permit.signal() }
       let done = Latch(count: 1)
@@ -162,7 +162,7 @@ struct BlockingInTaskTests {
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
     #expect(text.contains("has blocked inside a task for"))
-    #expect(text.contains("waiting for a permit of a Semaphore"))
+    #expect(text.contains("waiting for a permit of the Semaphore \"permit\""))
     #expect(text.contains("timed: gives up in"))
     #expect(text.contains("holds nothing"))
   }
@@ -170,8 +170,8 @@ struct BlockingInTaskTests {
   @Test("a task waiting for a Latch or at a ThreadBarrier longer than the threshold is reported, naming the wait")
   func taskWaitingForALatchOrABarrierIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      let opening = Latch(count: 1)
-      let barrier = ThreadBarrier(parties: 2)
+      let opening = Latch(count: 1, name: "opening")
+      let barrier = ThreadBarrier(parties: 2, name: "round")
       let barrierReported = Semaphore()
       // The first report opens the latch; the second lets a plain thread arrive at the
       // barrier (the watchdog must not block in it).
@@ -199,8 +199,8 @@ struct BlockingInTaskTests {
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 2)
-    #expect(text.contains("waiting for the opening of a Latch"))
-    #expect(text.contains("waiting for the other parties of a ThreadBarrier"))
+    #expect(text.contains("waiting for the opening of the Latch \"opening\""))
+    #expect(text.contains("waiting for the other parties of the ThreadBarrier \"round\""))
   }
 
   @Test("semaphore, latch and barrier waits are not reported while the kind is off, nor on a plain thread")
@@ -230,5 +230,20 @@ struct BlockingInTaskTests {
       }
     }
     #expect(!standardError(result).contains("[blocking-in-task]"))
+  }
+
+  @Test("a Semaphore, Latch or ThreadBarrier without a name is called by its creation site; name gives it")
+  func waitPrimitivesAreNamedByTheirCreationSites() {
+    // Each object and the site it should report are made on one line.
+    let (semaphore, semaphoreSite) = (Semaphore(), "\(#fileID):\(#line)")
+    let (latch, latchSite) = (Latch(count: 1), "\(#fileID):\(#line)")
+    let (barrier, barrierSite) = (ThreadBarrier(parties: 1), "\(#fileID):\(#line)")
+    #expect(semaphoreSite.hasPrefix("SyncTests/BlockingInTaskTests.swift:"))
+    #expect(semaphore.name == semaphoreSite)
+    #expect(latch.name == latchSite)
+    #expect(barrier.name == barrierSite)
+    #expect(Semaphore(value: 2, name: "slots").name == "slots")
+    #expect(Latch(count: 0, name: "done").name == "done")
+    #expect(ThreadBarrier(parties: 3, name: "step").name == "step")
   }
 }
