@@ -239,3 +239,37 @@ func writeByte(_ descriptor: Int32) {
   var byte: UInt8 = 1
   precondition(write(descriptor, &byte, 1) == 1, "write failed: \(errno)")
 }
+
+/// The async bridges suspend the awaiting task instead of blocking its thread: with
+/// `Diagnostics.Kind.blockingInTask` on, awaiting a thread's value and a block on a loop's
+/// thread, each about ten thresholds long, reports nothing.
+@Suite(.timeLimit(.minutes(1))) struct AsyncBridgesDoNotBlockTests {
+  @Test func awaitingAThreadOrALoopBlockReportsNoBlockingInTheTask() async {
+    let result = await #expect(
+      processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]
+    ) {
+      // Started before the detector is on: starting a loop thread blocks for a moment.
+      let loop = LoopThread()
+      Diagnostics.blockingInTaskThreshold = .milliseconds(5)
+      Diagnostics.setMode(.report, for: .blockingInTask)
+      // Each waits about ten thresholds on its own thread (a duration to wait out, not a
+      // synchronization), while the task awaits it.
+      let thread = try! Thread.spawn(name: "slow") { () throws(Never) -> Int in
+        _ = Semaphore().wait(timeout: .milliseconds(50))
+        return 1
+      }
+      let first = await thread.value()
+      let second = try! await loop.runLoop.performAndAwait { () -> Int in
+        _ = Semaphore().wait(timeout: .milliseconds(50))
+        return 2
+      }
+      Diagnostics.setMode(.off, for: .blockingInTask)
+      loop.stop()
+      print("values: \(first) \(second)")
+    }
+    guard let result else { return }
+    let output = String(decoding: result.standardOutputContent, as: UTF8.self)
+    #expect(output.contains("values: 1 2"))
+    #expect(!String(decoding: result.standardErrorContent, as: UTF8.self).contains("[blocking-in-task]"))
+  }
+}
