@@ -103,12 +103,9 @@ public final class Latch: @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   public func wait(before deadline: MonotonicInstant) -> Bool {
     if isOpen { return true }
-    if LockDiagnostics.blockingWaitHooksMayRun {
-      return LockDiagnostics.blockingWait("the opening of the Latch \"\(name)\"", before: deadline) {
-        sleepUntilOpen(before: deadline)
-      }
+    return LockDiagnostics.blockingWait("the opening of the Latch \"\(name)\"", before: deadline) {
+      sleepUntilOpen(before: deadline)
     }
-    return sleepUntilOpen(before: deadline)
   }
 
   /// The sleeping part of a wait: until the count reaches zero or `deadline` passes.

@@ -390,24 +390,26 @@ package enum LockDiagnostics {
     withUnsafeCurrentTask { $0 != nil }
   }
 
-  /// Whether a wait of a ``Semaphore``, ``Latch`` or ``ThreadBarrier`` that is about to
-  /// sleep takes its hooked path (``blockingWait(_:before:wait:)``): the environment has not
-  /// been read yet, or ``Diagnostics/Kind/blockingInTask`` is on. One relaxed load and a
-  /// branch, on a path that is about to sleep in the kernel anyway.
+  /// Runs `wait`, a wait that no lock is part of (a ``Semaphore``'s permit, a ``Latch``'s
+  /// opening, a ``ThreadBarrier``'s other parties) about to sleep: while
+  /// ``Diagnostics/Kind/blockingInTask`` is on and the calling thread runs a task, the
+  /// thread is marked as waiting for `what` meanwhile, so the watchdog reports the wait once
+  /// it has lasted the threshold. Such a wait is never an edge of the deadlock detector's
+  /// wait-for graph: any thread may end it. Off, one relaxed load and a branch before
+  /// `wait`, on a path that is about to sleep in the kernel anyway.
   @inline(__always)
-  static var blockingWaitHooksMayRun: Bool {
+  static func blockingWait<Result>(
+    _ what: @autoclosure () -> String, before deadline: MonotonicInstant, wait: () -> Result
+  ) -> Result {
     // `Diagnostics.undecidedBit` and the bits of kind 4 (blocking in a task), spelled as a
     // literal so the check needs no global's accessor.
-    tk_diagnostics_load_switches() & 0x8000_0300 != 0
+    guard tk_diagnostics_load_switches() & 0x8000_0300 != 0 else { return wait() }
+    return blockingWaitHooked(what(), before: deadline, wait: wait)
   }
 
-  /// The hooked path of a wait that no lock is part of (a semaphore's permit, a latch's
-  /// opening, a barrier's other parties): while ``Diagnostics/Kind/blockingInTask`` is on
-  /// and the calling thread runs a task, the thread is marked as waiting for `what` while
-  /// `wait` runs, so the watchdog reports the wait once it has lasted the threshold.
-  /// Otherwise it just runs `wait`. Such a wait is never an edge of the deadlock detector's
-  /// wait-for graph: any thread may end it.
-  static func blockingWait<Result>(
+  /// The hooked path of ``blockingWait(_:before:wait:)``: the environment has not been read
+  /// yet, or ``Diagnostics/Kind/blockingInTask`` is on.
+  static func blockingWaitHooked<Result>(
     _ what: @autoclosure () -> String, before deadline: MonotonicInstant, wait: () -> Result
   ) -> Result {
     let settings = Diagnostics.settings()

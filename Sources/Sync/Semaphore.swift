@@ -149,12 +149,9 @@ public final class Semaphore: @unchecked Sendable {
 
   @usableFromInline
   func waitSlow(before deadline: MonotonicInstant) -> Bool {
-    if LockDiagnostics.blockingWaitHooksMayRun {
-      return LockDiagnostics.blockingWait("a permit of the Semaphore \"\(name)\"", before: deadline) {
-        sleepForPermit(before: deadline)
-      }
+    LockDiagnostics.blockingWait("a permit of the Semaphore \"\(name)\"", before: deadline) {
+      sleepForPermit(before: deadline)
     }
-    return sleepForPermit(before: deadline)
   }
 
   /// The sleeping part of a wait: registers as a sleeper until a permit is taken or

@@ -91,11 +91,7 @@ public final class ThreadBarrier: @unchecked Sendable {
     }
     // The round number, not the count, tells a waiter its round is over: the count is
     // already being reused by the next round when a slow waiter wakes.
-    if LockDiagnostics.blockingWaitHooksMayRun {
-      LockDiagnostics.blockingWait("the other parties of the ThreadBarrier \"\(name)\"", before: .distantFuture) {
-        waitForRound(round)
-      }
-    } else {
+    LockDiagnostics.blockingWait("the other parties of the ThreadBarrier \"\(name)\"", before: .distantFuture) {
       waitForRound(round)
     }
     return false
