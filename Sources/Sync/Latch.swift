@@ -30,19 +30,15 @@ public final class Latch: @unchecked Sendable {
   @usableFromInline
   let remaining: UnsafeMutablePointer<UInt32>
 
-  /// The name given at creation, and the creation site (see ``name``).
-  let givenName: String?
-  let fileID: StaticString
-  let line: UInt
+  /// The name given at creation, or the creation site (see ``name``).
+  let reportName: ReportName
 
   /// Creates a latch that opens after `count` calls to ``countDown(by:)``. A count of 0 is
   /// open from the start; a negative count stops the process. `name` is what a
   /// ``Diagnostics/Kind/blockingInTask`` report calls it; without one the report uses the
   /// creation site, `fileID:line`, which the defaults capture.
   public init(count: Int, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
-    givenName = name
-    self.fileID = fileID
-    self.line = line
+    reportName = ReportName(given: name, fileID: fileID, line: line)
     if count < 0 || count > Int(UInt32.max) {
       reportMisuse("Latch", "count \(count) is outside 0...\(UInt32.max)")
     }
@@ -56,7 +52,7 @@ public final class Latch: @unchecked Sendable {
 
   /// What diagnostics reports call the latch: the `name` given at creation, else its
   /// creation site (`"Module/File.swift:12"`).
-  public var name: String { givenName ?? "\(fileID):\(line)" }
+  public var name: String { reportName.label }
 
   /// The count still to go; a snapshot.
   public var count: Int {

@@ -46,7 +46,23 @@ package struct LockIdentity: Sendable {
   package var givenName: String? { isNamed ? LockNames.shared.name(of: id) : nil }
 
   /// What reports and statistics call the lock: its name, else its creation site.
-  package var label: String { givenName ?? "\(fileID):\(line)" }
+  package var label: String { givenName ?? ReportName.site(fileID: fileID, line: line) }
+}
+
+/// What diagnostics reports call a waitable object that is not a diagnosed lock (a
+/// ``Semaphore``, ``Latch`` or ``ThreadBarrier``): the name given at creation, else the
+/// creation site, as a lock's ``LockIdentity/label``. Kept in the object itself: such names
+/// are read only by a report.
+struct ReportName: Sendable {
+  let given: String?
+  let fileID: StaticString
+  let line: UInt
+
+  /// The label: `given`, else `fileID:line`.
+  var label: String { given ?? Self.site(fileID: fileID, line: line) }
+
+  /// A creation site as reports spell it (`"Module/File.swift:12"`).
+  static func site(fileID: StaticString, line: UInt) -> String { "\(fileID):\(line)" }
 }
 
 /// The names given to live diagnosed locks, by identity number. A name enters when its lock

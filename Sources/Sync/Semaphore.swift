@@ -49,18 +49,14 @@ public final class Semaphore: @unchecked Sendable {
   @usableFromInline
   static let sleeper: UInt64 = 1 << 32
 
-  /// The name given at creation, and the creation site (see ``name``).
-  let givenName: String?
-  let fileID: StaticString
-  let line: UInt
+  /// The name given at creation, or the creation site (see ``name``).
+  let reportName: ReportName
 
   /// Creates a semaphore holding `value` permits. A negative `value` stops the process.
   /// `name` is what a ``Diagnostics/Kind/blockingInTask`` report calls it; without one the
   /// report uses the creation site, `fileID:line`, which the defaults capture.
   public init(value: Int = 0, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
-    givenName = name
-    self.fileID = fileID
-    self.line = line
+    reportName = ReportName(given: name, fileID: fileID, line: line)
     if value < 0 || value > Int(UInt32.max) {
       reportMisuse("Semaphore", "initial value \(value) is outside 0...\(UInt32.max)")
     }
@@ -80,7 +76,7 @@ public final class Semaphore: @unchecked Sendable {
 
   /// What diagnostics reports call the semaphore: the `name` given at creation, else its
   /// creation site (`"Module/File.swift:12"`).
-  public var name: String { givenName ?? "\(fileID):\(line)" }
+  public var name: String { reportName.label }
 
   /// The number of permits available right now; a snapshot that may change at once.
   public var value: Int {

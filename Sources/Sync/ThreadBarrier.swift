@@ -40,18 +40,14 @@ public final class ThreadBarrier: @unchecked Sendable {
   /// The number of threads that make up one round.
   public let parties: Int
 
-  /// The name given at creation, and the creation site (see ``name``).
-  let givenName: String?
-  let fileID: StaticString
-  let line: UInt
+  /// The name given at creation, or the creation site (see ``name``).
+  let reportName: ReportName
 
   /// Creates a barrier for `parties` threads. A count below 1 stops the process with a
   /// message. `name` is what a ``Diagnostics/Kind/blockingInTask`` report calls it; without
   /// one the report uses the creation site, `fileID:line`, which the defaults capture.
   public init(parties: Int, name: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
-    givenName = name
-    self.fileID = fileID
-    self.line = line
+    reportName = ReportName(given: name, fileID: fileID, line: line)
     if parties < 1 {
       reportMisuse("ThreadBarrier", "parties must be at least 1, got \(parties)")
     }
@@ -70,7 +66,7 @@ public final class ThreadBarrier: @unchecked Sendable {
 
   /// What diagnostics reports call the barrier: the `name` given at creation, else its
   /// creation site (`"Module/File.swift:12"`).
-  public var name: String { givenName ?? "\(fileID):\(line)" }
+  public var name: String { reportName.label }
 
   /// Arrives at the barrier and blocks until `parties` threads (this one included) have
   /// arrived in this round. Returns `true` in exactly one thread per round (the last to
