@@ -96,8 +96,9 @@ struct BlockingInTaskTests {
         reported.open()
         queue.withLock { queue.broadcast() }
       }
-      let done = Semaphore()
-      Task.detached {
+      // Awaited, not waited for: a wait inside this exit test's own task would be reported
+      // too.
+      await Task.detached {
         blocking {
           queue.withLock {
             // One wait until the report's broadcast (10 s: a missed report).
@@ -106,11 +107,7 @@ struct BlockingInTaskTests {
             }
           }
         }
-        done.signal()
-      }
-      // On a plain thread: a semaphore wait inside this exit test's own task would be
-      // reported too.
-      runConcurrently(1) { _ in done.wait() }
+      }.value
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
@@ -152,12 +149,7 @@ struct BlockingInTaskTests {
       let permit = Semaphore(name: "permit")
       // The report gives the permit, so the wait ends once it was reported (or after 10 s).
       watchBlockingInTasks { permit.signal() }
-      let done = Latch(count: 1)
-      Task.detached {
-        blocking { _ = permit.wait(timeout: .seconds(10)) }
-        done.countDown()
-      }
-      runConcurrently(1) { _ in done.wait() }
+      await Task.detached { blocking { _ = permit.wait(timeout: .seconds(10)) } }.value
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
@@ -182,20 +174,22 @@ struct BlockingInTaskTests {
           barrierReported.signal()
         }
       }
-      let done = Latch(count: 1)
-      Task.detached {
+      // The other party, on a plain thread: arrives once the barrier wait was reported
+      // (after 10 s: a missed report). Its task only joins that thread (a pthread join,
+      // which the detector does not watch).
+      let otherParty = Task.detached {
+        runConcurrently(1) { _ in
+          _ = barrierReported.wait(timeout: .seconds(10))
+          barrier.arriveAndWait()
+        }
+      }
+      await Task.detached {
         blocking {
           _ = opening.wait(timeout: .seconds(10))
           barrier.arriveAndWait()
         }
-        done.countDown()
-      }
-      runConcurrently(1) { _ in
-        // Arrives once the barrier wait was reported (after 10 s: a missed report).
-        _ = barrierReported.wait(timeout: .seconds(10))
-        barrier.arriveAndWait()
-        done.wait()
-      }
+      }.value
+      await otherParty.value
     }
     let text = standardError(result)
     #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 2)
@@ -209,14 +203,9 @@ struct BlockingInTaskTests {
       Diagnostics.blockingInTaskThreshold = .milliseconds(5)
       Diagnostics.setMode(.off, for: .blockingInTask)
       onlyDetector(.deadlocks)
-      let done = Latch(count: 1)
       // The kind off: a task waits ten thresholds for a permit that never comes (a duration
       // to wait out, not a synchronization).
-      Task.detached {
-        blocking { _ = Semaphore().wait(timeout: .milliseconds(50)) }
-        done.countDown()
-      }
-      runConcurrently(1) { _ in done.wait() }
+      await Task.detached { blocking { _ = Semaphore().wait(timeout: .milliseconds(50)) } }.value
       // The kind on: a plain thread waits as long, for a semaphore, a latch and a barrier.
       onlyDetector(.blockingInTask)
       let barrier = ThreadBarrier(parties: 2)
