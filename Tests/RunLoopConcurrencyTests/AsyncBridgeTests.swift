@@ -48,7 +48,7 @@ import Threads
     call.cancel()
     let outcome = await call.value
     held.release()
-    await Task.detached { held.onLoop {} }.value  // queued after the withdrawn block: its turn has passed
+    await offPool { held.onLoop {} }  // queued after the withdrawn block: its turn has passed
     #expect(outcome.map { if case .cancelled = $0 { true } else { false } } == true)
     #expect(!ran.load(ordering: .relaxed))
     held.stop()
@@ -144,7 +144,7 @@ import Threads
       let sender = TestThread.spawn { sendMessage(round, to: port) }
       waiter.cancel()
       if let message = await waiter.value { received.append(message.msgid) }
-      sender.join()
+      await sender.joined()
     }
     // Whatever the cancelled waiters did not take is still there, in order.
     var iterator = messages.makeAsyncIterator()

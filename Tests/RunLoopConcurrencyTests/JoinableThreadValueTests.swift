@@ -1,5 +1,6 @@
 import RunLoopConcurrency
 import Sync
+import TestSupport
 import Testing
 import Threads
 
@@ -45,7 +46,7 @@ import Threads
       object.withLock { $0 = thread.thread }
       return await thread.value()
     }
-    await Task.detached { blockingWait(started) }.value
+    await offPool { blockingWait(started) }
     waiter.cancel()
     let thread = object.withLock { $0 }
     #expect(thread?.isFinished == false)  // the thread runs on, untouched by the cancellation
@@ -73,7 +74,7 @@ import Threads
         object.requestExit()
       }
     }
-    await Task.detached { blockingWait(started) }.value
+    await offPool { blockingWait(started) }
     waiter.cancel()
     #expect(await waiter.value == true)
   }

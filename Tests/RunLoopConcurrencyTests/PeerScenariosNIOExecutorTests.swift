@@ -117,7 +117,7 @@ struct PeerScenariosNIOExecutorTests {
         }
       }
     }
-    await Task.detached { blockingWait(done) }.value
+    await offPool { blockingWait(done) }
     #expect(order.snapshot == Array(0..<count))
     await shutDownOffPool(group)
   }
@@ -140,7 +140,7 @@ struct PeerScenariosNIOExecutorTests {
         }
       }
     }
-    await Task.detached { blockingWait(done) }.value
+    await offPool { blockingWait(done) }
     #expect(misplaced.load(ordering: .relaxed) == 0)
     await shutDownOffPool(group)
   }
@@ -155,7 +155,7 @@ struct PeerScenariosNIOExecutorTests {
     while executor.queuedJobCount == 0 { await Task.yield() }
     let stopper = TestThread.spawn { executor.shutDown() }
     held.release()
-    stopper.join()
+    await stopper.joined()
     #expect(ran.load(ordering: .relaxed) == links + 1)
     #expect(executor.queuedJobCount == 0)
     await first.value
@@ -207,7 +207,7 @@ struct PeerScenariosNIOTakeOverTests {
       }
       while !done.load(ordering: .acquiring) { _ = runLoop.run(mode: .default, timeout: .seconds(1)) }
     }
-    lender.join()
+    await lender.joined()
     #expect(result.withLock { $0 } == 2)
   }
 
@@ -225,10 +225,10 @@ struct PeerScenariosNIOTakeOverTests {
       }
       return yields
     }
-    await Task.detached {
+    await offPool {
       blockingWait(started)
       shutDownInPlace(group)
-    }.value
+    }
     #expect(await task.value == yields)
     #expect(group.isShutDown)
     #expect(groupThread.isFinished)

@@ -201,7 +201,7 @@ struct PeerScenariosSwiftSerialExecutorTests {
       let resident = DeinitResident(executor: executor, record: record, done: done)
       await resident.increment()
     }
-    await Task.detached { blockingWait(done) }.value
+    await offPool { blockingWait(done) }
     let ran = record.withLock { $0 }
     #expect(ran?.thread === loop.thread)
     #expect(ran?.isolated == true)
@@ -548,20 +548,20 @@ struct PeerScenariosSwiftJobPriorityTests {
     let tasks = (0..<jobCount).map { index in
       Task(priority: priorities[index % priorities.count]) { await probe.record(into: ran, thread: ranOn, done: done) }
     }
-    await Task.detached { capture.waitForAll() }.value
+    await offPool { capture.waitForAll() }
     let jobs = capture.jobs
     let held = HeldLoop()
     let executor = RunLoopExecutor(runLoop: held.runLoop)
     // Every job is queued before the loop runs: one pass takes them all, by priority.
-    await Task.detached {
+    await offPool {
       runThreads(enqueuers) { thread in
         for index in stride(from: thread, to: jobCount, by: enqueuers) { executor.enqueue(ExecutorJob(jobs[index])) }
       }
-    }.value
+    }
     #expect(executor.queuedJobCount == jobCount)
     held.release()
     // Waited for off the tasks: awaiting them first would escalate their priorities.
-    await Task.detached { blockingWait(done) }.value
+    await offPool { blockingWait(done) }
     for task in tasks { await task.value }
     let order = ran.snapshot
     #expect(order.count == jobCount)

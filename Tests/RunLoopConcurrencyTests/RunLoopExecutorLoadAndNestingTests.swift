@@ -196,7 +196,7 @@ func manyJobsFromEightThreads() async -> (notMarkedOnce: Int, wrongThread: Int) 
       }
     }
   }
-  await Task.detached { blockingWait(allRan) }.value
+  await offPool { blockingWait(allRan) }
   return (marks.notMarkedOnce(), wrongThread.load(ordering: .relaxed))
 }
 

@@ -3,6 +3,7 @@ import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
+import TestSupport
 import Testing
 import Threads
 
@@ -58,7 +59,7 @@ import Threads
         ready.countDown()
         end.wait()  // ends without running its loop
       }
-      await Task.detached { blockingWait(ready) }.value
+      await offPool { blockingWait(ready) }
       let executor = RunLoopExecutor(runLoop: slot.withLock { $0 }!)
       let actor = Pinned(executor: executor)
       let call = Task { await actor.answer() }
@@ -88,7 +89,7 @@ import Threads
         var tasks: [Task<Void, Never>] = []
         tasks.reserveCapacity(count)
         for _ in 0..<count { tasks.append(Task { await target.noop() }) }
-        await Task.detached { capture.waitForAll() }.value
+        await offPool { capture.waitForAll() }
         let jobs = capture.jobs
         // Hold the loop's thread so the enqueued jobs stay queued while counting.
         let hold = Latch(count: 1)
@@ -97,7 +98,7 @@ import Threads
           holding.countDown()
           hold.wait()
         }
-        await Task.detached { blockingWait(holding) }.value
+        await offPool { blockingWait(holding) }
         let before = tk_test_allocated_bytes()
         for job in jobs { executor.enqueue(ExecutorJob(job)) }
         let after = tk_test_allocated_bytes()

@@ -20,7 +20,7 @@ import Threads
     }
     #expect(!finished.load(ordering: .acquiring))  // the jobs cannot have run: the loop is held
     held.release()
-    stopper.join()
+    await stopper.joined()
     #expect(executor.queuedJobCount == 0)
     for call in calls { #expect(await call.value == 42) }
     held.stop()
@@ -31,7 +31,7 @@ import Threads
     let executor = RunLoopExecutor(runLoop: loop.runLoop)
     let (job, stamped) = await capturedStampJob()
     executor.enqueue(ExecutorJob(job), after: .milliseconds(20), tolerance: nil, clock: .continuous)
-    await Task.detached { shutDownInPlace(executor) }.value
+    await offPool { shutDownInPlace(executor) }
     // The delayed job ran before the shutdown closed the executor.
     _ = await stamped.value
     loop.stop()
@@ -68,7 +68,7 @@ import Threads
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
       let actor = Pinned(executor: executor)
       _ = await actor.answer()
-      await Task.detached { shutDownInPlace(executor) }.value
+      await offPool { shutDownInPlace(executor) }
       _ = await actor.answer()
     }
     #expect(
@@ -172,7 +172,7 @@ func capturedStampJob() async -> (UnownedJob, Task<Stamp, Never>) {
   let target = StampTarget(executor: capture)
   capture.reset(expecting: 1)
   let task = Task { await target.stamp() }
-  await Task.detached { capture.waitForAll() }.value
+  await offPool { capture.waitForAll() }
   return (capture.jobs[0], task)
 }
 

@@ -1,6 +1,7 @@
 import RunLoop
 import RunLoopConcurrency
 import Sync
+import TestSupport
 import Testing
 import Threads
 
@@ -87,7 +88,7 @@ import Threads
       // The executor's source keeps the mode non-empty: run until the test is done.
       while !done.load(ordering: .acquiring) { _ = runLoop.run(mode: .default, timeout: .seconds(1)) }
     }
-    await Task.detached { blockingWait(ready) }.value
+    await offPool { blockingWait(ready) }
     let runLoop = slot.withLock { $0 }!
     let executor = RunLoopExecutor(runLoop: runLoop)
     let actor = Pinned(executor: executor)

@@ -41,7 +41,7 @@ import Threads
       }
     }.value
     // Waited for off the tasks: awaiting them would escalate their priorities.
-    await Task.detached { blockingWait(done) }.value
+    await offPool { blockingWait(done) }
     let expected = priorities.enumerated().sorted { lhs, rhs in
       lhs.element.rawValue != rhs.element.rawValue
         ? lhs.element.rawValue > rhs.element.rawValue : lhs.offset < rhs.offset
@@ -62,7 +62,7 @@ import Threads
       stopper.withLock { $0 = TestThread.spawn { group.shutDown() } }
       return queued
     }.value
-    stopper.withLock { $0 }?.join()
+    await stopper.withLock { $0 }?.joined()
     #expect(group.isShutDown)
     #expect(ranOn.snapshot.count == 5)
     #expect(ranOn.snapshot.allSatisfy { $0 === groupThread })
@@ -98,7 +98,7 @@ import Threads
     Task(executorPreference: group!) { blockingWait(release) }
     group = nil
     release.countDown()
-    await Task.detached { waitUntil { threads.allSatisfy { $0.isFinished } } }.value
+    await offPool { waitUntil { threads.allSatisfy { $0.isFinished } } }
     #expect(threads.allSatisfy { $0.isFinished })
   }
 
@@ -152,7 +152,7 @@ func makeGroup(threadCount: Int) -> RunLoopThreadGroup {
 
 /// Shuts `group` down from a thread outside the cooperative pool (the call blocks).
 func shutDownOffPool(_ group: RunLoopThreadGroup) async {
-  await Task.detached { shutDownInPlace(group) }.value
+  await offPool { shutDownInPlace(group) }
 }
 
 /// Calls the blocking `shutDown()` on the calling thread.

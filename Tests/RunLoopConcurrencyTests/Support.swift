@@ -84,7 +84,8 @@ actor PinnedCounter {
   }
 }
 
-/// Waits for `latch` on the calling thread (from a detached task: it blocks that thread).
+/// Waits for `latch` on the calling thread; async tests call it through `offPool`, which
+/// blocks a thread of its own instead of a cooperative one.
 func blockingWait(_ latch: Latch) { latch.wait() }
 
 /// A thread whose run loop exists but does not run until `release()`: work queued on it

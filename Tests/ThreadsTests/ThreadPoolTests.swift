@@ -184,7 +184,9 @@ struct ThreadPoolTests {
         return thread.isExitRequested
       }
     }
-    await Task.detached { started.wait() }.value
+    // Polled, not waited for: blocking a cooperative thread here could starve the task that
+    // submits the job.
+    #expect(await eventually { started.isOpen })
     task.cancel()
     #expect(try await task.value == true)
     // The worker does not take more work after a cancelled job: the next job runs on a new

@@ -7,7 +7,7 @@
 final class TestLatch: @unchecked Sendable {
   private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
   private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-  private var isOpen = false  // guarded by `mutex`
+  private var opened = false  // guarded by `mutex`
 
   init() {
     precondition(pthread_mutex_init(mutex, nil) == 0)
@@ -27,9 +27,16 @@ final class TestLatch: @unchecked Sendable {
 
   func open() {
     precondition(pthread_mutex_lock(mutex) == 0)
-    isOpen = true
+    opened = true
     precondition(pthread_cond_broadcast(condition) == 0)
     precondition(pthread_mutex_unlock(mutex) == 0)
+  }
+
+  /// Whether `open()` was called; never blocks (for polling from a task with `eventually`).
+  var isOpen: Bool {
+    precondition(pthread_mutex_lock(mutex) == 0)
+    defer { precondition(pthread_mutex_unlock(mutex) == 0) }
+    return opened
   }
 
   /// Blocks until `open()`; stops the test process, naming the caller, after 60 s on the
@@ -39,7 +46,7 @@ final class TestLatch: @unchecked Sendable {
     precondition(clock_gettime(CLOCK_MONOTONIC, &deadline) == 0)
     deadline.tv_sec += 60
     precondition(pthread_mutex_lock(mutex) == 0)
-    while !isOpen {
+    while !opened {
       let result = pthread_cond_timedwait(condition, mutex, &deadline)
       if result == ETIMEDOUT { fatalError("TestLatch.wait: not opened within 60 s", file: file, line: line) }
       precondition(result == 0, "pthread_cond_timedwait failed: \(result)")
