@@ -603,21 +603,23 @@ struct PeerScenariosGLibPoolStopWithoutWaitingTests {
     let workers = TestBox<[Thread]>([])
     do {
       let pool = makePool("glib-dropped", maximumThreads: 2, minimumThreads: 2)
-      let release = TestLatch()
+      // The two jobs wait for each other, not for this task: both minimum threads run one.
+      let bothStarted = TestLatch()
       let started = TestBox(0)
-      async let first: Void = pool.run {
+      let job: @Sendable () -> Void = {
         workers.update { $0.append(Thread.current) }
-        started.update { $0 += 1 }
-        block(on: release)
+        var arrived = 0
+        started.update {
+          $0 += 1
+          arrived = $0
+        }
+        if arrived == 2 { bothStarted.open() }
+        block(on: bothStarted)
       }
-      async let second: Void = pool.run {
-        workers.update { $0.append(Thread.current) }
-        started.update { $0 += 1 }
-        block(on: release)
-      }
-      #expect(await eventually { started.value == 2 })
-      release.open()
+      async let first: Void = pool.run(job)
+      async let second: Void = pool.run(job)
       _ = try await (first, second)
+      #expect(Set(workers.value.map(ObjectIdentifier.init)).count == 2, "each job ran on its own thread")
       #expect(await eventually { pool.statistics.idleThreads == 2 })
     }  // the last reference goes: the pool shuts down without anyone waiting
     #expect(workers.value.count == 2)
