@@ -1,6 +1,5 @@
 import RunLoopConcurrency
 import Sync
-import TestSupport
 import Testing
 import Threads
 

@@ -3,7 +3,6 @@ import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
-import TestSupport
 import Testing
 import Threads
 

@@ -1,7 +1,6 @@
 import RunLoop
 import RunLoopConcurrency
 import Sync
-import TestSupport
 import Testing
 import Threads
 

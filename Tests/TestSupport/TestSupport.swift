@@ -17,7 +17,7 @@ public final class TestThread: @unchecked Sendable {
   /// The toolkit thread object (for exit requests).
   public let thread: Thread
   private let lock = Lock()
-  private var handle: JoinableThread<Void, Never>?  // protected by lock; taken by join()
+  private var handle: JoinableThread<Void, Never>?  // protected by lock; taken by takeHandle()
 
   private init(_ handle: consuming JoinableThread<Void, Never>) {
     thread = handle.thread
@@ -33,50 +33,26 @@ public final class TestThread: @unchecked Sendable {
     }
   }
 
-  /// Waits for the thread to end. Stops the process when called twice.
-  public func join() {
+  /// Takes the thread's handle, to join it once: synchronously with `join()`, or from an
+  /// async test with `value()` (RunLoopConcurrency), which waits without holding a
+  /// cooperative thread. Stops the process when the handle was taken already.
+  public func takeHandle() -> JoinableThread<Void, Never> {
     lock.lock()
     let taken = handle.take()
     lock.unlock()
-    guard let taken else { fatalError("TestThread.join called twice") }
-    taken.join()
+    guard let taken else { fatalError("TestThread: joined twice") }
+    return taken
+  }
+
+  /// Waits for the thread to end. Stops the process when called twice.
+  public func join() {
+    takeHandle().join()
   }
 
   /// Runs `body` on a new thread and waits for it.
   public static func run(_ body: @escaping @Sendable () -> Void) {
     spawn(body).join()
   }
-
-  /// Waits for the thread to end without holding a cooperative thread (see ``offPool(_:)``):
-  /// the join for async tests. Stops the process when the thread was joined already.
-  public func joined() async {
-    await offPool { self.join() }
-  }
-}
-
-/// Runs the blocking `body` on a new toolkit thread and suspends until it returns: how an
-/// async test waits for blocking work (a join, a latch, a blocking shutdown).
-///
-/// Blocking inside a task instead (in the test's own task or a detached one) holds a thread
-/// of the cooperative pool, which has one thread per core, two on a 2-core machine, and runs
-/// every synchronous test of the run. When what the blocked thread waits for needs a pool
-/// thread itself (a task created on a plain thread, a task resuming after an actor call,
-/// a continuation resumed elsewhere), two such waits at once, in two tests, deadlock the
-/// pool until some timeout ends one: every other test of the run stalls behind them.
-public func offPool<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result {
-  let result = Box<Result?>(nil)
-  let thread = Box<TestThread?>(nil)
-  await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-    thread.value = TestThread.spawn {
-      result.value = body()
-      continuation.resume()
-    }
-  }
-  // The thread has resumed this task and only returns now: this join waits moments, on
-  // nothing that needs the pool.
-  thread.value?.join()
-  guard let value = result.value else { fatalError("offPool: the body's result is missing") }
-  return value
 }
 
 /// A thread-safe list tests append to from callbacks on any thread.
