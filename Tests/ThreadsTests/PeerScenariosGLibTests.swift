@@ -605,13 +605,11 @@ struct PeerScenariosGLibPoolStopWithoutWaitingTests {
       let pool = makePool("glib-dropped", maximumThreads: 2, minimumThreads: 2)
       // The two jobs wait for each other, not for this task: both minimum threads run one.
       let bothStarted = TestLatch()
-      let started = TestBox(0)
       let job: @Sendable () -> Void = {
-        workers.update { $0.append(Thread.current) }
         var arrived = 0
-        started.update {
-          $0 += 1
-          arrived = $0
+        workers.update {
+          $0.append(Thread.current)
+          arrived = $0.count
         }
         if arrived == 2 { bothStarted.open() }
         block(on: bothStarted)
