@@ -56,7 +56,7 @@ public final class AtomicReference<Object: AnyObject> {
   }
 
   private func acquire() {
-    _ = lock.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "AtomicReference")
+    _ = lock.acquire(before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "AtomicReference")
   }
 
   private func release() {

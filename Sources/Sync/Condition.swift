@@ -79,10 +79,10 @@ public final class Condition: Locking, @unchecked Sendable {
   public func lock() {
     if LockDiagnostics.diagnosesAcquisition {
       _ = lockCore.acquireDiagnosed(
-        identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+        identity, before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Condition")
       return
     }
-    _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+    _ = lockCore.acquire(before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Condition")
   }
 
   /// Releases the condition's lock. Stops the process if the calling thread does not hold
@@ -110,9 +110,9 @@ public final class Condition: Locking, @unchecked Sendable {
   public func lock(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.diagnosesAcquisition {
       return lockCore.acquireDiagnosed(
-        identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+        identity, before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Condition")
     }
-    return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Condition")
+    return lockCore.acquire(before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Condition")
   }
 
   /// Whether the calling thread holds the condition's lock; meant for assertions.

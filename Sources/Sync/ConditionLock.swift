@@ -74,9 +74,9 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   private func acquire(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.diagnosesAcquisition {
       return lockCore.acquireDiagnosed(
-        identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+        identity, before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "ConditionLock")
     }
-    return lockCore.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "ConditionLock")
+    return lockCore.acquire(before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "ConditionLock")
   }
 
   /// One non-blocking attempt, through the diagnostics hooks when they are on.

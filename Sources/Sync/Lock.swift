@@ -68,11 +68,14 @@ public final class Lock: Locking, @unchecked Sendable {
   @usableFromInline
   let identity: LockIdentity
 
-  /// How many times a contended `lock()` polls the lock word (one `pause` each, about a
-  /// microsecond in all) before sleeping, and again after each wake-up. It stops polling at
-  /// once when other waiters already sleep. Measured in `cost-tables` (`mutex.contended-*`).
+  /// How many rounds of exponential backoff a contended `lock()` spends polling the lock
+  /// word before sleeping, and again after each wake-up: 8 rounds are 9 polls over 191
+  /// `pause` instructions (a few microseconds; a `pause` takes from about ten to about 140
+  /// cycles depending on the CPU). Polling stops at once while the lock is being handed to
+  /// a starving waiter. Measured in `cost-tables` (`contention.scaling-*`); the reasons are
+  /// at `FutexLock.spin`.
   @usableFromInline
-  static let spinsBeforeSleeping = 100
+  static let spinRoundsBeforeSleeping = 8
 
   /// Creates an unlocked lock; `checked` turns on the owner check in `unlock()`. By default
   /// it follows the process's ``MisuseChecking/mode``. `name` is what diagnostics reports
@@ -105,7 +108,7 @@ public final class Lock: Locking, @unchecked Sendable {
   public func lock() {
     // Diagnostics off: one relaxed load, a test and a not-taken branch before the fast path.
     if LockDiagnostics.acquisitionHooksRun { return lockHooked() }
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    core.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Lock")
   }
 
   /// Releases the lock. Stops the process if it is not locked (always) or, in checked mode,
@@ -133,7 +136,7 @@ public final class Lock: Locking, @unchecked Sendable {
   @inlinable
   public func lock(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.acquisitionHooksRun { return lockHooked(before: deadline) }
-    return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    return core.acquire(before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Lock")
   }
 
   // The outlined hooked operations (see `LockDiagnostics.hooksMayRun`): methods of the lock,
@@ -142,13 +145,14 @@ public final class Lock: Locking, @unchecked Sendable {
   @usableFromInline
   @inline(never)
   func lockHooked() {
-    _ = core.acquireHooked(identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    _ = core.acquireHooked(
+      identity, before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Lock")
   }
 
   @usableFromInline
   @inline(never)
   func lockHooked(before deadline: MonotonicInstant) -> Bool {
-    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "Lock")
+    core.acquireHooked(identity, before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "Lock")
   }
 
   @usableFromInline

@@ -117,7 +117,7 @@ package final class LockNames: @unchecked Sendable {
 /// ```swift
 /// public func lock() {
 ///   if LockDiagnostics.hooksMayRun { return lockHooked() }
-///   core.acquire(spins: ..., typeName: "Lock")
+///   core.acquire(spinRounds: ..., typeName: "Lock")
 /// }
 /// @usableFromInline @inline(never) func lockHooked() {
 ///   guard LockDiagnostics.diagnosesAcquisition else { return core.acquire(...) }

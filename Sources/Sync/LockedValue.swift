@@ -149,7 +149,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
       _ = acquireHooked(before: .distantFuture)
       return
     }
-    core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    core.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "LockedValue")
   }
 
   /// Acquires before `deadline`; returns whether it did.
@@ -157,7 +157,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @inline(__always)
   func acquire(before deadline: MonotonicInstant) -> Bool {
     if LockDiagnostics.acquisitionHooksRun { return acquireHooked(before: deadline) }
-    return core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    return core.acquire(before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "LockedValue")
   }
 
   /// One attempt, never blocks.
@@ -179,7 +179,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   @usableFromInline
   @inline(never)
   func acquireHooked(before deadline: MonotonicInstant) -> Bool {
-    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "LockedValue")
+    core.acquireHooked(identity, before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "LockedValue")
   }
 
   @usableFromInline
@@ -352,7 +352,7 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
         return true
       }
       // No spinning: the waker usually still holds the lock while it wakes us.
-      core.acquire(spins: 0, typeName: "LockedValue")
+      core.acquire(spinRounds: 0, typeName: "LockedValue")
       _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
     }
     return true

@@ -67,7 +67,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     if LockDiagnostics.acquisitionHooksRun {
       _ = acquireHooked(before: .distantFuture)
     } else {
-      core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+      core.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "RecursiveLock")
     }
     core.depth.pointee = 1
   }
@@ -84,7 +84,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
     let acquired =
       LockDiagnostics.acquisitionHooksRun
       ? acquireHooked(before: deadline)
-      : core.acquire(before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+      : core.acquire(before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "RecursiveLock")
     guard acquired else { return false }
     core.depth.pointee = 1
     return true
@@ -131,7 +131,7 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
   @usableFromInline
   @inline(never)
   func acquireHooked(before deadline: MonotonicInstant) -> Bool {
-    core.acquireHooked(identity, before: deadline, spins: Lock.spinsBeforeSleeping, typeName: "RecursiveLock")
+    core.acquireHooked(identity, before: deadline, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "RecursiveLock")
   }
 
   @usableFromInline

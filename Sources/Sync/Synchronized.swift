@@ -149,7 +149,7 @@ enum SynchronizedTable {
   /// Takes every bucket lock (the fork prepare handler).
   static func lockAllBuckets() {
     for index in 0..<bucketCount {
-      bucketLock(index).acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      bucketLock(index).acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
     }
   }
 
@@ -200,7 +200,7 @@ enum SynchronizedTable {
     let index = bucket(for: key)
     let bucketLock = bucketLock(index)
     let heads = heads(index)
-    bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+    bucketLock.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
     var found = heads[0]
     while let candidate = found, candidate.pointee.key != key {
       found = candidate.pointee.next
@@ -236,9 +236,9 @@ enum SynchronizedTable {
     } else {
       if diagnosed, let identity = entry.pointee.identity {
         _ = lock.acquireHooked(
-          identity, before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+          identity, before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
       } else {
-        lock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+        lock.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
       }
       lock.depth.pointee = 1
     }
@@ -264,7 +264,7 @@ enum SynchronizedTable {
     }
     let bucketLock = bucketLock(section.bucket)
     let heads = heads(section.bucket)
-    bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+    bucketLock.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
     entry.pointee.users -= 1
     var forgotten: UInt64 = 0
     if entry.pointee.users == 0 {
@@ -291,7 +291,7 @@ enum SynchronizedTable {
     var count = 0
     for index in 0..<bucketCount {
       let bucketLock = bucketLock(index)
-      bucketLock.acquire(spins: Lock.spinsBeforeSleeping, typeName: "synchronized")
+      bucketLock.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "synchronized")
       var entry = heads(index)[0]
       while let current = entry {
         count += 1

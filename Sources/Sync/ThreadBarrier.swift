@@ -75,7 +75,7 @@ public final class ThreadBarrier: @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @discardableResult
   public func arriveAndWait() -> Bool {
-    _ = lockCore.acquire(before: .distantFuture, spins: Lock.spinsBeforeSleeping, typeName: "ThreadBarrier")
+    _ = lockCore.acquire(before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "ThreadBarrier")
     defer { lockCore.release(checkOwner: false, typeName: "ThreadBarrier") }
     let round = counters[1]
     counters[0] += 1

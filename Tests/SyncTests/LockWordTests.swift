@@ -40,7 +40,7 @@ struct LockWordSubject: Sendable, CustomTestStringConvertible {
 
 extension LockedValue {
   /// The bare lock operations, for white-box tests of the word.
-  func lockForScope() { core.acquire(spins: Lock.spinsBeforeSleeping, typeName: "LockedValue") }
+  func lockForScope() { core.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "LockedValue") }
   func unlockForScope() { core.release(checkOwner: true, typeName: "LockedValue") }
 }
 

@@ -70,7 +70,7 @@ struct FutexCondition {
     _ = UInt32.atomicFetchAdd(UInt32.max, at: waiters, ordering: .relaxed)
     // No spinning on re-acquisition: the notifier usually still holds the lock (it signals
     // under it), so spinning would only burn the time slice the notifier needs to release.
-    _ = lock.acquire(before: .distantFuture, spins: 0, typeName: typeName)
+    _ = lock.acquire(before: .distantFuture, spinRounds: 0, typeName: typeName)
     return notified
   }
 

@@ -221,17 +221,17 @@ struct FutexLock {
   /// into the slow branch).
   @inlinable
   @inline(__always)
-  func acquire(spins: Int, typeName: String) {
+  func acquire(spinRounds: Int, typeName: String) {
     if tryAcquire() { return }
-    _ = acquireSlow(before: .distantFuture, spins: spins, typeName: typeName)
+    _ = acquireSlow(before: .distantFuture, spinRounds: spinRounds, typeName: typeName)
   }
 
   /// Acquires, blocking until `deadline`; returns false if it passed first.
   @inlinable
   @inline(__always)
-  func acquire(before deadline: MonotonicInstant, spins: Int, typeName: String) -> Bool {
+  func acquire(before deadline: MonotonicInstant, spinRounds: Int, typeName: String) -> Bool {
     if tryAcquire() { return true }
-    return acquireSlow(before: deadline, spins: spins, typeName: typeName)
+    return acquireSlow(before: deadline, spinRounds: spinRounds, typeName: typeName)
   }
 
   /// Releases. `checkOwner` verifies the caller holds the lock (checked mode); releasing an
@@ -321,16 +321,16 @@ struct FutexLock {
 
   @usableFromInline
   @inline(never)
-  func acquireSlow(before deadline: MonotonicInstant, spins: Int, typeName: String) -> Bool {
+  func acquireSlow(before deadline: MonotonicInstant, spinRounds: Int, typeName: String) -> Bool {
     let me = currentThreadTag()
     if ownerTag == me {
       reportMisuse(
         typeName, "lock() by the thread that already holds it (self-deadlock); use RecursiveLock to re-acquire")
     }
     let mine = Self.ownerBits(me)
-    // Bounded spinning: poll, one pause per poll, while the lock is held; a holder about to
-    // leave hands over without a system call. Never unbounded.
-    var current = spin(spins)
+    // Bounded spinning: poll with exponential backoff while the lock is held; a holder about
+    // to leave hands over without a system call. Never unbounded.
+    var current = spin(spinRounds)
     // Whether this thread has slept (then it must take a free lock with 2: it cannot know
     // whether others sleep), since when, and whether it counts itself as starving.
     var slept = false
@@ -416,7 +416,7 @@ struct FutexLock {
         // `current` was read refuses the sleep, and the loop looks again.
         _ = Futex.wait(futexWord, expected: UInt32(truncatingIfNeeded: current), deadline: deadline)
         if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
-        current = spin(spins)
+        current = spin(spinRounds)
       }
     }
   }
@@ -441,20 +441,32 @@ struct FutexLock {
 }
 
 extension FutexLock {
-  /// Polls the lock word up to `limit` times (one pause each) while it is held, sleepers or
-  /// not; returns the last value seen. Polling on while others sleep lets a thread whose
-  /// critical sections alternate with private work take the lock in user space instead of
-  /// joining the sleepers (measured: `mutex.contended-with-work-*` in `cost-tables`). It
-  /// stops at once while the lock is being handed to starving waiters (bits 3 or a
-  /// starving count): the word cannot become free then, so polling could only lose.
+  /// Polls the lock word while it is held, sleepers or not, in up to `rounds` rounds of
+  /// exponential backoff (``Backoff/pause(_:)``: 1, 2, 4 ... 64 `pause` instructions
+  /// between polls); returns the last value seen.
+  ///
+  /// Few polls, spread out: every poll pulls the lock's cache line to this core, and the
+  /// holder's next lock or unlock must then take it back. Polling after every `pause` (100
+  /// polls) kept the line moving between the two cores at each of the holder's
+  /// acquisitions, so two contending threads ran at 1.2-1.8x pthread's time per
+  /// acquisition; with 8 rounds (9 polls over 191 pauses) the holder runs on an unshared
+  /// line between polls and the same row measures 0.6-0.9x (`contention.scaling-2` in
+  /// `cost-tables`). Six rounds were slower again (too short a spin: waiters sleep, then
+  /// pay a wake-up), ten no better than eight.
+  ///
+  /// Polling on while others sleep lets a thread whose critical sections alternate with
+  /// private work take the lock in user space instead of joining the sleepers
+  /// (`contention.scaling-with-work-*`). It stops at once while the lock is being handed to
+  /// starving waiters (bits 3 or a starving count): the word cannot become free then, so
+  /// polling could only lose.
   @usableFromInline
-  func spin(_ limit: Int) -> UInt64 {
-    var remaining = limit
+  func spin(_ rounds: Int) -> UInt64 {
+    var round = 0
     while true {
       let current = UInt64.atomicLoad(at: word, ordering: .relaxed)
-      if current == 0 || remaining == 0 || current & Self.stateMask >= Self.handedOver { return current }
-      tk_cpu_relax()
-      remaining -= 1
+      if current == 0 || round >= rounds || current & Self.stateMask >= Self.handedOver { return current }
+      Backoff.pause(round)
+      round += 1
     }
   }
 }
