@@ -72,8 +72,8 @@ struct RunLoopMetricsTests {
     let first = runLoop.metrics
     // A window of 20 ms, not two back-to-back reads: in a window of microseconds the reader's
     // own preemption or the loop's last busy instants can outweigh the sleep.
-    let windowEnd = MonotonicInstant.now + .milliseconds(20)
-    while !windowEnd.hasPassed {}
+    let windowEnd = MonotonicInstant.after(.milliseconds(20))
+    waitUntil { windowEnd.hasPassed }
     let second = runLoop.metrics
     stop.signalAndWakeUp()
     loopThread.join()
