@@ -23,10 +23,16 @@
 //                                   counts of that run, in percent (0 = every thread got the
 //                                   same share, 100 = one thread got everything)
 //   fairness.throughput-N           ns per acquisition over that run (what the bound costs)
-//                                   The fairness rows add "Sync.Lock, hand-over bound off":
-//                                   the same lock with the bounded wait switched off
-//                                   (LockBenchmarkSwitches, SPI), so every report measures
-//                                   what the bound costs and what it buys
+//                                   The fairness rows add two references compared with
+//                                   nothing: "Sync.Lock, hand-over bound off", the same lock
+//                                   with the bounded wait switched off (LockBenchmarkSwitches,
+//                                   SPI), so every report measures what the bound costs and
+//                                   what it buys; and "no lock (atomic add)", the same loop
+//                                   around an atomic add, whose longest "wait" is the
+//                                   scheduler's alone (more threads than cores: a thread
+//                                   preempted anywhere in its loop waits for its turn), the
+//                                   floor under every lock at that count. N = 2 (one thread
+//                                   per core here) shows a lock's own waits.
 //   fairness.sleeps-N, fairness.preemptions-N
 //                                   the threads' voluntary context switches (sleeps in the
 //                                   kernel) and involuntary ones (the scheduler took the
@@ -91,6 +97,16 @@ private final class SynchronizationMutexContention: ContentionSubject, Sendable 
   let mutex = Synchronization.Mutex<Int>(0)
   func increment() { mutex.withLock { $0 &+= 1 } }
   var count: Int { mutex.withLock { $0 } }
+}
+
+/// No lock at all: one atomic fetch-add on a counter of its own line. The fairness rows'
+/// control: its longest "wait" is what the scheduler alone makes a thread of that loop wait
+/// (a thread preempted anywhere in the loop waits for its turn on a core), the floor under
+/// every lock's row at the same thread count.
+private final class NoLockContention: ContentionSubject, Sendable {
+  let counter = Synchronization.Atomic<Int>(0)
+  func increment() { counter.wrappingAdd(1, ordering: .relaxed) }
+  var count: Int { counter.load(ordering: .relaxed) }
 }
 
 /// pthread_mutex_t and the counter in one 64-byte block (NIOLockedValueBox's layout).
@@ -490,13 +506,15 @@ private struct ContentionEntry: Sendable {
   }
 }
 
-/// The fairness rows' subjects: the contention subjects and `Sync.Lock` without the bound
-/// (a reference, compared with nothing: its row is what the bound is judged against).
+/// The fairness rows' subjects: the contention subjects and two references compared with
+/// nothing: `Sync.Lock` without the bound (what the bound is judged against) and the same loop
+/// with no lock (what the scheduler alone makes a thread wait).
 private let fairnessEntries: [ContentionEntry] =
   contentionEntries + [
     ContentionEntry(.peer("Sync.Lock, hand-over bound off"), handOverBound: false) {
       LockObjectContention(Sync.Lock(checked: false))
-    }
+    },
+    ContentionEntry(.peer("no lock (atomic add)"), NoLockContention.init),
   ]
 
 private let contentionEntries: [ContentionEntry] = [
@@ -597,7 +615,7 @@ func registerContentionBenchmarks(_ harness: Harness) {
       threads: threads, scenario: .backgroundLoad)
   }
 
-  let fairnessCounts = quick ? [4] : [4, 16, 64]
+  let fairnessCounts = quick ? [4] : [2, 4, 16, 64]
   let duration: UInt64 = quick ? 20_000_000 : 500_000_000
   for threads in fairnessCounts where harness.wantsAny(fairnessIds(threads)) {
     let began = Harness.now()
