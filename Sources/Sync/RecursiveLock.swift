@@ -58,16 +58,24 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use withLock for a short critical section")
   @inlinable
   public func lock() {
+    // The outermost acquisition of a free lock first, the common case: one compare-and-swap,
+    // which fails on a lock this thread holds (its word is not 0), so no re-entry is missed.
+    // Only the outermost acquisition and the last release reach the diagnostics hooks: a
+    // re-entry is not an order.
+    let hooked = LockDiagnostics.acquisitionHooksRun
+    if !hooked, core.tryAcquire() {
+      core.depth.pointee = 1
+      return
+    }
     if core.isHeldByCurrentThread {
       core.depth.pointee += 1
       return
     }
-    // Only the outermost acquisition and the last release reach the diagnostics hooks: a
-    // re-entry is not an order.
-    if LockDiagnostics.acquisitionHooksRun {
+    if hooked {
       _ = acquireHooked(before: .distantFuture)
     } else {
-      core.acquire(spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "RecursiveLock")
+      _ = core.acquireSlow(
+        before: .distantFuture, spinRounds: Lock.spinRoundsBeforeSleeping, typeName: "RecursiveLock")
     }
     core.depth.pointee = 1
   }
@@ -114,8 +122,9 @@ public final class RecursiveLock: Locking, @unchecked Sendable {
       }
       reportMisuse("RecursiveLock", "unlock() from a thread that does not hold the lock")
     }
-    core.depth.pointee -= 1
-    if core.depth.pointee == 0 {
+    let remaining = core.depth.pointee - 1
+    core.depth.pointee = remaining
+    if remaining == 0 {
       if LockDiagnostics.releaseHooksRun {
         releaseHooked()
       } else {
