@@ -756,14 +756,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// state seen.
   @usableFromInline
   func spin() -> UInt32 {
-    var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
-    var round = 0
-    while round < 8 && current & Self.mask != 0 && current & ~Self.mask == 0 {
-      Backoff.pause(round)
-      round += 1
-      current = UInt32.atomicLoad(at: state, ordering: .relaxed)
+    Backoff.poll(rounds: 8) {
+      UInt32.atomicLoad(at: state, ordering: .relaxed)
+    } while: { current in
+      current & Self.mask != 0 && current & ~Self.mask == 0
     }
-    return current
   }
 
   // MARK: Scoped forms and Locking

@@ -461,12 +461,10 @@ extension FutexLock {
   /// polling could only lose.
   @usableFromInline
   func spin(_ rounds: Int) -> UInt64 {
-    var round = 0
-    while true {
-      let current = UInt64.atomicLoad(at: word, ordering: .relaxed)
-      if current == 0 || round >= rounds || current & Self.stateMask >= Self.handedOver { return current }
-      Backoff.pause(round)
-      round += 1
+    Backoff.poll(rounds: rounds) {
+      UInt64.atomicLoad(at: word, ordering: .relaxed)
+    } while: { current in
+      current != 0 && current & Self.stateMask < Self.handedOver
     }
   }
 }
@@ -479,5 +477,21 @@ enum Backoff {
   static func pause(_ round: Int) {
     let count = 1 << Swift.min(round, 6)
     for _ in 0..<count { tk_cpu_relax() }
+  }
+
+  /// The bounded spin of the futex locks: reads `load()`, and while `keepWaiting` holds for
+  /// the value read, pauses (``pause(_:)``: 1, 2, 4 ... 64 `pause` instructions) and reads
+  /// again, at most `rounds` times; returns the last value read (`rounds + 1` reads at
+  /// most). Polls are spread out because every poll pulls the polled cache line to this
+  /// core, away from the thread that holds the lock (see ``FutexLock/spin(_:)``).
+  @inline(__always)
+  static func poll<Value>(rounds: Int, _ load: () -> Value, while keepWaiting: (Value) -> Bool) -> Value {
+    var round = 0
+    while true {
+      let value = load()
+      if round >= rounds || !keepWaiting(value) { return value }
+      pause(round)
+      round += 1
+    }
   }
 }
