@@ -441,18 +441,28 @@ struct FutexLock {
 }
 
 extension FutexLock {
+  /// The backoff round a contended waiter's spin starts at (``Backoff/pause(_:)`` of round
+  /// 5 is 32 pauses; see ``spin(_:)``).
+  @usableFromInline
+  static var firstSpinRound: Int { 5 }
+
   /// Polls the lock word while it is held, sleepers or not, in up to `rounds` rounds of
-  /// exponential backoff (``Backoff/pause(_:)``: 1, 2, 4 ... 64 `pause` instructions
-  /// between polls); returns the last value seen.
+  /// exponential backoff starting at ``firstSpinRound`` (``Backoff/pause(_:)``: 32, then 64
+  /// `pause` instructions between polls); returns the last value seen.
   ///
   /// Few polls, spread out: every poll pulls the lock's cache line to this core, and the
-  /// holder's next lock or unlock must then take it back. Polling after every `pause` (100
-  /// polls) kept the line moving between the two cores at each of the holder's
-  /// acquisitions, so two contending threads ran at 1.2-1.8x pthread's time per
-  /// acquisition; with 8 rounds (9 polls over 191 pauses) the holder runs on an unshared
-  /// line between polls and the same row measures 0.6-0.9x (`contention.scaling-2` in
-  /// `cost-tables`). Six rounds were slower again (too short a spin: waiters sleep, then
-  /// pay a wake-up), ten no better than eight.
+  /// holder's next lock or unlock must then take it back, and a waiter that takes the lock
+  /// the moment it is free makes every acquisition move the line between cores. Waiting 32
+  /// pauses before the second poll lets the holder run several of its acquisitions on an
+  /// unshared line before a waiter takes its turn, which is why a contended lock runs at a
+  /// fraction of the time per acquisition of one whose waiters pounce (the price is paid in
+  /// fairness, which the hand-over rule bounds). Measured in `cost-tables` on a 2-vCPU
+  /// Intel Xeon VM (`contention.scaling-*`, three runs each, against pthread and `NSLock`):
+  /// polling after every `pause` (100 polls) ran two contending threads at 1.2-1.8x
+  /// pthread's time per acquisition; 8 rounds from the first (9 polls over 191 pauses) at
+  /// 0.6-0.9x without private work between acquisitions but 0.9-1.4x with it; 6 rounds from
+  /// the sixth (7 polls over 352 pauses) at 0.4-0.9x and 0.5-0.8x. Starting at the fourth or
+  /// fifth round measured between the two; 4 rounds from the sixth much as 6.
   ///
   /// Polling on while others sleep lets a thread whose critical sections alternate with
   /// private work take the lock in user space instead of joining the sleepers
@@ -461,7 +471,7 @@ extension FutexLock {
   /// polling could only lose.
   @usableFromInline
   func spin(_ rounds: Int) -> UInt64 {
-    Backoff.poll(rounds: rounds) {
+    Backoff.poll(rounds: rounds, firstRound: Self.firstSpinRound) {
       UInt64.atomicLoad(at: word, ordering: .relaxed)
     } while: { current in
       current != 0 && current & Self.stateMask < Self.handedOver
@@ -480,17 +490,20 @@ enum Backoff {
   }
 
   /// The bounded spin of the futex locks: reads `load()`, and while `keepWaiting` holds for
-  /// the value read, pauses (``pause(_:)``: 1, 2, 4 ... 64 `pause` instructions) and reads
-  /// again, at most `rounds` times; returns the last value read (`rounds + 1` reads at
-  /// most). Polls are spread out because every poll pulls the polled cache line to this
-  /// core, away from the thread that holds the lock (see ``FutexLock/spin(_:)``).
+  /// the value read, pauses (``pause(_:)`` of rounds `firstRound`, `firstRound + 1` ...: 1,
+  /// 2, 4 ... 64 `pause` instructions from round 0) and reads again, at most `rounds` times;
+  /// returns the last value read (`rounds + 1` reads at most). Polls are spread out
+  /// because every poll pulls the polled cache line to this core, away from the thread that
+  /// holds the lock (see ``FutexLock/spin(_:)``).
   @inline(__always)
-  static func poll<Value>(rounds: Int, _ load: () -> Value, while keepWaiting: (Value) -> Bool) -> Value {
+  static func poll<Value>(rounds: Int, firstRound: Int = 0, _ load: () -> Value, while keepWaiting: (Value) -> Bool)
+    -> Value
+  {
     var round = 0
     while true {
       let value = load()
       if round >= rounds || !keepWaiting(value) { return value }
-      pause(round)
+      pause(round + firstRound)
       round += 1
     }
   }
