@@ -459,10 +459,14 @@ extension FutexLock {
   /// fairness, which the hand-over rule bounds). Measured in `cost-tables` on a 2-vCPU
   /// Intel Xeon VM (`contention.scaling-*`, three runs each, against pthread and `NSLock`):
   /// polling after every `pause` (100 polls) ran two contending threads at 1.2-1.8x
-  /// pthread's time per acquisition; 8 rounds from the first (9 polls over 191 pauses) at
-  /// 0.6-0.9x without private work between acquisitions but 0.9-1.4x with it; 6 rounds from
-  /// the sixth (7 polls over 352 pauses) at 0.4-0.9x and 0.5-0.8x. Starting at the fourth or
-  /// fifth round measured between the two; 4 rounds from the sixth much as 6.
+  /// pthread's time per acquisition; 8 rounds from the first (9 polls over 191 pauses) ran
+  /// 2-64 threads at 0.5-1.2x without private work between acquisitions and 0.7-1.5x with
+  /// it; 6 rounds from the sixth (7 polls over 352 pauses) at 0.3-0.7x and 0.5-0.7x.
+  /// Starting at the fourth or fifth round measured between the two; 4 rounds from the sixth
+  /// much as 6. Two scenarios measured slower with it: 32 threads in bursts with idle gaps
+  /// between, and one thread taking the lock back-to-back beside 32 that do private work
+  /// between acquisitions (`RecursiveLock`, in some runs): waiters that poll less often
+  /// sleep more, and more of them outlast the hand-over threshold.
   ///
   /// Polling on while others sleep lets a thread whose critical sections alternate with
   /// private work take the lock in user space instead of joining the sleepers
