@@ -2,23 +2,32 @@ import Glibc
 import Sync
 import Testing
 
-/// Runs `body` on a new thread after one that ran `first` has ended, trying until the new
-/// thread gets the ended one's `pthread_t` (glibc gives a joined thread's descriptor to the
-/// next thread with the same stack size) or `attempts` run out. Returns whether it did.
+/// Makes a lock with `make`, runs `first` with it on a thread, and once that thread has ended
+/// runs `body` with the same lock on a new thread, trying until the new thread gets the
+/// ended one's `pthread_t` (glibc gives a joined thread's descriptor to the next thread with
+/// the same stack size, unless another thread of the process takes it first) or `attempts`
+/// run out; `body` runs on the last attempt either way. Returns whether a handle was
+/// recycled. Every attempt makes its own lock: `first` leaves it held by a thread that no
+/// longer exists, so a later attempt's `first` would block on it for ever.
 @discardableResult
-private func onLaterThreadWithRecycledHandle(
-  attempts: Int = 50, first: @escaping @Sendable () -> Void, then body: @escaping @Sendable () -> Void
+private func onLaterThreadWithRecycledHandle<Lock: AnyObject & Sendable>(
+  attempts: Int = 50, make: () -> Lock, first: @escaping @Sendable (Lock) -> Void,
+  then body: @escaping @Sendable (Lock) -> Void
 ) -> Bool {
   for attempt in 1...attempts {
+    let lock = make()
+    // Held for ever by a thread that no longer exists: never deinitialized (that would
+    // report it as destroyed while locked).
+    _ = Unmanaged.passRetained(lock)
     let ended = GuardedValue(pthread_t())
     runConcurrently(1) { _ in
-      first()
+      first(lock)
       ended.value = pthread_self()
     }
     let recycled = GuardedValue(false)
     runConcurrently(1) { _ in
       recycled.value = pthread_equal(pthread_self(), ended.value) != 0
-      if recycled.value || attempt == attempts { body() }
+      if recycled.value || attempt == attempts { body(lock) }
     }
     if recycled.value { return true }
   }
@@ -29,12 +38,9 @@ private func onLaterThreadWithRecycledHandle(
 struct ThreadIdentityTests {
   @Test("a recursive mutex held by an ended thread is not entered by a later thread")
   func recursiveMutexOfEndedThread() {
-    let mutex = RecursiveLock()
-    // Held forever by a thread that no longer exists: never deinitialized (that would
-    // report it as destroyed while locked).
-    _ = Unmanaged.passRetained(mutex)
     let entered = GuardedValue(false)
-    onLaterThreadWithRecycledHandle(first: { mutex.lock() }, then: { entered.value = mutex.tryLock() })
+    onLaterThreadWithRecycledHandle(
+      make: { RecursiveLock() }, first: { $0.lock() }, then: { entered.value = $0.tryLock() })
     #expect(!entered.value)
   }
 
@@ -42,19 +48,18 @@ struct ThreadIdentityTests {
   func checkedMutexOfEndedThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let mutex = Lock(checked: true)
-        onLaterThreadWithRecycledHandle(first: { mutex.lock() }, then: { mutex.unlock() })
+        onLaterThreadWithRecycledHandle(
+          make: { Lock(checked: true) }, first: { $0.lock() }, then: { $0.unlock() })
       }
     }
   }
 
   @Test("a read-write lock write-held by an ended thread is not the later thread's")
   func readWriteLockOfEndedThread() {
-    let lock = ReadWriteLock()
-    _ = Unmanaged.passRetained(lock)
     let heldByLaterThread = GuardedValue(true)
     onLaterThreadWithRecycledHandle(
-      first: { lock.writeLock() }, then: { heldByLaterThread.value = lock.isWriteLockedByCurrentThread })
+      make: { ReadWriteLock() }, first: { $0.writeLock() },
+      then: { heldByLaterThread.value = $0.isWriteLockedByCurrentThread })
     #expect(!heldByLaterThread.value)
   }
 
@@ -62,8 +67,8 @@ struct ThreadIdentityTests {
   func checkedSpinLockOfEndedThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
-        let lock = SpinLock(checked: true)
-        onLaterThreadWithRecycledHandle(first: { lock.lock() }, then: { lock.unlock() })
+        onLaterThreadWithRecycledHandle(
+          make: { SpinLock(checked: true) }, first: { $0.lock() }, then: { $0.unlock() })
       }
     }
   }
