@@ -1,8 +1,9 @@
-import RunLoop
-import Sync
 import TestSupport
 import Testing
 import Threads
+
+@testable import RunLoop
+@testable import Sync
 
 // Scenarios of WebKit's WTF RunLoop and WorkQueue tests translated to the toolkit: WTF's
 // `RunLoop::dispatch` is `performAndWakeUp`, `RunLoop::main()` a `RunLoopThread`'s loop (a
@@ -49,7 +50,10 @@ struct PeerWebKitRunLoopTests {
       }
       loop.performAndWakeUp { withExtendedLifetime(capture) {} }
     }
-    #expect(finished.wait(timeout: .seconds(20)), "the blocks queued from the captures' deinits did not all run")
+    let allRan = finished.wait(timeout: .seconds(20))
+    #expect(
+      allRan,
+      "the blocks queued from the captures' deinits did not all run: \(allRan ? "" : loopState(loop, "peer-deadlock"))")
     #expect(remaining.load(ordering: .acquiring) == 0)
     worker.stop()
   }
@@ -501,4 +505,19 @@ struct PeerWebKitWorkQueueTests {
     waitUntil { thread.isFinished }
     #expect(thread.isFinished)
   }
+}
+
+/// What a hang's failure message says about `loop` and its thread (named `threadName`):
+/// its wake-up state, its queued blocks, and where the thread sleeps in the kernel beside
+/// the addresses of the two words it can sleep on (the wake-up state and the loop's lock).
+private func loopState(_ loop: RunLoop, _ threadName: String) -> String {
+  var state =
+    "wakeState \(loop.wakeState.load(ordering: .full)) at \(loop.wakeState.storage), lock word at \(loop.lock.core.base)"
+  if loop.lock.tryLock() {
+    state += ", \(loop.blocks.count) blocks queued, isSleeping \(loop.isSleeping)"
+    loop.lock.unlock()
+  } else {
+    state += ", lock held"
+  }
+  return state + "\n" + kernelStates(ofThreadsNamed: threadName)
 }

@@ -137,3 +137,32 @@ public let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPat
 
 /// Whether a sanitizer slows the process down (ThreadSanitizer or AddressSanitizer).
 public var isRunningUnderSanitizer: Bool { isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer }
+
+/// Where the process's threads whose kernel names (`/proc/self/task/*/comm`) start with
+/// `prefix` are, one line each: thread id, name, the kernel function it sleeps in
+/// (`wchan`) and its system call with arguments (`syscall`: number, then the arguments in
+/// hex; for a futex wait the first is the word's address). For a hang's failure message,
+/// so it says where a thread sleeps; best effort (an entry may vanish while it is read).
+public func kernelStates(ofThreadsNamed prefix: String) -> String {
+  func read(_ path: String) -> String {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    if descriptor < 0 { return "?" }
+    defer { close(descriptor) }
+    var buffer = [UInt8](repeating: 0, count: 512)
+    let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+    return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self).filter { $0 != "\n" } : "?"
+  }
+  guard let directory = opendir("/proc/self/task") else { return "(no /proc/self/task)" }
+  defer { closedir(directory) }
+  var lines: [String] = []
+  while let entry = readdir(directory) {
+    let tid = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    if tid.hasPrefix(".") { continue }
+    let name = read("/proc/self/task/\(tid)/comm")
+    guard name.hasPrefix(prefix) else { continue }
+    lines.append(
+      "\(tid) \(name): wchan \(read("/proc/self/task/\(tid)/wchan")), syscall \(read("/proc/self/task/\(tid)/syscall"))"
+    )
+  }
+  return lines.isEmpty ? "(no thread named \(prefix)*)" : lines.joined(separator: "\n")
+}
