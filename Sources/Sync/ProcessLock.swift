@@ -41,7 +41,10 @@
 /// Breakers exclude each other with an `flock` on a companion file, `path + ".break"`,
 /// created by the first recovery and left in place (removing it would let two breakers lock
 /// different files). The `flock` is released when its holder's descriptor closes, also when
-/// the holder dies, so it never goes stale itself; it is only taken while breaking.
+/// the holder dies, so it never goes stale itself; it is only taken while breaking. One
+/// exception: the descriptor is close-on-exec, but a child that another thread of the
+/// breaking process forks without `exec` while the breaker holds it shares the `flock` until
+/// that child exits or calls `exec`, and breakers report busy until then.
 ///
 /// **Only a regular file** at ``path`` is a lock: a FIFO, a symlink (even to a regular file)
 /// or anything else planted there makes ``owner()`` and the recovery calls throw
@@ -234,7 +237,8 @@ public final class ProcessLock: @unchecked Sendable {
   /// ``owner()`` returned it): for an owner judged dead, the lock it left behind, and never a
   /// lock another process took since. Returns whether it removed the lock; `false` when the
   /// lock is free, has another owner now, or another process is breaking it at this moment
-  /// (retry; that never lasts). Never blocks.
+  /// (retry; that lasts as long as the other breaker's call, or as a child forked meanwhile
+  /// without `exec`: see the type's overview). Never blocks.
   ///
   /// Breakers exclude each other (an `flock` on `path + ".break"`), so between this call's
   /// check and its removal the file can change only through its owner's ``unlock()``: call it
