@@ -465,8 +465,13 @@ extension FutexLock {
   /// Starting at the fourth or fifth round measured between the two; 4 rounds from the sixth
   /// much as 6. Two scenarios measured slower with it: 32 threads in bursts with idle gaps
   /// between, and one thread taking the lock back-to-back beside 32 that do private work
-  /// between acquisitions (`RecursiveLock`, in some runs): waiters that poll less often
-  /// sleep more, and more of them outlast the hand-over threshold.
+  /// between acquisitions (`RecursiveLock` in a full report, and any of `Lock`,
+  /// `LockedValue` and `RecursiveLock` in some runs of that row alone): waiters that poll
+  /// less often sleep more, and more of them outlast the hand-over threshold. (With more
+  /// runnable threads than cores a woken sleeper can also wait longer than the threshold
+  /// for a core: the hand-overs then follow one another, each a wake-up, and the
+  /// back-to-back thread waits for them all; with the bound switched off that row did not
+  /// collapse.)
   ///
   /// Polling on while others sleep lets a thread whose critical sections alternate with
   /// private work take the lock in user space instead of joining the sleepers
