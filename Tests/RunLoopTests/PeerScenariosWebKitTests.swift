@@ -510,7 +510,10 @@ struct PeerWebKitWorkQueueTests {
 /// What a hang's failure message says about `loop` and its thread (named `threadName`):
 /// its wake-up state, its queued blocks, and where the thread sleeps in the kernel beside
 /// the addresses of the two words it can sleep on (the wake-up state and the loop's lock).
+/// The kernel states are read first: the `unlock` after the look at the queue wakes a
+/// thread asleep on the lock word, which would erase what the message is for.
 private func loopState(_ loop: RunLoop, _ threadName: String) -> String {
+  let threads = kernelStates(ofThreadsNamed: threadName)
   var state =
     "wakeState \(loop.wakeState.load(ordering: .full)) at \(loop.wakeState.storage), lock word at \(loop.lock.core.base)"
   if loop.lock.tryLock() {
@@ -519,5 +522,5 @@ private func loopState(_ loop: RunLoop, _ threadName: String) -> String {
   } else {
     state += ", lock held"
   }
-  return state + "\n" + kernelStates(ofThreadsNamed: threadName)
+  return state + "\n" + threads
 }
