@@ -26,6 +26,13 @@ import CThreadingShims
 /// nobody starves, the lock barges: a releasing thread may take it again before a woken
 /// sleeper runs, which keeps throughput high.
 ///
+/// Why every unlock while someone starves, not a hand-over now and then: a waiter that is
+/// not starving stops spinning and sleeps while the count is not zero (``spin(_:)``), so
+/// during a starving phase few threads compete for the processors. Spacing hand-overs out
+/// (the next one after nine times the last claim's delay, unlocks in between freeing the
+/// lock) measured about twice the time per acquisition of this rule at 64 threads on 2
+/// CPUs, with longest waits no shorter, whether or not contenders kept spinning meanwhile.
+///
 /// The owner's tag lives in the word so that the uncontended pair is exactly two
 /// compare-and-swaps and nothing else (as `Synchronization.Mutex`, which keeps the kernel
 /// thread id in its word): acquire 0 -> `1 | tag`, release `1 | tag` -> 0. A separate owner
