@@ -70,6 +70,7 @@ struct PortsServerLimitsTests {
           passes += 1
         } while !until.hasPassed || (rejections.count == 0 && !reportBy.hasPassed)
         let reportsWhileExhausted = rejections.count
+        let acceptedWhileExhausted = listener.peerCount
         for descriptor in fillers { precondition(close(descriptor) == 0) }
         precondition(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &original) == 0)
         // Descriptors are free again: the back-off ends and the waiting clients are accepted.
@@ -77,7 +78,7 @@ struct PortsServerLimitsTests {
         while listener.peerCount < clients.count && !giveUp.hasPassed { _ = try! listener.serveOnce(before: giveUp) }
         print(
           "state: \(passes) \(reportsWhileExhausted) \(listener.peerCount) \(clients.count) \(rejections.count) "
-            + "\(rejections.snapshot.first?.contains("accept failed") == true ? 1 : 0)")
+            + "\(rejections.snapshot.first?.contains("accept failed") == true ? 1 : 0) \(acceptedWhileExhausted)")
         print("reports: \(rejections.snapshot.prefix(2))")
       }
     }
@@ -86,13 +87,18 @@ struct PortsServerLimitsTests {
     guard let result else { return }
     let output = String(decoding: result.standardOutputContent, as: UTF8.self)
     let state = try #require(printedFigures(result.standardOutputContent, after: "state: ").last, "printed \(output)")
-    try #require(state.count == 6, "printed \(output)")
+    try #require(state.count == 7, "printed \(output)")
     // A spinning server makes thousands of passes and reports each failed accept; with a
     // back-off from 50 ms it makes a handful in 300 ms.
     #expect(state[0] <= 20, "passes while out of descriptors: \(output)")
-    #expect(state[1] == 1, "reports while out of descriptors: \(output)")
+    // One report per run of failures: an accept that succeeds ends it (documented: further
+    // failures are not reported until an accept succeeds). A descriptor that another thread
+    // of the child (the runtime's) held while the table was filled and closed since lets
+    // a client in meanwhile, so each client accepted while the table was full may start
+    // one more run; nothing else may.
+    #expect(state[1] >= 1 && state[1] <= 1 + state[6], "reports while out of descriptors: \(output)")
     #expect(state[2] == state[3], "clients accepted once descriptors were free: \(output)")
-    #expect(state[4] == 1, "reports in all: \(output)")
+    #expect(state[4] == state[1], "no report once descriptors were free: \(output)")
     #expect(state[5] == 1, "the report names the failed accept: \(output)")
   }
 
