@@ -10,8 +10,11 @@
 //                                 threads (two wake-ups), the same round trip built from
 //                                 the bare primitives (the caller parks in a continuation,
 //                                 an eventfd wakes a plain thread that resumes it: the
-//                                 pool's return leg included, no executor), and a
-//                                 hand-written pthread-condition thread executor
+//                                 pool's return leg included, no executor), and two
+//                                 hand-written executors on a thread of their own: one
+//                                 sleeping on a pthread condition, and the leanest
+//                                 possible, sleeping on a futex word that an enqueue wakes
+//                                 only while it sleeps (the floor for an actor hop)
 //   executor.enqueue.throughput   jobs enqueued from two threads to one executor, until all ran
 //   executor.enqueue.bytes-per-job  bytes allocated per enqueue (glibc's mallinfo2)
 //
@@ -154,6 +157,83 @@ private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable
   }
 }
 
+/// The leanest serial executor on a thread of its own: jobs in an array under a `Sync.Lock`,
+/// and the thread sleeps on a futex word (`AtomicInteger.wait`) that an enqueue wakes only
+/// while the thread sleeps (the run loop's rule, with nothing around it: no modes, timers,
+/// sources, priorities or isolation bookkeeping). The hop row's floor for an actor hop to a
+/// sleeping thread: the runtime's part of the hop (running the job, the task's switch back
+/// to the pool) and two futex wake-ups.
+private final class FutexThreadExecutor: SerialExecutor, @unchecked Sendable {
+  // @unchecked: `pending` and `stopping` are protected by `lock`; `sleeping` is atomic.
+  private let lock = Sync.Lock()
+  private var pending: [UnownedJob] = []
+  private var stopping = false
+  /// 1 once the thread, holding `lock`, found no job and is going to sleep; set back to 0
+  /// by the enqueue that then wakes it. The futex wait compares it, so a wake-up between
+  /// the thread's unlock and its wait is not lost.
+  private let sleeping = AtomicInteger<UInt32>(0)
+  private var thread: JoinableThread<Void, Never>?
+  /// The executor's thread, for the actor's check that every call runs there.
+  private(set) nonisolated(unsafe) var pthread = pthread_t()
+
+  init() {
+    pending.reserveCapacity(64)
+    let started = Semaphore(value: 0)
+    do {
+      thread = try Thread.spawn(name: "cost-tables-futex") { () throws(Never) in
+        self.pthread = pthread_self()
+        started.signal()
+        self.serve()
+      }
+    } catch {
+      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+    }
+    started.wait()
+  }
+
+  private func serve() {
+    var batch: [UnownedJob] = []
+    batch.reserveCapacity(64)
+    let executor = asUnownedSerialExecutor()
+    while true {
+      let finished: Bool = lock.withLock {
+        swap(&batch, &pending)
+        if batch.isEmpty && !stopping { sleeping.store(1, ordering: .relaxed) }
+        return batch.isEmpty && stopping
+      }
+      if finished { return }
+      if batch.isEmpty {
+        // Returns at once when an enqueue has cleared the word since the unlock.
+        _ = sleeping.wait(whileEqualTo: 1)
+        continue
+      }
+      for job in batch { job.runSynchronously(on: executor) }
+      batch.removeAll(keepingCapacity: true)
+    }
+  }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let unownedJob = UnownedJob(job)
+    let wake: Bool = lock.withLock {
+      pending.append(unownedJob)
+      guard sleeping.load(ordering: .relaxed) == 1 else { return false }
+      sleeping.store(0, ordering: .relaxed)
+      return true
+    }
+    if wake { _ = sleeping.wake() }
+  }
+
+  /// Lets the thread finish the jobs queued and joins it.
+  func stop() {
+    lock.withLock {
+      stopping = true
+      sleeping.store(0, ordering: .relaxed)
+    }
+    _ = sleeping.wake()
+    thread.take()?.join()
+  }
+}
+
 /// An actor on a `ConditionThreadExecutor`; each call checks that it runs on its thread.
 private actor ConditionThreadActor {
   let executor: ConditionThreadExecutor
@@ -162,6 +242,19 @@ private actor ConditionThreadActor {
   var calls = 0
   func ping(_ value: Int) -> Int {
     executorCheck(pthread_equal(pthread_self(), executor.pthread) != 0, "the condition-thread actor ran off its thread")
+    calls &+= 1
+    return value &+ 1
+  }
+}
+
+/// An actor on a `FutexThreadExecutor`; each call checks that it runs on its thread.
+private actor FutexThreadActor {
+  let executor: FutexThreadExecutor
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  init(executor: FutexThreadExecutor) { self.executor = executor }
+  var calls = 0
+  func ping(_ value: Int) -> Int {
+    executorCheck(pthread_equal(pthread_self(), executor.pthread) != 0, "the futex-thread actor ran off its thread")
     calls &+= 1
     return value &+ 1
   }
@@ -248,19 +341,16 @@ private actor Caller {
     executorCheck(value == count, "round trips")
   }
 
-  func roundTrips(_ count: Int, to target: QueueActor) async {
-    let before = target.executor.enqueued.load(ordering: .relaxed)
+  func roundTrips(_ count: Int, to target: ConditionThreadActor) async {
     var value = 0
     for _ in 0..<count {
       value = await target.ping(value)
       seen &+= value
     }
     executorCheck(value == count, "round trips")
-    let hops = target.executor.enqueued.load(ordering: .relaxed) - before
-    executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
   }
 
-  func roundTrips(_ count: Int, to target: ConditionThreadActor) async {
+  func roundTrips(_ count: Int, to target: FutexThreadActor) async {
     var value = 0
     for _ in 0..<count {
       value = await target.ping(value)
@@ -285,6 +375,18 @@ private actor Caller {
       seen &+= value
     }
     executorCheck(value == count, "round trips")
+  }
+
+  func roundTrips(_ count: Int, to target: QueueActor) async {
+    let before = target.executor.enqueued.load(ordering: .relaxed)
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+    let hops = target.executor.enqueued.load(ordering: .relaxed) - before
+    executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
   }
 }
 
@@ -356,6 +458,8 @@ private func executorActorRows(_ harness: Harness) {
     for descriptor in [toPeer, fromPeer] { executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
     let conditionExecutor = ConditionThreadExecutor()
     let conditionActor = ConditionThreadActor(executor: conditionExecutor)
+    let futexExecutor = FutexThreadExecutor()
+    let futexActor = FutexThreadActor(executor: futexExecutor)
     let resumer = EventfdResumer()
     let stopValue = UInt64.max - 1
     let peer: JoinableThread<Void, Never>
@@ -388,6 +492,12 @@ private func executorActorRows(_ harness: Harness) {
           }
         ),
         (
+          .peer("futex thread executor actor (pool -> thread -> pool)"),
+          { iterations in
+            timeInPoolTask { await caller.roundTrips(iterations, to: futexActor) }
+          }
+        ),
+        (
           .peer("eventfd thread resuming a continuation (pool -> thread -> pool)"),
           { iterations in
             timeInPoolTask { await caller.roundTrips(iterations, to: resumer) }
@@ -411,6 +521,7 @@ private func executorActorRows(_ harness: Harness) {
     executorCheck(write(toPeer, &stop, 8) == 8, "write(eventfd)")
     peer.join()
     conditionExecutor.stop()
+    futexExecutor.stop()
     resumer.stop()
     close(toPeer)
     close(fromPeer)
