@@ -98,23 +98,13 @@ private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable
   private var stopping = false
   private var thread: JoinableThread<Void, Never>?
   /// The executor's thread, for the actor's check that every call runs there.
-  private(set) nonisolated(unsafe) var pthread = pthread_t()
+  private(set) var pthread = pthread_t()
 
   init() {
     executorCheck(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init")
     executorCheck(pthread_cond_init(condition, nil) == 0, "pthread_cond_init")
     pending.reserveCapacity(64)
-    let started = Semaphore(value: 0)
-    do {
-      thread = try Thread.spawn(name: "cost-tables-cond") { () throws(Never) in
-        self.pthread = pthread_self()
-        started.signal()
-        self.serve()
-      }
-    } catch {
-      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
-    }
-    started.wait()
+    thread = startServingThread(named: "cost-tables-cond", pthread: &pthread) { self.serve() }
   }
 
   private func serve() {
@@ -157,6 +147,30 @@ private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable
   }
 }
 
+/// Starts `serve` on a thread of its own named `name`; returns the thread once `serve` is
+/// about to run, having stored its `pthread_t` in `pthread` (which an executor's actor
+/// compares with the thread each call runs on).
+private func startServingThread(
+  named name: String, pthread: inout pthread_t, _ serve: @escaping @Sendable () -> Void
+) -> JoinableThread<Void, Never> {
+  let started = Semaphore(value: 0)
+  let handle = AtomicInteger<UInt>(0)
+  let thread: JoinableThread<Void, Never>
+  do {
+    thread = try Thread.spawn(name: name) { () throws(Never) in
+      handle.store(pthread_self(), ordering: .relaxed)
+      started.signal()
+      serve()
+    }
+  } catch {
+    fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+  }
+  // The semaphore orders the store before this load.
+  started.wait()
+  pthread = handle.load(ordering: .relaxed)
+  return thread
+}
+
 /// The leanest serial executor on a thread of its own: jobs in an array under a `Sync.Lock`,
 /// and the thread sleeps on a futex word (`AtomicInteger.wait`) that an enqueue wakes only
 /// while the thread sleeps (the run loop's rule, with nothing around it: no modes, timers,
@@ -174,21 +188,11 @@ private final class FutexThreadExecutor: SerialExecutor, @unchecked Sendable {
   private let sleeping = AtomicInteger<UInt32>(0)
   private var thread: JoinableThread<Void, Never>?
   /// The executor's thread, for the actor's check that every call runs there.
-  private(set) nonisolated(unsafe) var pthread = pthread_t()
+  private(set) var pthread = pthread_t()
 
   init() {
     pending.reserveCapacity(64)
-    let started = Semaphore(value: 0)
-    do {
-      thread = try Thread.spawn(name: "cost-tables-futex") { () throws(Never) in
-        self.pthread = pthread_self()
-        started.signal()
-        self.serve()
-      }
-    } catch {
-      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
-    }
-    started.wait()
+    thread = startServingThread(named: "cost-tables-futex", pthread: &pthread) { self.serve() }
   }
 
   private func serve() {
