@@ -345,6 +345,18 @@ private actor Caller {
     executorCheck(value == count, "round trips")
   }
 
+  func roundTrips(_ count: Int, to target: QueueActor) async {
+    let before = target.executor.enqueued.load(ordering: .relaxed)
+    var value = 0
+    for _ in 0..<count {
+      value = await target.ping(value)
+      seen &+= value
+    }
+    executorCheck(value == count, "round trips")
+    let hops = target.executor.enqueued.load(ordering: .relaxed) - before
+    executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
+  }
+
   func roundTrips(_ count: Int, to target: ConditionThreadActor) async {
     var value = 0
     for _ in 0..<count {
@@ -379,18 +391,6 @@ private actor Caller {
       seen &+= value
     }
     executorCheck(value == count, "round trips")
-  }
-
-  func roundTrips(_ count: Int, to target: QueueActor) async {
-    let before = target.executor.enqueued.load(ordering: .relaxed)
-    var value = 0
-    for _ in 0..<count {
-      value = await target.ping(value)
-      seen &+= value
-    }
-    executorCheck(value == count, "round trips")
-    let hops = target.executor.enqueued.load(ordering: .relaxed) - before
-    executorCheck(hops >= count, "a hop per call (\(hops) enqueues for \(count) calls)")
   }
 }
 
