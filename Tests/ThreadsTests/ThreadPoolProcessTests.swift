@@ -62,11 +62,11 @@ struct ThreadPoolProcessTests {
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let cycles = isRunningUnderThreadSanitizer ? 1_000 : 10_000
       await runCycle()  // the runtime's own threads start here, before counting
-      let threadsBefore = directoryEntryCount("/proc/self/task")
+      let threadsBefore = threadCount()
       let descriptorsBefore = stableDescriptors()
       let mappingsBefore = mappingCount()
       for _ in 0..<cycles { await runCycle() }
-      let threadsAfter = directoryEntryCount("/proc/self/task")
+      let threadsAfter = threadCount()
       let descriptorsAfter = stableDescriptors()
       let mappingsAfter = mappingCount()
       let leftWorkers = threadNames(withPrefix: "cycle-").count
@@ -285,9 +285,9 @@ private func mappingCount() -> Int {
   (ProcessorLimits.readSmallFile("/proc/self/maps", limit: 1 << 24) ?? "").split(separator: "\n").count
 }
 
-/// How many entries a `/proc` directory holds (a process's threads), without `.` and `..`.
-private func directoryEntryCount(_ path: String) -> Int {
-  guard let directory = opendir(path) else { return -1 }
+/// How many threads the process has: the entries of `/proc/self/task`, without `.` and `..`.
+private func threadCount() -> Int {
+  guard let directory = opendir("/proc/self/task") else { return -1 }
   defer { closedir(directory) }
   var count = 0
   while let entry = readdir(directory) {
@@ -302,7 +302,8 @@ private func directoryEntryCount(_ path: String) -> Int {
 /// thread holds for a moment (a file the runtime or a pool reads and closes) is left out,
 /// while a leaked one is in every listing.
 private func stableDescriptors() -> Set<String> {
-  (0..<5).map { _ in descriptorListing() }.reduce(nil as Set<String>?) { $0?.intersection($1) ?? $1 } ?? []
+  let listings = (0..<5).map { _ in descriptorListing() }
+  return listings.dropFirst().reduce(listings[0]) { $0.intersection($1) }
 }
 
 /// One listing of `/proc/self/fd`: "number -> target" for each descriptor but the
