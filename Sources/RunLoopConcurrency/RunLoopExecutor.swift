@@ -79,7 +79,9 @@ import Threads
 public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
   // @unchecked: `queue`, `hasEnded`, `isShutDown` and the delayed-job state are protected
   // by `lock`; `owner` is atomic; `isDraining` is the loop thread's alone; the rest is
-  // immutable.
+  // immutable. The fields a job's path touches skip the runtime's dynamic exclusivity check
+  // (`@exclusivity(unchecked)`): the lock, or the loop's thread, already makes each access
+  // exclusive, and the check's thread-local lookup per access is a measurable part of a hop.
 
   /// The run loop whose thread runs the jobs.
   public let runLoop: RunLoop
@@ -90,14 +92,14 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   private let source: RunLoopSource
   private let lock = Lock()
   /// Queued jobs. Protected by `lock`.
-  private var queue = JobQueue()
+  @exclusivity(unchecked) private var queue = JobQueue()
   /// Set when the loop dropped the executor's source (its thread ended). Protected by `lock`.
-  private var hasEnded = false
+  @exclusivity(unchecked) private var hasEnded = false
   /// True while `drain` runs jobs. Touched only on the loop's thread (the source's perform
   /// callback), so it needs no lock.
-  private var isDraining = false
+  @exclusivity(unchecked) private var isDraining = false
   /// Set by `shutDown` once the queue was empty. Protected by `lock`.
-  private var isShutDown = false
+  @exclusivity(unchecked) private var isShutDown = false
   /// Delayed jobs whose timers have not fired yet. Protected by `lock`.
   private var delayedJobCount = 0
   /// Set by a `shutDown` waiting for the delayed jobs; opened when the last one is enqueued.

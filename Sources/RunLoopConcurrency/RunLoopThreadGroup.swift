@@ -249,7 +249,9 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
 final class GroupWorker: @unchecked Sendable {
   // @unchecked: `queue`, `closed`, `delayed` and `nextDelayedKey` are protected by `lock`;
   // `handle` is taken once by the group's single shutdown; `taskExecutor` is written before
-  // the group is published.
+  // the group is published. `queue` and `closed` skip the runtime's dynamic exclusivity
+  // check: `lock` already makes each access exclusive, and the check's thread-local lookup
+  // would be paid on every job's path.
   let runLoop: RunLoop
   let thread: Thread
   /// The thread's `tk_thread_identity()`.
@@ -257,8 +259,8 @@ final class GroupWorker: @unchecked Sendable {
   private var handle: RunLoopThread?
   private var source: RunLoopSource!
   private let lock = Lock()
-  private var queue = JobQueue()
-  private var closed = false
+  @exclusivity(unchecked) private var queue = JobQueue()
+  @exclusivity(unchecked) private var closed = false
   /// Delayed jobs whose timers have not fired, by key; emptied (the jobs handed on) when the
   /// worker closes. Protected by `lock`.
   private var delayed: [UInt64: DelayedGroupJob] = [:]

@@ -86,11 +86,16 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Protects every `var` below, and the contents of the `ModeItems` and `Activation`
   /// objects they reference. Never held while a callback runs. Lock order: this lock, then
   /// an item's lock.
+  ///
+  /// The vars a pass reads are `@exclusivity(unchecked)`: this lock (or, for the two the
+  /// loop's thread alone touches, that thread) already makes every access exclusive, and the
+  /// runtime's dynamic exclusivity check costs a thread-local lookup per access, several per
+  /// pass.
   let lock = Lock()
   /// Modes by name, created on first mention. Protected by `lock`.
-  var modes: [RunLoopMode: ModeItems] = [:]
+  @exclusivity(unchecked) var modes: [RunLoopMode: ModeItems] = [:]
   /// The common modes; only grows. Protected by `lock`.
-  var commonModeNames: Set<RunLoopMode> = [.default]
+  @exclusivity(unchecked) var commonModeNames: Set<RunLoopMode> = [.default]
   /// Items added to `.common`, re-added to every mode that becomes common. Protected by `lock`.
   var commonSources: [RunLoopSource] = []
   /// See `commonSources`. Protected by `lock`.
@@ -98,12 +103,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// See `commonSources`. Protected by `lock`.
   var commonObservers: [RunLoopObserver] = []
   /// Blocks queued by `perform`, FIFO. Protected by `lock`.
-  var blocks: [QueuedBlock] = []
+  @exclusivity(unchecked) var blocks: [QueuedBlock] = []
   /// Active run calls, innermost last. Protected by `lock`.
-  var activations: [Activation] = []
+  @exclusivity(unchecked) var activations: [Activation] = []
   /// True while the owning thread sleeps (in `epoll_wait` or on its futex, see
   /// `sleepsOnFutex`). Protected by `lock`.
-  var isSleeping = false
+  @exclusivity(unchecked) var isSleeping = false
   /// The wake-up state, read and updated with atomics so `wakeUp` never takes `lock` (a
   /// signalling thread must not contend with the loop's own passes). It is also the futex
   /// word the loop sleeps on when it has nothing to watch but wake-ups:
@@ -146,14 +151,14 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   static let sleepingInEpoll: UInt32 = 16
   static let exitRequested: UInt32 = 32
   /// How the loop sleeps right now (meaningful while `isSleeping`). Protected by `lock`.
-  var sleepsOnFutex = false
+  @exclusivity(unchecked) var sleepsOnFutex = false
   /// The mode whose timers arm the timerfd while the loop is handed to its `pollDescriptor`
   /// between two `runDueWork` calls (asleep in epoll with no run active); nil otherwise.
   /// Protected by `lock`.
   var parkedMode: ModeItems?
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
-  var armedDeadline: MonotonicInstant = .distantFuture
+  @exclusivity(unchecked) var armedDeadline: MonotonicInstant = .distantFuture
   /// Hands out `RunLoopTimer.scheduleSequence` values. Protected by `lock`.
   var nextTimerSequence: UInt64 = 0
   /// Hands out `RunLoopTimer.scheduleGeneration` values. Protected by `lock`.
@@ -163,27 +168,27 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Protected by `lock`.
   var timerClaimedForTesting: (@Sendable (RunLoopTimer) -> Void)?
   /// The deadline of the innermost run call. Protected by `lock`.
-  var currentRunDeadline: MonotonicInstant = .distantFuture
+  @exclusivity(unchecked) var currentRunDeadline: MonotonicInstant = .distantFuture
   /// How many descriptor members are in the epoll set; with none, a polling pass
   /// needs no epoll_wait. Protected by `lock`.
-  var memberCount = 0
+  @exclusivity(unchecked) var memberCount = 0
   /// Descriptor members' sources this loop signalled after its epoll wait reported them,
   /// until they fire (in a run of one of their modes) or stop being signalled. Protected by
   /// `lock`.
-  var readySources: [RunLoopSource] = []
+  @exclusivity(unchecked) var readySources: [RunLoopSource] = []
   /// Set when a wait reported a descriptor member, so the same pass delivers it.
   /// Read and written only by the thread running the loop.
-  var descriptorMembersReady = false
+  @exclusivity(unchecked) var descriptorMembersReady = false
   /// Set by `wait` when it consumed a wake-up (`wakeUpPending`), so the pass can pass it on
   /// to outer activations. Read and written only by the thread running the loop.
-  var consumedWakeUp = false
+  @exclusivity(unchecked) var consumedWakeUp = false
 
   /// Set once by `threadDidExit`: nothing will ever run a block queued from then on, so
   /// `enqueue` drops it. Protected by `lock`.
-  var threadHasEnded = false
+  @exclusivity(unchecked) var threadHasEnded = false
   /// Set once by `RunLoopThread`: the common modes count as never empty, so the thread's
   /// runs wait for work instead of returning finished. Protected by `lock`.
-  var keepsCommonModesAlive = false
+  @exclusivity(unchecked) var keepsCommonModesAlive = false
 
   /// The default mode's items, also in `modes`: runs in the default mode skip the lookup.
   let defaultItems = ModeItems(name: .default)

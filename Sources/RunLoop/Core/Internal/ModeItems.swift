@@ -1,11 +1,12 @@
 import Sync
 
 /// What one mode of one run loop contains. Every field is protected by the owning run loop's
-/// lock.
+/// lock, so the fields a pass reads skip the runtime's dynamic exclusivity check (see
+/// `RunLoop.lock`).
 final class ModeItems {
   let name: RunLoopMode
   /// Custom sources, in the order added (firing order is decided by `order` at fire time).
-  private(set) var sources: [RunLoopSource] = []
+  @exclusivity(unchecked) private(set) var sources: [RunLoopSource] = []
   /// Each source's place in the order added (a running number, not an index), which also
   /// answers membership in O(1).
   private var sourceSequence: [ObjectIdentifier: UInt64] = [:]
@@ -13,14 +14,14 @@ final class ModeItems {
   /// The sources a pass must look at to find the signalled ones: all but those the run loop
   /// signals itself (descriptor members, found through `RunLoop.readySources` instead), so
   /// a pass costs O(custom sources + ready members), not O(all members).
-  private(set) var scannedSources: [RunLoopSource] = []
+  @exclusivity(unchecked) private(set) var scannedSources: [RunLoopSource] = []
   /// The mode's timers by identity (the order added lives in each timer's
   /// `scheduleSequence`). The only strong references the mode holds to its timers: the
   /// schedule below names them by identity, so a timer leaves the mode's memory exactly when
   /// it leaves the mode (`remove`, `removeAllTimers`), where the caller still holds it; the
   /// run loop's lock never drops the last reference to a timer (and with it the timer's
   /// block and captures, whose deinit may call back into the loop).
-  private var timerMembers: [ObjectIdentifier: RunLoopTimer] = [:]
+  @exclusivity(unchecked) private var timerMembers: [ObjectIdentifier: RunLoopTimer] = [:]
   /// The timers' schedule, so a pass finds its wake instant and its due timers without
   /// looking at every timer: entries keyed by fire date plus tolerance (the instant the loop
   /// must wake by) and by fire date (due when passed). Entries are never updated in place:
@@ -30,9 +31,9 @@ final class ModeItems {
   private var wakeHeap = TimerHeap()
   private var dueHeap = TimerHeap()
   /// Observers, kept sorted by `order` (stable: equal orders keep the order added).
-  var observers: [RunLoopObserver] = []
+  @exclusivity(unchecked) var observers: [RunLoopObserver] = []
   /// The union of the observers' activities, so a pass skips points nobody watches.
-  var observerMask: UInt = 0
+  @exclusivity(unchecked) var observerMask: UInt = 0
 
   init(name: RunLoopMode) {
     self.name = name
@@ -220,19 +221,20 @@ struct QueuedBlock {
   }
 }
 
-/// One active run call (runs nest). Fields protected by the run loop's lock.
+/// One active run call (runs nest). Fields protected by the run loop's lock (hence
+/// `@exclusivity(unchecked)`, see `RunLoop.lock`).
 final class Activation {
   let mode: ModeItems
   /// Set by `stop`; checked at the start and at the end of each pass.
-  var stopped = false
+  @exclusivity(unchecked) var stopped = false
   /// Core Foundation's "ignore wake-ups" window: from waking up until the top of the next
   /// pass the loop is about to re-check everything, so a wake-up needs no system call.
   /// The innermost activation's value is mirrored in `RunLoop.wakeState` for `wakeUp`.
-  var ignoresWakeUps = true
+  @exclusivity(unchecked) var ignoresWakeUps = true
   /// A wake-up arrived while a run nested in this one was active, and may have been meant
   /// for this one: it must not sleep before the top of its next pass (see
   /// `RunLoop.wakeState`). Cleared at the top of each of its passes.
-  var wokenWhileNested = false
+  @exclusivity(unchecked) var wokenWhileNested = false
 
   init(mode: ModeItems) {
     self.mode = mode
