@@ -60,3 +60,15 @@ long bench_resident_pages(void *address, size_t length) {
 }
 
 int bench_current_cpu(void) { return sched_getcpu(); }
+
+int bench_thread_id(void) { return (int)gettid(); }
+
+int bench_pin_thread(int tid, const int *cpus, int count) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int index = 0; index < count; index++) {
+    if (cpus[index] < 0 || cpus[index] >= CPU_SETSIZE) return -EINVAL;
+    CPU_SET(cpus[index], &set);
+  }
+  return sched_setaffinity(tid, sizeof set, &set) == 0 ? 0 : -errno;
+}

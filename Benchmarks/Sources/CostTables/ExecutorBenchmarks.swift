@@ -18,7 +18,11 @@
 //   executor.enqueue.throughput   jobs enqueued from two threads to one executor, until all ran
 //   executor.enqueue.bytes-per-job  bytes allocated per enqueue (glibc's mallinfo2)
 //
-// The pool threads are the runtime's and cannot be pinned: these rows are unpinned.
+// The actor round-trip and enqueue rows are unpinned. The hop row is a ping-pong row,
+// measured in every placement (see `PingPongPlacement`): pinned, every subject's own thread
+// is on the partner side's CPU and every other thread of the process, the runtime's pool
+// included, on the measuring side's (the pool's threads cannot pin themselves, so the row
+// pins them by their kernel ids before each sample).
 
 import CBenchmarkAllocationStats
 import CBenchmarkShims
@@ -100,11 +104,11 @@ private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable
   /// The executor's thread, for the actor's check that every call runs there.
   private(set) var pthread = pthread_t()
 
-  init() {
+  init(_ partners: HopPartners) {
     executorCheck(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init")
     executorCheck(pthread_cond_init(condition, nil) == 0, "pthread_cond_init")
     pending.reserveCapacity(64)
-    thread = startServingThread(named: "cost-tables-cond", pthread: &pthread) { self.serve() }
+    thread = startServingThread(named: "cost-tables-cond", partners: partners, pthread: &pthread) { self.serve() }
   }
 
   private func serve() {
@@ -151,13 +155,14 @@ private final class ConditionThreadExecutor: SerialExecutor, @unchecked Sendable
 /// about to run, having stored its `pthread_t` in `pthread` (which an executor's actor
 /// compares with the thread each call runs on).
 private func startServingThread(
-  named name: String, pthread: inout pthread_t, _ serve: @escaping @Sendable () -> Void
+  named name: String, partners: HopPartners, pthread: inout pthread_t, _ serve: @escaping @Sendable () -> Void
 ) -> JoinableThread<Void, Never> {
   let started = Semaphore(value: 0)
   let handle = AtomicInteger<UInt>(0)
   let thread: JoinableThread<Void, Never>
   do {
     thread = try Thread.spawn(name: name) { () throws(Never) in
+      partners.enter()
       handle.store(pthread_self(), ordering: .relaxed)
       started.signal()
       serve()
@@ -190,9 +195,9 @@ private final class FutexThreadExecutor: SerialExecutor, @unchecked Sendable {
   /// The executor's thread, for the actor's check that every call runs there.
   private(set) var pthread = pthread_t()
 
-  init() {
+  init(_ partners: HopPartners) {
     pending.reserveCapacity(64)
-    thread = startServingThread(named: "cost-tables-futex", pthread: &pthread) { self.serve() }
+    thread = startServingThread(named: "cost-tables-futex", partners: partners, pthread: &pthread) { self.serve() }
   }
 
   private func serve() {
@@ -278,12 +283,15 @@ private final class EventfdResumer: @unchecked Sendable {
   private var thread: JoinableThread<Void, Never>?
   private static let stopValue = UInt64.max - 1
 
-  init() {
+  init(_ partners: HopPartners) {
     descriptor = bench_eventfd()
     executorCheck(descriptor >= 0, "eventfd")
     executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl")
     do {
-      thread = try Thread.spawn(name: "cost-tables-resume") { () throws(Never) in self.serve() }
+      thread = try Thread.spawn(name: "cost-tables-resume") { () throws(Never) in
+        partners.enter()
+        self.serve()
+      }
     } catch {
       fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
     }
@@ -420,7 +428,7 @@ private func startLoopThread(_ name: String) -> RunLoopThread {
 // MARK: - Actor round trips
 
 private func executorActorRows(_ harness: Harness) {
-  guard harness.wants("executor.actor.roundtrip") || harness.wants("executor.hop.roundtrip") else { return }
+  guard harness.wants("executor.actor.roundtrip") else { return }
   let worker = startLoopThread("cost-tables-actor")
   let loopExecutor = RunLoopExecutor(runLoop: worker.runLoop)
   let loopActor = LoopActor(executor: loopExecutor)
@@ -452,85 +460,136 @@ private func executorActorRows(_ harness: Harness) {
       ),
     ])
 
-  // Hop latency: the loop thread sleeps between calls (it has nothing else to do once the
-  // answer is sent), so each call wakes it; the answer wakes a pool thread. The raw peer is
-  // the same two wake-ups with blocking eventfds between two threads.
-  if harness.wants("executor.hop.roundtrip") {
-    let toPeer = bench_eventfd()
-    let fromPeer = bench_eventfd()
-    executorCheck(toPeer >= 0 && fromPeer >= 0, "eventfd")
-    for descriptor in [toPeer, fromPeer] { executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
-    let conditionExecutor = ConditionThreadExecutor()
-    let conditionActor = ConditionThreadActor(executor: conditionExecutor)
-    let futexExecutor = FutexThreadExecutor()
-    let futexActor = FutexThreadActor(executor: futexExecutor)
-    let resumer = EventfdResumer()
-    let stopValue = UInt64.max - 1
-    let peer: JoinableThread<Void, Never>
-    do {
-      peer = try Thread.spawn(name: "cost-tables-eventfd") { () throws(Never) in
-        var value: UInt64 = 0
-        while true {
-          executorCheck(read(toPeer, &value, 8) == 8, "read(eventfd)")
-          if value == stopValue { return }
-          executorCheck(write(fromPeer, &value, 8) == 8, "write(eventfd)")
-        }
-      }
-    } catch {
-      fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
-    }
-    harness.sampleInterleaved(
-      id: "executor.hop.roundtrip", group: "Executors: hop to a sleeping run-loop thread and back",
-      operations: 20_000,
-      [
-        (
-          .toolkit("RunLoopExecutor actor (pool -> loop -> pool)"),
-          { iterations in
-            timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
-          }
-        ),
-        (
-          .peer("pthread-condition thread executor actor (pool -> thread -> pool)"),
-          { iterations in
-            timeInPoolTask { await caller.roundTrips(iterations, to: conditionActor) }
-          }
-        ),
-        (
-          .peer("futex thread executor actor (pool -> thread -> pool)"),
-          { iterations in
-            timeInPoolTask { await caller.roundTrips(iterations, to: futexActor) }
-          }
-        ),
-        (
-          .peer("eventfd thread resuming a continuation (pool -> thread -> pool)"),
-          { iterations in
-            timeInPoolTask { await caller.roundTrips(iterations, to: resumer) }
-          }
-        ),
-        (
-          .peer("raw eventfd round trip"),
-          { iterations in
-            let start = Harness.now()
-            var value: UInt64 = 1
-            for _ in 0..<iterations {
-              value = 1
-              executorCheck(write(toPeer, &value, 8) == 8, "write(eventfd)")
-              executorCheck(read(fromPeer, &value, 8) == 8, "read(eventfd)")
-            }
-            return Harness.now() - start
-          }
-        ),
-      ])
-    var stop = stopValue
-    executorCheck(write(toPeer, &stop, 8) == 8, "write(eventfd)")
-    peer.join()
-    conditionExecutor.stop()
-    futexExecutor.stop()
-    resumer.stop()
-    close(toPeer)
-    close(fromPeer)
-  }
   worker.stop()
+}
+
+// MARK: - Hop latency
+
+/// Registers the hop row (a ping-pong row: main.swift measures it in every placement, see
+/// `PingPongPlacement`). The measuring side is the runtime's pool threads (the callers) and
+/// the main thread (the raw peer's caller); the partner side is each subject's own thread.
+func registerExecutorHopBenchmarks(_ harness: Harness) {
+  guard harness.wants("executor.hop.roundtrip") else { return }
+  PingPongPlacement.withMainPinned { executorHopRows(harness) }
+}
+
+/// The threads of the hop row's partner side, which pin themselves there; every other
+/// thread of the process (the pool's included) is pinned to the measuring side before each
+/// sample, since the pool cannot be pinned from inside and starts threads as it likes.
+private final class HopPartners: Sendable {
+  private let ids = LockedValue<Set<Int32>>([])
+
+  /// Called first thing on a partner thread: pins it and records it.
+  func enter() {
+    PingPongPlacement.pinPartner()
+    let id = bench_thread_id()
+    ids.withLock { _ = $0.insert(id) }
+  }
+
+  /// Pins every other thread of the process to the measuring side's CPU (nothing when
+  /// unpinned).
+  func placePool() {
+    let partners = ids.withLock { $0 }
+    PingPongPlacement.pinProcessThreads(excluding: partners)
+  }
+}
+
+/// Hop latency: each subject's thread sleeps between calls (it has nothing else to do once
+/// the answer is sent), so each call wakes it; the answer wakes a pool thread. The raw peer
+/// is the same two wake-ups with blocking eventfds between two threads.
+private func executorHopRows(_ harness: Harness) {
+  let partners = HopPartners()
+  let worker = startLoopThread("cost-tables-hop")
+  do throws(PerformError) {
+    try worker.performAndWait { partners.enter() }
+  } catch {
+    fatalError("cost-tables (executor): the hop row's loop thread ran no request: \(error)")
+  }
+  let loopActor = LoopActor(executor: RunLoopExecutor(runLoop: worker.runLoop))
+  let caller = Caller()
+  let toPeer = bench_eventfd()
+  let fromPeer = bench_eventfd()
+  executorCheck(toPeer >= 0 && fromPeer >= 0, "eventfd")
+  for descriptor in [toPeer, fromPeer] { executorCheck(fcntl(descriptor, F_SETFL, 0) == 0, "fcntl") }
+  let conditionExecutor = ConditionThreadExecutor(partners)
+  let conditionActor = ConditionThreadActor(executor: conditionExecutor)
+  let futexExecutor = FutexThreadExecutor(partners)
+  let futexActor = FutexThreadActor(executor: futexExecutor)
+  let resumer = EventfdResumer(partners)
+  let stopValue = UInt64.max - 1
+  let peer: JoinableThread<Void, Never>
+  do {
+    peer = try Thread.spawn(name: "cost-tables-eventfd") { () throws(Never) in
+      partners.enter()
+      var value: UInt64 = 0
+      while true {
+        executorCheck(read(toPeer, &value, 8) == 8, "read(eventfd)")
+        if value == stopValue { return }
+        executorCheck(write(fromPeer, &value, 8) == 8, "write(eventfd)")
+      }
+    }
+  } catch {
+    fatalError("cost-tables (executor): Thread.spawn failed: \(error)")
+  }
+  harness.sampleInterleaved(
+    id: "executor.hop.roundtrip", group: "Executors: hop to a sleeping run-loop thread and back",
+    operations: 10_000,
+    [
+      (
+        .toolkit("RunLoopExecutor actor (pool -> loop -> pool)"),
+        { iterations in
+          partners.placePool()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
+        }
+      ),
+      (
+        .peer("pthread-condition thread executor actor (pool -> thread -> pool)"),
+        { iterations in
+          partners.placePool()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: conditionActor) }
+        }
+      ),
+      (
+        .peer("futex thread executor actor (pool -> thread -> pool)"),
+        { iterations in
+          partners.placePool()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: futexActor) }
+        }
+      ),
+      (
+        .peer("eventfd thread resuming a continuation (pool -> thread -> pool)"),
+        { iterations in
+          partners.placePool()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: resumer) }
+        }
+      ),
+      (
+        .peer("raw eventfd round trip"),
+        { iterations in
+          partners.placePool()
+          let start = Harness.now()
+          var value: UInt64 = 1
+          for _ in 0..<iterations {
+            value = 1
+            executorCheck(write(toPeer, &value, 8) == 8, "write(eventfd)")
+            executorCheck(read(fromPeer, &value, 8) == 8, "read(eventfd)")
+          }
+          return Harness.now() - start
+        }
+      ),
+    ])
+  var stop = stopValue
+  executorCheck(write(toPeer, &stop, 8) == 8, "write(eventfd)")
+  peer.join()
+  conditionExecutor.stop()
+  futexExecutor.stop()
+  resumer.stop()
+  close(toPeer)
+  close(fromPeer)
+  loopActor.executor.shutDown()
+  worker.stop()
+  // Back to every usable CPU for the rows that follow.
+  PingPongPlacement.unpinProcessThreads()
 }
 
 // MARK: - Enqueue throughput and allocations

@@ -14,7 +14,12 @@
 // - one-cpu ("@one-cpu" ids): both on one CPU, where the hand-off is a context switch and
 //   the software on the path weighs most (the strictest view of the toolkit's overhead).
 
+import CBenchmarkShims
 import Threads
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 enum PingPongPlacement {
   enum Mode: String, CaseIterable {
@@ -85,6 +90,46 @@ enum PingPongPlacement {
     pinMain()
     defer { pin(previous) }
     return body()
+  }
+
+  /// Pins every thread of the process but `partners` (kernel thread ids) to the measuring
+  /// side's CPU: for rows whose measuring side is a runtime's pool, whose threads cannot be
+  /// pinned from inside. Threads started later inherit their creator's CPUs, which may be
+  /// the partner side's, so rows call it before each sample. Does nothing when unpinned.
+  static func pinProcessThreads(excluding partners: Set<Int32>) {
+    guard let cpus else { return }
+    for id in processThreadIDs() where !partners.contains(id) { pin(thread: id, [cpus.main]) }
+  }
+
+  /// Lets every thread of the process run on every CPU the process could use at the start
+  /// again (after `pinProcessThreads`). Does nothing when unpinned.
+  static func unpinProcessThreads() {
+    guard cpus != nil else { return }
+    for id in processThreadIDs() { pin(thread: id, allowed) }
+  }
+
+  /// The kernel ids of the process's threads (`/proc/self/task`).
+  private static func processThreadIDs() -> [Int32] {
+    guard let directory = opendir("/proc/self/task") else {
+      fatalError("cost-tables: opendir(/proc/self/task) failed: errno \(errno)")
+    }
+    defer { closedir(directory) }
+    var ids: [Int32] = []
+    while let entry = readdir(directory) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
+        String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+      }
+      if let id = Int32(name) { ids.append(id) }
+    }
+    return ids
+  }
+
+  private static func pin(thread id: Int32, _ set: [Int]) {
+    let result = set.map(Int32.init).withUnsafeBufferPointer { bench_pin_thread(id, $0.baseAddress, Int32($0.count)) }
+    // ESRCH: the thread ended since the listing.
+    if result != 0 && result != -ESRCH {
+      fatalError("cost-tables: pinning thread \(id) to CPUs \(set) failed: errno \(-result)")
+    }
   }
 
   private static func pin(_ set: [Int]) {

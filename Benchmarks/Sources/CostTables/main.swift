@@ -39,6 +39,7 @@ func registerPingPongBenchmarks(_ harness: Harness) {
     registerCrossThreadWakeBenchmarks,
     registerEmbeddingBenchmarks,
     registerPortBenchmarks,
+    registerExecutorHopBenchmarks,
   ]
   for placement in PingPongPlacement.placements {
     PingPongPlacement.mode = placement

@@ -30,4 +30,12 @@ long bench_resident_pages(void *address, size_t length);
 /// sched_getcpu(): the CPU the calling thread runs on, or -1.
 int bench_current_cpu(void);
 
+/// gettid(): the calling thread's kernel id.
+int bench_thread_id(void);
+
+/// sched_setaffinity(tid, ...) with the `count` CPUs in `cpus`: pins any thread of the
+/// process by its kernel id (a runtime's pool threads, which cannot pin themselves). Returns 0
+/// or -errno.
+int bench_pin_thread(int tid, const int *cpus, int count);
+
 #endif
