@@ -261,6 +261,8 @@ struct Report {
   var loadAfter: String? = nil
   /// The results file the figures were read from (`--from-json`), or nil when measured now.
   var readFrom: String? = nil
+  /// The machine and load that file records, when it does.
+  var readRun: RunInfo? = nil
 
   /// The 1, 5 and 15 minute load averages, if readable.
   static func loadAverage() -> String? {
@@ -499,8 +501,8 @@ struct Report {
     return table
   }
 
-  /// The header: machine, mode, caveats.
-  func header() -> [String] {
+  /// This machine: kernel, architecture, online cores and CPU model.
+  static func machineDescription() -> String {
     var system = utsname()
     uname(&system)
     func field<T>(_ value: T) -> String {
@@ -509,14 +511,21 @@ struct Report {
       }
     }
     let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-    let machine =
-      field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
+    return field(system.sysname) + " " + field(system.release) + " " + field(system.machine) + ", "
       + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? "")
+  }
+
+  /// The header: machine, mode, caveats.
+  func header() -> [String] {
+    let machine = Report.machineDescription()
     var lines = [
       "cost-tables: the guide's cost tables on this machine, beside the peers, in one run",
-      readFrom.map {
-        "Figures read from " + $0 + ", measured by an earlier run: the file does not record that run's machine"
-          + " or load (this machine: " + machine + ")"
+      readFrom.map { path in
+        guard let measuredOn = readRun?.machine else {
+          return "Figures read from " + path + ", measured by an earlier run: the file does not record that run's"
+            + " machine or load (this machine: " + machine + ")"
+        }
+        return "Figures read from " + path + ", measured by an earlier run on: " + measuredOn
       } ?? "Machine: " + machine,
       "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
         + "; up to " + String(sampleCount)
@@ -525,7 +534,8 @@ struct Report {
       PingPongPlacement.summary,
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",
     ]
-    if let loadBefore, let loadAfter {
+    let loads = readFrom == nil ? (loadBefore, loadAfter) : (readRun?.loadBefore, readRun?.loadAfter)
+    if let loadBefore = loads.0, let loadAfter = loads.1 {
       lines.append(
         "Load average (1/5/15 min) before the run: " + loadBefore + "; after: " + loadAfter
           + ". Above the core count, other work shares the cores and contended threads run more one at a time.")
@@ -535,7 +545,7 @@ struct Report {
   }
 
   /// The CPU model from /proc/cpuinfo, if readable.
-  func cpuModel() -> String? {
+  static func cpuModel() -> String? {
     guard let file = fopen("/proc/cpuinfo", "r") else { return nil }
     defer { fclose(file) }
     var buffer = [CChar](repeating: 0, count: 512)

@@ -23,8 +23,16 @@ struct JSONRow: Codable {
   var method: String?
   /// Every sample, so charts and distributions can be redrawn from the file.
   var values: [Double]?
+  /// The run's machine (kernel, architecture, cores, CPU model) and load averages before and
+  /// after it: the same on every row of a file, so a row copied out of it still says where
+  /// it was measured. Absent in files written before they were recorded.
+  var machine: String?
+  // swift-format-ignore: AlwaysUseLowerCamelCase
+  var load_before: String?
+  // swift-format-ignore: AlwaysUseLowerCamelCase
+  var load_after: String?
 
-  init(_ row: BenchmarkRow) {
+  init(_ row: BenchmarkRow, run: RunInfo? = nil) {
     benchmark = row.benchmark
     subject = row.subject.name
     role = row.subject.role.rawValue
@@ -36,6 +44,9 @@ struct JSONRow: Codable {
     samples = row.samples.count
     method = row.method
     values = row.samples
+    machine = run?.machine
+    load_before = run?.loadBefore
+    load_after = run?.loadAfter
   }
 
   /// Back to a row; a file without values yields the median as its only sample.
@@ -47,7 +58,8 @@ struct JSONRow: Codable {
 
   enum CodingKeys: String, CodingKey {
     // swift-format-ignore: AlwaysUseLowerCamelCase
-    case benchmark, subject, role, group, unit, median_ns, min_ns, max_ns, samples, method, values
+    case benchmark, subject, role, group, unit, median_ns, min_ns, max_ns, samples, method, values, machine,
+      load_before, load_after
   }
 
   init(from decoder: any Decoder) throws {
@@ -63,6 +75,9 @@ struct JSONRow: Codable {
     samples = try container.decodeIfPresent(Int.self, forKey: .samples) ?? 1
     method = try container.decodeIfPresent(String.self, forKey: .method)
     values = try container.decodeIfPresent([Double].self, forKey: .values)
+    machine = try container.decodeIfPresent(String.self, forKey: .machine)
+    load_before = try container.decodeIfPresent(String.self, forKey: .load_before)
+    load_after = try container.decodeIfPresent(String.self, forKey: .load_after)
   }
 
   /// The role of a subject in a file whose rows carry no `role` field: such files named
@@ -77,23 +92,41 @@ struct JSONRow: Codable {
   }
 }
 
+/// Where and under what load a run measured its rows.
+struct RunInfo {
+  var machine: String
+  /// The 1, 5 and 15 minute load averages before and after the run, if readable.
+  var loadBefore: String?
+  var loadAfter: String?
+}
+
 enum ResultsFile {
-  static func write(_ rows: [BenchmarkRow], to path: String) throws {
+  static func write(_ rows: [BenchmarkRow], run: RunInfo, to path: String) throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     // NaN (a row with no samples) is not JSON; write it as a string rather than fail.
     encoder.nonConformingFloatEncodingStrategy = .convertToString(
       positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-    let data = try encoder.encode(rows.map(JSONRow.init))
+    let data = try encoder.encode(rows.map { JSONRow($0, run: run) })
     try data.write(to: URL(fileURLWithPath: path))
   }
 
   static func read(_ path: String) throws -> [BenchmarkRow] {
+    try readRun(path).rows
+  }
+
+  /// The rows of a file and the run it records (nil for files written before runs were
+  /// recorded).
+  static func readRun(_ path: String) throws -> (rows: [BenchmarkRow], run: RunInfo?) {
     let data = try Data(contentsOf: URL(fileURLWithPath: path))
     let decoder = JSONDecoder()
     decoder.nonConformingFloatDecodingStrategy = .convertFromString(
       positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-    return try decoder.decode([JSONRow].self, from: data).map(\.row)
+    let rows = try decoder.decode([JSONRow].self, from: data)
+    let run = rows.first.flatMap { row in
+      row.machine.map { RunInfo(machine: $0, loadBefore: row.load_before, loadAfter: row.load_after) }
+    }
+    return (rows.map(\.row), run)
   }
 
   static func writeText(_ text: String, to path: String) throws {

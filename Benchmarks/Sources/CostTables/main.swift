@@ -77,7 +77,8 @@ let costTablesUsage = """
                          the figures prove the benchmarks run, not speed
     --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended)
     --json FILE          also write the rows as JSON: benchmark, subject, group, unit,
-                         median_ns, min_ns, max_ns, samples, method, values
+                         median_ns, min_ns, max_ns, samples, method, values, and the
+                         run's machine, load_before and load_after on every row
     --markdown FILE      also write the tables as Markdown (for the README)
     --svg DIR            also write SVG charts to DIR: one per scaling series (e.g. lock
                          contention over 1-16 threads), Table 4-2 bars, timer lateness
@@ -157,9 +158,12 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   _ = PingPongPlacement.allowed  // read the process's CPUs before any thread is pinned
   let harness = Harness(quick: options.quick, filter: options.filter)
   if options.progress { harness.showsProgress = true }
+  var readRun: RunInfo? = nil
   if let fromJSONPath = options.fromJSONPath {
     do {
-      harness.load(try ResultsFile.read(fromJSONPath).filter { harness.wants($0.benchmark) })
+      let file = try ResultsFile.readRun(fromJSONPath)
+      readRun = file.run
+      harness.load(file.rows.filter { harness.wants($0.benchmark) })
     } catch {
       printError("cost-tables: cannot read \(fromJSONPath): \(error)")
       return 1
@@ -176,6 +180,7 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
     report.loadAfter = Report.loadAverage()
   } else {
     report.readFrom = options.fromJSONPath
+    report.readRun = readRun
   }
   print(report.text())
 
@@ -191,7 +196,8 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   }
   if let jsonPath = options.jsonPath {
     do {
-      try ResultsFile.write(harness.rows, to: jsonPath)
+      let run = RunInfo(machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter)
+      try ResultsFile.write(harness.rows, run: run, to: jsonPath)
       print("Wrote \(harness.rows.count) rows to \(jsonPath)")
     } catch {
       printError("cost-tables: cannot write \(jsonPath): \(error)")
