@@ -196,7 +196,8 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   }
   if let jsonPath = options.jsonPath {
     do {
-      let run = RunInfo(machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter)
+      let run = RunInfo(
+        machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter)
       try ResultsFile.write(harness.rows, run: run, to: jsonPath)
       print("Wrote \(harness.rows.count) rows to \(jsonPath)")
     } catch {
