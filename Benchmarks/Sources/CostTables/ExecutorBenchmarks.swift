@@ -492,6 +492,14 @@ private final class HopPartners: Sendable {
     let partners = ids.withLock { $0 }
     PingPongPlacement.pinProcessThreads(excluding: partners)
   }
+
+  /// A subject's sample: the pool placed, then `roundTrips(iterations)` timed in a pool task.
+  func sample(_ roundTrips: @escaping @Sendable (Int) async -> Void) -> (Int) -> UInt64 {
+    { iterations in
+      self.placePool()
+      return timeInPoolTask { await roundTrips(iterations) }
+    }
+  }
 }
 
 /// Hop latency: each subject's thread sleeps between calls (it has nothing else to do once
@@ -537,31 +545,19 @@ private func executorHopRows(_ harness: Harness) {
     [
       (
         .toolkit("RunLoopExecutor actor (pool -> loop -> pool)"),
-        { iterations in
-          partners.placePool()
-          return timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
-        }
+        partners.sample { await caller.roundTrips($0, to: loopActor) }
       ),
       (
         .peer("pthread-condition thread executor actor (pool -> thread -> pool)"),
-        { iterations in
-          partners.placePool()
-          return timeInPoolTask { await caller.roundTrips(iterations, to: conditionActor) }
-        }
+        partners.sample { await caller.roundTrips($0, to: conditionActor) }
       ),
       (
         .peer("futex thread executor actor (pool -> thread -> pool)"),
-        { iterations in
-          partners.placePool()
-          return timeInPoolTask { await caller.roundTrips(iterations, to: futexActor) }
-        }
+        partners.sample { await caller.roundTrips($0, to: futexActor) }
       ),
       (
         .peer("eventfd thread resuming a continuation (pool -> thread -> pool)"),
-        { iterations in
-          partners.placePool()
-          return timeInPoolTask { await caller.roundTrips(iterations, to: resumer) }
-        }
+        partners.sample { await caller.roundTrips($0, to: resumer) }
       ),
       (
         .peer("raw eventfd round trip"),
