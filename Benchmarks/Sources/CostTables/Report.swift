@@ -515,6 +515,17 @@ struct Report {
       + String(cores) + " online cores" + (cpuModel().map { ", " + $0 } ?? "")
   }
 
+  /// The run's mode: this run's, or the one the file read records.
+  var modeLine: String {
+    let measured =
+      "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
+      + "; up to " + String(sampleCount)
+      + " samples per row after one warm-up (each row says); peers interleaved with ours."
+    guard readFrom != nil else { return measured }
+    guard let recorded = readRun?.mode else { return "Mode: not recorded in the file (each row's method says)." }
+    return recorded
+  }
+
   /// The header: machine, mode, caveats.
   func header() -> [String] {
     let machine = Report.machineDescription()
@@ -527,11 +538,9 @@ struct Report {
         }
         return "Figures read from " + path + ", measured by an earlier run on: " + measuredOn
       } ?? "Machine: " + machine,
-      "Mode: " + (quick ? "--quick (few samples: the figures prove the benchmarks run, nothing more)" : "full")
-        + "; up to " + String(sampleCount)
-        + " samples per row after one warm-up (each row says); peers interleaved with ours.",
+      modeLine,
       "Every figure was taken in a multithreaded process (one thread started and joined first).",
-      PingPongPlacement.summary,
+      readFrom == nil ? PingPongPlacement.summary : readRun?.placements ?? "Ping-pong rows: not recorded in the file.",
       "Absolute times on a shared VM move from run to run; the ratios measured in one run are the claim.",
     ]
     let loads = readFrom == nil ? (loadBefore, loadAfter) : (readRun?.loadBefore, readRun?.loadAfter)

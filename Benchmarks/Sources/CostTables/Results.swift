@@ -31,6 +31,10 @@ struct JSONRow: Codable {
   var load_before: String?
   // swift-format-ignore: AlwaysUseLowerCamelCase
   var load_after: String?
+  /// The run's mode line (full or `--quick`, samples per row) and ping-pong placements, as
+  /// its report printed them.
+  var mode: String?
+  var placements: String?
 
   init(_ row: BenchmarkRow, run: RunInfo? = nil) {
     benchmark = row.benchmark
@@ -47,6 +51,8 @@ struct JSONRow: Codable {
     machine = run?.machine
     load_before = run?.loadBefore
     load_after = run?.loadAfter
+    mode = run?.mode
+    placements = run?.placements
   }
 
   /// Back to a row; a file without values yields the median as its only sample.
@@ -59,7 +65,7 @@ struct JSONRow: Codable {
   enum CodingKeys: String, CodingKey {
     // swift-format-ignore: AlwaysUseLowerCamelCase
     case benchmark, subject, role, group, unit, median_ns, min_ns, max_ns, samples, method, values, machine,
-      load_before, load_after
+      load_before, load_after, mode, placements
   }
 
   init(from decoder: any Decoder) throws {
@@ -78,6 +84,8 @@ struct JSONRow: Codable {
     machine = try container.decodeIfPresent(String.self, forKey: .machine)
     load_before = try container.decodeIfPresent(String.self, forKey: .load_before)
     load_after = try container.decodeIfPresent(String.self, forKey: .load_after)
+    mode = try container.decodeIfPresent(String.self, forKey: .mode)
+    placements = try container.decodeIfPresent(String.self, forKey: .placements)
   }
 
   /// The role of a subject in a file whose rows carry no `role` field: such files named
@@ -92,12 +100,15 @@ struct JSONRow: Codable {
   }
 }
 
-/// Where and under what load a run measured its rows.
+/// Where, under what load and how a run measured its rows.
 struct RunInfo {
   var machine: String
   /// The 1, 5 and 15 minute load averages before and after the run, if readable.
   var loadBefore: String?
   var loadAfter: String?
+  /// The report's mode line and ping-pong placement line (nil in files that predate them).
+  var mode: String? = nil
+  var placements: String? = nil
 }
 
 enum ResultsFile {
@@ -124,7 +135,11 @@ enum ResultsFile {
       positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
     let rows = try decoder.decode([JSONRow].self, from: data)
     let run = rows.first.flatMap { row in
-      row.machine.map { RunInfo(machine: $0, loadBefore: row.load_before, loadAfter: row.load_after) }
+      row.machine.map {
+        RunInfo(
+          machine: $0, loadBefore: row.load_before, loadAfter: row.load_after, mode: row.mode,
+          placements: row.placements)
+      }
     }
     return (rows.map(\.row), run)
   }

@@ -78,7 +78,8 @@ let costTablesUsage = """
     --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended)
     --json FILE          also write the rows as JSON: benchmark, subject, group, unit,
                          median_ns, min_ns, max_ns, samples, method, values, and the
-                         run's machine, load_before and load_after on every row
+                         run's machine, load_before, load_after, mode and placements
+                         on every row
     --markdown FILE      also write the tables as Markdown (for the README)
     --svg DIR            also write SVG charts to DIR: one per scaling series (e.g. lock
                          contention over 1-16 threads), Table 4-2 bars, timer lateness
@@ -196,8 +197,12 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   }
   if let jsonPath = options.jsonPath {
     do {
-      let run = RunInfo(
-        machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter)
+      // A file re-written from another keeps the run it records.
+      let run =
+        readRun
+        ?? RunInfo(
+          machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter,
+          mode: report.modeLine, placements: PingPongPlacement.summary)
       try ResultsFile.write(harness.rows, run: run, to: jsonPath)
       print("Wrote \(harness.rows.count) rows to \(jsonPath)")
     } catch {
