@@ -163,6 +163,29 @@ struct CallbackLifetimeTests {
     #expect(log.snapshot == ["deinit"])
   }
 
+  @Test(
+    "a block a pass took at its top releases its captures before the loop sleeps, so what their deinit queues runs",
+    arguments: [false, true])
+  func blockTakenAtTheTopOfAPassIsReleasedBeforeTheSleep(withTimer: Bool) throws {
+    let worker = try RunLoopThread.start(name: "release-before-sleep")
+    let loop = worker.runLoop
+    if withTimer {
+      // A far timer makes the loop sleep in epoll rather than on its futex.
+      try worker.performAndWait { loop.add(RunLoopTimer(after: .seconds(3_600)) { _ in }, forMode: .default) }
+    }
+    let queuedByDeinit = Semaphore(value: 0)
+    // The first block runs after a wake-up; the block it queues on the loop's own thread is
+    // taken at the top of the next pass, and only that block holds the probe. The probe's
+    // deinit queues a third block: if the pass kept the second one until after its sleep,
+    // nothing would wake the loop for the third.
+    loop.performAndWakeUp {
+      let probe = DeinitProbe { loop.performAndWakeUp { queuedByDeinit.signal() } }
+      loop.perform { withExtendedLifetime(probe) {} }
+    }
+    #expect(queuedByDeinit.wait(timeout: .seconds(10)), "the block queued by the capture's deinit did not run")
+    worker.stop()
+  }
+
   @Test("a common-mode timer left only in the common set is released outside the loop's lock at thread exit")
   func commonOnlyTimerAtThreadExitIsReleasedOutsideTheLock() {
     let log = Recorder<String>()

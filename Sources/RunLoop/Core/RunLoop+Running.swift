@@ -164,7 +164,7 @@ extension RunLoop {
     var carried: TopSection? = nil
     while true {
       // Top of the pass: from here on a wake-up must end the coming sleep.
-      let top =
+      var top =
         carried
         ?? lock.withLock {
           beginPass(activation, after: previous, firstPass: firstPass, handOffs: handOffs, deadline: deadline)
@@ -184,7 +184,10 @@ extension RunLoop {
       } else if top.mask & RunLoopActivity.beforeSources.rawValue != 0 {
         notify(.beforeSources, mode)
       }
-      if let (queued, common) = top.blocks {
+      // Moved out of `top`, which lives to the end of the pass: the taken blocks (and their
+      // captures) are released here, before the pass can sleep. A capture's deinit may queue
+      // a block and wake the loop; released after the sleep, nothing would wake it.
+      if let (queued, common) = top.takeBlocks() {
         runBlocks(queued, common, mode)
       } else if top.mask & beforeMask != 0 {
         runBlocks(mode)
@@ -239,7 +242,7 @@ extension RunLoop {
           readyCount = wait(prepared)
         }
       }
-      let after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt, next: TopSection?) =
+      var after: (due: [RunLoopTimer], blocks: ([QueuedBlock], Set<RunLoopMode>)?, mask: UInt, next: TopSection?) =
         lock.withLock {
           isSleeping = false
           // A hand-off step's wait with nothing to do after it (no descriptor members or
@@ -296,7 +299,8 @@ extension RunLoop {
         }
         for (timer, owner) in moved { owner.timerScheduleDidChange(timer) }
       }
-      if let (queued, common) = after.blocks {
+      // Moved out for the same reason as the top's: released before the port sources fire.
+      if let (queued, common) = after.blocks.take() {
         runBlocks(queued, common, mode)
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
@@ -321,10 +325,17 @@ extension RunLoop {
     let result: RunLoopRunResult?
     /// A pass began (false when the previous pass's end returns the run).
     let began: Bool
-    /// Blocks taken at the top (no before-timers/before-sources observer runs first).
-    let blocks: ([QueuedBlock], Set<RunLoopMode>)?
+    /// Blocks taken at the top (no before-timers/before-sources observer runs first); the
+    /// pass moves them out with ``takeBlocks()``.
+    private(set) var blocks: ([QueuedBlock], Set<RunLoopMode>)?
     /// Step 5 (and 7) when decided at the top: the hand-off shape with nothing before it.
     let step: HandOffStep
+
+    /// Hands over the blocks taken at the top and forgets them, so they are released when
+    /// the caller is done with them rather than when this section is.
+    mutating func takeBlocks() -> ([QueuedBlock], Set<RunLoopMode>)? {
+      blocks.take()
+    }
   }
 
   /// The end of the previous pass (step 10: does the run return?) and the top of the next
