@@ -186,6 +186,34 @@ struct CallbackLifetimeTests {
     worker.stop()
   }
 
+  @Test(
+    "a source that invalidates itself in its handler is released before the loop sleeps, so what its captures' deinit queues runs",
+    arguments: [false, true])
+  func selfInvalidatedSourceIsReleasedBeforeTheSleep(besideAnotherSource: Bool) throws {
+    let worker = try RunLoopThread.start(name: "source-release-before-sleep")
+    let loop = worker.runLoop
+    // A second, never signalled source takes the pass off its one-source hand-off steps.
+    let idle = RunLoopSource {}
+    if besideAnotherSource { #expect(loop.add(idle, forMode: .default)) }
+    let queuedByDeinit = Semaphore(value: 0)
+    let handle = AtomicReference<RunLoopSource>()
+    do {
+      let probe = DeinitProbe { loop.performAndWakeUp { queuedByDeinit.signal() } }
+      // The handler drops the last reference but the loop's: once the loop lets go, the
+      // source and the probe it captures are released, and the probe queues a block.
+      let source = RunLoopSource {
+        withExtendedLifetime(probe) {}
+        handle.exchange(nil)?.invalidate()
+      }
+      handle.store(source)
+      #expect(loop.add(source, forMode: .default))
+      source.signalAndWakeUp()
+    }
+    #expect(queuedByDeinit.wait(timeout: .seconds(10)), "the block queued by the capture's deinit did not run")
+    worker.stop()
+    idle.invalidate()
+  }
+
   @Test("a common-mode timer left only in the common set is released outside the loop's lock at thread exit")
   func commonOnlyTimerAtThreadExitIsReleasedOutsideTheLock() {
     let log = Recorder<String>()

@@ -196,7 +196,9 @@ extension RunLoop {
       // section took the first step).
       var sourceHandled = false
       var decidedWait: WaitPlan? = nil
-      var step = top.step
+      // Moved out too: a source fired in this step that its handler invalidated must not be
+      // kept, with its handler's captures, until after the sleep.
+      var step = top.takeStep()
       var afterHandler = false
       steps: while true {
         switch step {
@@ -328,13 +330,21 @@ extension RunLoop {
     /// Blocks taken at the top (no before-timers/before-sources observer runs first); the
     /// pass moves them out with ``takeBlocks()``.
     private(set) var blocks: ([QueuedBlock], Set<RunLoopMode>)?
-    /// Step 5 (and 7) when decided at the top: the hand-off shape with nothing before it.
-    let step: HandOffStep
+    /// Step 5 (and 7) when decided at the top: the hand-off shape with nothing before it;
+    /// the pass moves it out with ``takeStep()``.
+    private(set) var step: HandOffStep
 
     /// Hands over the blocks taken at the top and forgets them, so they are released when
     /// the caller is done with them rather than when this section is.
     mutating func takeBlocks() -> ([QueuedBlock], Set<RunLoopMode>)? {
       blocks.take()
+    }
+
+    /// Hands over the step and forgets it (leaving `.general`), so a source it names is not
+    /// kept alive by this section.
+    mutating func takeStep() -> HandOffStep {
+      defer { step = .general }
+      return step
     }
   }
 
