@@ -214,6 +214,73 @@ struct CallbackLifetimeTests {
     idle.invalidate()
   }
 
+  @Test("each block of a pass's batch is released once it ran, before the next block runs (as Core Foundation does)")
+  func eachBlockOfABatchIsReleasedBeforeTheNextRuns() throws {
+    let worker = try RunLoopThread.start(name: "release-per-block")
+    let loop = worker.runLoop
+    let nested = RunLoopMode("release-per-block.nested")
+    let result = LockedValue<RunLoopRunResult?>(nil)
+    let done = Semaphore(value: 0)
+    loop.performAndWakeUp {
+      // Both queued on the loop's own thread, so the next pass takes them together. The
+      // first one's capture, once released, queues the block that stops the nested run the
+      // second one makes: kept until the batch ends, the nested run would time out.
+      do {
+        let probe = DeinitProbe { loop.performAndWakeUp(inModes: [nested]) { RunLoop.current.stop() } }
+        loop.perform(inModes: [.default]) { withExtendedLifetime(probe) {} }
+      }
+      loop.perform(inModes: [.default]) {
+        // A far timer keeps the nested mode from being empty.
+        let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
+        loop.add(keepAlive, forMode: nested)
+        let outcome = loop.run(mode: nested, timeout: .seconds(5))
+        keepAlive.invalidate()
+        result.withLock { $0 = outcome }
+        done.signal()
+      }
+    }
+    #expect(done.wait(timeout: .seconds(20)))
+    #expect(
+      result.withLock { $0 } == .stopped, "the first block's capture was released only after the nested run")
+    worker.stop()
+  }
+
+  @Test(
+    "a block queued with plain perform by the deinit of a self-invalidated source's capture runs before the loop sleeps",
+    arguments: [false, true])
+  func blockQueuedOnTheLoopThreadBySelfInvalidatedSourceRuns(besideAnotherSource: Bool) throws {
+    let worker = try RunLoopThread.start(name: "source-release-perform")
+    let loop = worker.runLoop
+    // A second, never signalled source takes the pass off its one-source hand-off steps.
+    let idle = RunLoopSource {}
+    if besideAnotherSource { #expect(loop.add(idle, forMode: .default)) }
+    let queuedByDeinit = Semaphore(value: 0)
+    let handle = AtomicReference<RunLoopSource>()
+    let firings = AtomicInteger<Int>(0)
+    // Made on the loop's thread, so only the loop and `handle` hold the source.
+    loop.performAndWakeUp {
+      // Plain perform on the loop's own thread needs no wake-up: the loop runs the block
+      // before it would sleep, provided the source goes before the sleep is decided.
+      let probe = DeinitProbe { loop.perform { queuedByDeinit.signal() } }
+      let source = RunLoopSource {
+        withExtendedLifetime(probe) {}
+        if firings.increment(ordering: .full) == 1 {
+          // Fired again by the next pass's first step (the one-source hand-off step).
+          handle.load()?.signal()
+        } else {
+          handle.exchange(nil)?.invalidate()
+        }
+      }
+      handle.store(source)
+      _ = loop.add(source, forMode: .default)
+      source.signal()
+    }
+    #expect(queuedByDeinit.wait(timeout: .seconds(10)), "the block queued by the capture's deinit did not run")
+    #expect(firings.load(ordering: .full) == 2)
+    worker.stop()
+    idle.invalidate()
+  }
+
   @Test("a common-mode timer left only in the common set is released outside the loop's lock at thread exit")
   func commonOnlyTimerAtThreadExitIsReleasedOutsideTheLock() {
     let log = Recorder<String>()

@@ -81,16 +81,19 @@ extension RunLoop {
   /// Runs the queued blocks that match `mode` (FIFO); blocks queued meanwhile wait for the
   /// next call, blocks of other modes stay queued in order.
   func runBlocks(_ mode: ModeItems) {
-    let taken: ([QueuedBlock], Set<RunLoopMode>)? = lock.withLock {
+    var taken: ([QueuedBlock], Set<RunLoopMode>)? = lock.withLock {
       blocks.isEmpty ? nil : takeBlocks()
     }
-    if let (queued, common) = taken { runBlocks(queued, common, mode) }
+    if let common = taken?.1 { runBlocks(&taken!.0, common, mode) }
   }
 
   /// Runs the taken blocks that match `mode` and puts the others back at the queue's head.
-  func runBlocks(_ queued: [QueuedBlock], _ common: Set<RunLoopMode>, _ mode: ModeItems) {
+  func runBlocks(_ queued: inout [QueuedBlock], _ common: Set<RunLoopMode>, _ mode: ModeItems) {
     var kept: [QueuedBlock] = []
-    for item in queued {
+    // Popped one at a time, so each block (and its captures) is released once it ran,
+    // before the next runs (which may run the loop nested and sleep).
+    queued.reverse()
+    while let item = queued.popLast() {
       if item.runs(in: mode.name, commonModes: common) {
         run(item, in: mode)
       } else {

@@ -187,8 +187,9 @@ extension RunLoop {
       // Moved out of `top`, which lives to the end of the pass: the taken blocks (and their
       // captures) are released here, before the pass can sleep. A capture's deinit may queue
       // a block and wake the loop; released after the sleep, nothing would wake it.
-      if let (queued, common) = top.takeBlocks() {
-        runBlocks(queued, common, mode)
+      var taken = top.takeBlocks()
+      if let common = taken?.1 {
+        runBlocks(&taken!.0, common, mode)
       } else if top.mask & beforeMask != 0 {
         runBlocks(mode)
       }
@@ -206,6 +207,9 @@ extension RunLoop {
           sourceHandled = afterHandler || fireSources(mode, onlyOne: returnAfterSourceHandled)
           break steps
         case .fire(let source, let newPass):
+          // Dropped before the next hand-off step decides the sleep: a source its handler
+          // invalidated goes (with its captures) before that decision, not after it.
+          step = .general
           if newPass { diagnostics.passWillStart() }
           afterHandler = fire(source, in: mode)
         case .wait(let plan, let newPass):
@@ -302,8 +306,8 @@ extension RunLoop {
         for (timer, owner) in moved { owner.timerScheduleDidChange(timer) }
       }
       // Moved out for the same reason as the top's: released before the port sources fire.
-      if let (queued, common) = after.blocks.take() {
-        runBlocks(queued, common, mode)
+      if let common = after.blocks?.1 {
+        runBlocks(&after.blocks!.0, common, mode)
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
       }
