@@ -84,6 +84,20 @@ private func stopARunLoopThreadFromItself() {
     }
   }
 
+  @Test("an observer removed from every mode of its run loop may join another (as in Core Foundation)")
+  func observerRemovedFromEveryModeMayJoinAnotherRunLoop() async {
+    // An exit test: a regression stops the process with the misuse report.
+    await #expect(processExitsWith: .success) {
+      let observer = RunLoopObserver(activities: .entry) { _, _ in }
+      precondition(RunLoop.current.add(observer, forMode: .default))
+      precondition(RunLoop.current.add(observer, forMode: .common))
+      RunLoop.current.remove(observer, forMode: .default)
+      RunLoop.current.remove(observer, forMode: .common)
+      precondition(!RunLoop.current.contains(observer, inMode: .default))
+      TestThread.run { precondition(RunLoop.current.add(observer, forMode: .default)) }
+    }
+  }
+
   @Test func addingAnObserverToASecondRunLoopIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let observer = RunLoopObserver(activities: .entry) { _, _ in }

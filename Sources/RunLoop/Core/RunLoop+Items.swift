@@ -237,7 +237,8 @@ extension RunLoop {
   }
 
   /// Removes `observer` from `mode` (every common mode for ``RunLoopMode/common``). Harmless
-  /// if it is not there. (`CFRunLoopRemoveObserver`)
+  /// if it is not there. Once in no mode, the observer may be added to another run loop.
+  /// (`CFRunLoopRemoveObserver`)
   public func remove(_ observer: RunLoopObserver, forMode mode: RunLoopMode) {
     lock.withLock {
       if mode == .common {
@@ -245,6 +246,13 @@ extension RunLoop {
         commonObservers.remove(at: index)
       }
       for name in concreteModes(mode) { _ = modes[name]?.remove(observer) }
+      // In no mode any more: it may join another run loop (as a timer, and as in Core
+      // Foundation, which forgets the observer's loop when it leaves its last mode).
+      if !commonObservers.contains(where: { $0 === observer })
+        && !modes.values.contains(where: { $0.observers.contains { $0 === observer } })
+      {
+        observer.lock.withLock { if observer.runLoop === self { observer.runLoop = nil } }
+      }
     }
   }
 

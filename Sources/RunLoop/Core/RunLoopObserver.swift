@@ -5,7 +5,9 @@ import Sync
 /// Observers of a mode fire in increasing ``order`` at each point they watch; a one-shot
 /// observer (`repeats: false`) is invalidated after firing once. An observer belongs to one
 /// run loop (possibly several of its modes); adding it to a second run loop stops the process
-/// with a message, adding an invalidated observer is a no-op (the add returns false).
+/// with a message, unless it was removed from every mode of the first (then it may join
+/// another, as in Core Foundation); adding an invalidated observer is a no-op (the add
+/// returns false).
 /// Observers do not keep a mode alive: a mode with only observers is empty and a run in it
 /// returns ``RunLoopRunResult/finished`` at once. An observer added during a pass is seen
 /// from the next notification point on. The callback runs on the loop's thread without the
