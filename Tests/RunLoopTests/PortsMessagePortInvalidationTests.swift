@@ -69,6 +69,26 @@ struct PortsMessagePortInvalidationTests {
   /// would wait for ever).
   static let prompt: Duration = .seconds(10)
 
+  @Test("invalidating a local port releases its message handler and what it captures, as Port and Core Foundation do")
+  func localInvalidationReleasesTheHandler() throws {
+    final class Capture: Sendable {}
+    weak var weakCapture: Capture?
+    let port: MessagePort
+    do {
+      let capture = Capture()
+      weakCapture = capture
+      port = try MessagePort.local(name: uniquePortName("release-handler")) { _ in
+        withExtendedLifetime(capture) {}
+        return nil
+      }
+    }
+    #expect(weakCapture != nil, "held by the valid port's handler")
+    port.invalidate()
+    #expect(!port.isValid)
+    #expect(weakCapture == nil, "the invalidated port still holds its message handler and its captures")
+    withExtendedLifetime(port) {}
+  }
+
   @Test("invalidating a local port whose handler is busy ends its clients' requests at once with becameInvalid")
   func localInvalidationEndsPendingRequests() throws {
     let server = try BusyServer()

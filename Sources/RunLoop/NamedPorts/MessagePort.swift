@@ -285,8 +285,10 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// sender's pending request ends with ``PortStatus/becameInvalid``, even while the port's
   /// handler is busy (its reply is then discarded); a remote port closes its connection, and a
   /// send of its in flight on another thread ends with ``PortStatus/becameInvalid``. Never
-  /// waits for a handler or a send. Runs the invalidation handler once. Idempotent; any
-  /// thread.
+  /// waits for a handler or a send. Runs the invalidation handler once. A local port lets go
+  /// of its message and rejection handlers (and what they capture) here, even if they are
+  /// running, so a handler that captures its own port does not keep it alive. Idempotent;
+  /// any thread.
   public func invalidate() {
     let invalidated: Bool
     switch role {

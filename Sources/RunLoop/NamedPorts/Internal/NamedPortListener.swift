@@ -73,7 +73,7 @@ final class NamedPortListener: @unchecked Sendable {
   /// The `tk_thread_identity()` of the thread in a serving pass (meaningful while `serving`).
   private var servingThread: UInt64 = 0
   private var closedAll = false
-  private var handler: Handler
+  private var handler: Handler?
   private var rejectionHandler: ((PeerRejection) -> Void)?
 
   // Serving state: touched only inside a serving pass, by the one thread in it (`serving`,
@@ -305,7 +305,12 @@ final class NamedPortListener: @unchecked Sendable {
 
   /// Sets the function told about refused or dropped peers (called on the serving thread).
   func setRejectionHandler(_ handler: ((PeerRejection) -> Void)?) {
-    mutex.withLock { rejectionHandler = handler }
+    let replaced: ((PeerRejection) -> Void)? = mutex.withLock {
+      if invalidated { return handler }
+      defer { rejectionHandler = handler }
+      return rejectionHandler
+    }
+    withExtendedLifetime(replaced) {}
   }
 
   var isValid: Bool { mutex.withLock { !invalidated } }
@@ -325,6 +330,11 @@ final class NamedPortListener: @unchecked Sendable {
       return false
     }
     invalidated = true
+    // Released after the mutex, whichever way this returns (their captures may use the port).
+    let released = (handler, rejectionHandler)
+    handler = nil
+    rejectionHandler = nil
+    defer { withExtendedLifetime(released) {} }
     if ForkDetection.isInherited(creatorProcess) {
       // A child's copy: unlinking would unregister the parent's name, shutting peers down
       // would end the parent's connections, writing the eventfd would wake the parent's
@@ -624,7 +634,7 @@ final class NamedPortListener: @unchecked Sendable {
         drop(peer, reason: "malformed frame: a reply sent to a listening port")
         return (handled, completed)
       }
-      let current = mutex.withLock { handler }
+      guard let current = mutex.withLock({ handler }) else { return (handled, completed) }
       let reply = current(frame)
       handled += 1
       // Invalidated by the handler or another thread meanwhile: no reply; the pass closes
