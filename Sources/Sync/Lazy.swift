@@ -14,15 +14,17 @@
 /// **Misuse**: reading ``value`` from inside the initializer stops the process with a
 /// message (it would wait for itself).
 public final class Lazy<Value: Sendable>: @unchecked Sendable {
-  // @unchecked: `storage` is written once, by the thread running `once`, before `once`
-  // publishes completion with a releasing store; it is read only after an acquiring load
-  // has seen completion.
+  // @unchecked: `storage` is written once, and `initializer` taken once, by the thread
+  // running `once`, before `once` publishes completion with a releasing store; `storage` is
+  // read only after an acquiring load has seen completion, `initializer` never again.
   @usableFromInline
   let once = Once()
   @usableFromInline
   let storage: UnsafeMutablePointer<Value>
+  /// Taken (and released) by the call that computes the value: what it captures does not
+  /// live on with the value.
   @usableFromInline
-  let initializer: @Sendable () -> Value
+  var initializer: (@Sendable () -> Value)?
 
   /// Creates a lazy value that `initializer` computes on first use.
   public init(_ initializer: @escaping @Sendable () -> Value) {
@@ -36,11 +38,25 @@ public final class Lazy<Value: Sendable>: @unchecked Sendable {
   }
 
   /// The value, computed by the initializer on the first read. Blocks while another
-  /// thread is computing it.
+  /// thread is computing it. The initializer, and what it captures, is released once it
+  /// has run, after the value is published (a capture's deinit may read ``value``).
   @inlinable
   public var value: Value {
-    once.run { storage.initialize(to: initializer()) }
+    if !once.isCompleted { computeValue() }
     return storage.pointee
+  }
+
+  /// The first read: runs the initializer under `once` and releases it afterwards.
+  @usableFromInline
+  func computeValue() {
+    var ran: (@Sendable () -> Value)? = nil
+    once.run {
+      // Only the thread running `once` touches `initializer`.
+      ran = initializer.take()
+      guard let ran else { fatalError("Lazy: initializer missing before the value was computed") }
+      storage.initialize(to: ran())
+    }
+    withExtendedLifetime(ran) {}
   }
 
   /// Whether the value has been computed.

@@ -90,6 +90,22 @@ struct LazyTests {
     #expect(lazy.isInitialized)
   }
 
+  @Test("the initializer and what it captures are released once the value is computed")
+  func initializerIsReleasedOnceItRan() {
+    final class Capture: Sendable {}
+    weak var weakCapture: Capture?
+    let lazy: Lazy<Int>
+    do {
+      let capture = Capture()
+      weakCapture = capture
+      lazy = Lazy { withExtendedLifetime(capture) { 42 } }
+    }
+    #expect(weakCapture != nil, "held by the initializer until it runs")
+    #expect(lazy.value == 42)
+    #expect(weakCapture == nil, "the initializer that already ran still holds its captures")
+    #expect(lazy.value == 42)
+  }
+
   @Test("reading the value from its own initializer is reported")
   func reentrant() async {
     await #expect(processExitsWith: .failure) {
