@@ -245,6 +245,44 @@ struct CallbackLifetimeTests {
     worker.stop()
   }
 
+  @Test("a source that invalidated itself in its handler is released before the next source of the pass fires")
+  func selfInvalidatedSourceIsReleasedBeforeTheNextSourceFires() throws {
+    let worker = try RunLoopThread.start(name: "release-per-source")
+    let loop = worker.runLoop
+    let nested = RunLoopMode("release-per-source.nested")
+    let result = LockedValue<RunLoopRunResult?>(nil)
+    let done = Semaphore(value: 0)
+    let handle = AtomicReference<RunLoopSource>()
+    let second = RunLoopSource(order: 1) {
+      // Runs the loop nested; the first source's capture, once released, queues the block
+      // that stops this run. Kept until every signalled source fired, it would time out.
+      let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
+      loop.add(keepAlive, forMode: nested)
+      let outcome = loop.run(mode: nested, timeout: .seconds(5))
+      keepAlive.invalidate()
+      result.withLock { $0 = outcome }
+      done.signal()
+    }
+    // Made on the loop's thread, so only the loop and `handle` hold the first source.
+    try worker.performAndWait {
+      let probe = DeinitProbe { loop.performAndWakeUp(inModes: [nested]) { RunLoop.current.stop() } }
+      let first = RunLoopSource(order: 0) {
+        withExtendedLifetime(probe) {}
+        handle.exchange(nil)?.invalidate()
+      }
+      handle.store(first)
+      _ = loop.add(first, forMode: .default)
+      _ = loop.add(second, forMode: .default)
+      first.signal()
+      second.signal()
+    }
+    loop.wakeUp()
+    #expect(done.wait(timeout: .seconds(20)))
+    #expect(result.withLock { $0 } == .stopped, "the first source was released only after the second one's handler")
+    worker.stop()
+    second.invalidate()
+  }
+
   @Test(
     "a block queued with plain perform by the deinit of a self-invalidated source's capture runs before the loop sleeps",
     arguments: [false, true])

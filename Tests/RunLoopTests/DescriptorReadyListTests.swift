@@ -66,4 +66,34 @@ struct DescriptorReadyListTests {
       keepAlive.invalidate()
     }
   }
+
+  @Test("a descriptor source invalidated while ready for a mode that is not running is let go of at once")
+  func readySourceInvalidatedElsewhereIsReleased() {
+    final class Capture: Sendable {}
+    final class WeakCapture: @unchecked Sendable { weak var capture: Capture? }
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let other: RunLoopMode = "ready-list.released"
+      let pipe = PortsPipe()
+      let watched = WeakCapture()
+      let keepAlive = RunLoopTimer(fireAt: .distantFuture) { _ in }
+      runLoop.add(keepAlive, forMode: .default)
+      do {
+        let capture = Capture()
+        watched.capture = capture
+        let source = FileDescriptorSource(descriptor: pipe.readEnd, events: .readable) { _, _ in
+          withExtendedLifetime(capture) {}
+        }
+        runLoop.add(source, forMode: other)
+        pipe.write(1)
+        // The default mode's passes find the pipe ready for a source of another mode.
+        for _ in 0..<5 { _ = runLoop.run(mode: .default, timeout: .milliseconds(1)) }
+        source.invalidate()
+      }
+      // More passes of the default mode: the loop must not keep the invalidated source.
+      for _ in 0..<3 { _ = runLoop.run(mode: .default, timeout: .milliseconds(1)) }
+      #expect(watched.capture == nil, "the loop still holds the invalidated source and its handler's captures")
+      keepAlive.invalidate()
+    }
+  }
 }

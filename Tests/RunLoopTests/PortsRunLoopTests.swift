@@ -63,6 +63,35 @@ struct PortsRunLoopTests {
     #expect(wrongThread.count == 0)
   }
 
+  @Test("a delivered message is released before the next one of the same pass is delivered")
+  func deliveredMessageIsReleasedBeforeTheNext() throws {
+    final class WeakPort: @unchecked Sendable { weak var port: Port? }
+    let carried = WeakPort()
+    let releasedInTime = LockedValue<Bool?>(nil)
+    TestThread.run {
+      let port = Port(capacity: 8)
+      port.setHandler { message in
+        // The second message's handler (which could run the loop nested, or for long)
+        // finds the first one, and the reply port only it held, gone.
+        if message.msgid == 2 {
+          releasedInTime.withLock { $0 = carried.port == nil }
+          RunLoop.current.stop()
+        }
+      }
+      RunLoop.current.add(port, forMode: .default)
+      do {
+        let replyPort = Port()
+        carried.port = replyPort
+        try? port.send(PortMessage(msgid: 1, replyPort: .port(replyPort)), timeout: .seconds(5))
+      }
+      try? port.send(PortMessage(msgid: 2), timeout: .seconds(5))
+      #expect(carried.port != nil, "held by the queued message")
+      _ = RunLoop.current.run(mode: .default, before: .after(.seconds(30)))
+      port.invalidate()
+    }
+    #expect(releasedInTime.withLock { $0 } == true)
+  }
+
   @Test("a port delivers only in its modes; a zero-timeout run in its mode delivers what waits")
   func portModes() throws {
     let runLoop = RunLoop.current

@@ -466,7 +466,7 @@ extension RunLoop {
   /// the mode's custom sources and at the descriptor members this loop found ready, never at
   /// idle members.
   func fireSources(_ mode: ModeItems, onlyOne: Bool) -> Bool {
-    let (claimed, candidates, listed): (RunLoopSource?, [RunLoopSource], Bool) = lock.withLock {
+    var (claimed, candidates, listed): (RunLoopSource?, [RunLoopSource], Bool) = lock.withLock {
       let scanned = mode.scannedSources
       let listed = !readySources.isEmpty
       // One custom source in the mode and no listed members (the common case): claim its
@@ -489,10 +489,13 @@ extension RunLoop {
       }
       return (nil, ready, listed)
     }
-    if let claimed { return fire(claimed, in: mode) }
+    if let only = claimed.take() { return fire(only, in: mode) }
     if candidates.isEmpty { return false }
     var handled = false
-    for source in candidates {
+    // Popped one at a time, so a source that left the loop in its handler is released before
+    // the next handler runs (which may run the loop nested).
+    candidates.reverse()
+    while let source = candidates.popLast() {
       // A descriptor drained since it was reported runs no handler and does not count.
       if source.claimSignal() && fire(source, in: mode) {
         handled = true

@@ -156,12 +156,19 @@ final class PortRunLoopLink: @unchecked Sendable {
   private func deliver(from queue: MessageQueue<PortMessage>) -> Bool {
     guard let handler = lock.withLock({ handler }) else { return false }
     // One queue lock per message: the first take also says how many more were queued.
-    guard case (.element(let first)?, var budget) = queue.tryReceiveCounting() else { return false }
-    handler(first)
-    while budget > 0, case (.element(let message)?, _) = queue.tryReceiveCounting() {
-      handler(message)
-      budget -= 1
-    }
+    guard var budget = deliverNext(to: handler, from: queue) else { return false }
+    while budget > 0, deliverNext(to: handler, from: queue) != nil { budget -= 1 }
     return true
+  }
+
+  /// Takes one message and hands it to `handler`; returns how many remained queued after it,
+  /// or nil when there was none. The message is released when this returns, before the next
+  /// one is delivered (a later handler may run the loop nested, or for long).
+  private func deliverNext(to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<PortMessage>)
+    -> Int?
+  {
+    guard case (.element(let message)?, let remaining) = queue.tryReceiveCounting() else { return nil }
+    handler(message)
+    return remaining
   }
 }
