@@ -237,7 +237,8 @@ final class Harness {
   /// The merged row's median is the median of the runs' medians and its max the worst run,
   /// so one unlucky run (the scheduler settling two ping-pong threads on two CPUs, say)
   /// shows as a worst run instead of deciding the row. Each toolkit row's method also lists
-  /// its ratio, run by run, to `reference` (a peer row measured in every run).
+  /// its ratio, run by run, to `reference` (a peer row measured in every run), named by
+  /// subject, since a table's method lines are listed apart from its rows.
   func repeatedRuns(_ runs: Int, samplesPerRun: Int, reference: (id: String, subject: Subject), _ register: () -> Void)
   {
     let start = rows.count
@@ -263,7 +264,7 @@ final class Harness {
       if row.isOurs, !pairs.isEmpty, row.benchmark != reference.id || row.subject != reference.subject {
         let within = pairs.filter { $0 <= 1.2 }.count
         merged.method +=
-          "; per run vs \(reference.subject.name): "
+          "; per run, \(row.subject.name) vs \(reference.subject.name): "
           + pairs.map { Format.fixed($0, 2) + "x" }.joined(separator: " ")
           + " (\(within) of \(pairs.count) runs within 1.2x, worst \(Format.fixed(pairs.max() ?? .nan, 2))x)"
       }
