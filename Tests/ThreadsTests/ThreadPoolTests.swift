@@ -226,6 +226,33 @@ struct ThreadPoolTests {
     #expect(pool.statistics.threads == 0)
   }
 
+  @Test func queuedWorkStillRunsWhenTheLastWorkersJobIsCancelledDuringShutdown() async throws {
+    // One worker: its running job's task is cancelled after the shutdown began, so the
+    // worker retires after that job; the queued job needs a replacement worker.
+    let pool = makePool("strand", maximumThreads: 1)
+    let release = TestLatch()
+    let first = Task { try await pool.run { block(on: release) } }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    let second = Task { try await pool.run { 2 } }
+    #expect(await eventually { pool.statistics.queuedJobs == 1 })
+    let shutdown = Task { await pool.shutdown() }
+    #expect(await eventually { pool.statistics.isShutDown })
+    first.cancel()
+    release.open()
+    _ = await first.result
+    await shutdown.value
+    let stats = pool.statistics
+    #expect(
+      stats.queuedJobs == 0, "shutdown returned with \(stats.queuedJobs) job(s) queued and \(stats.threads) thread(s)")
+    if stats.queuedJobs == 0 {
+      #expect(try await second.value == 2)
+    } else {
+      // Frees the stranded task so the test ends.
+      second.cancel()
+      _ = await second.result
+    }
+  }
+
   @Test func workSubmittedAfterShutdownGetsShutDownAtOnce() async {
     let pool = makePool("after-shutdown")
     _ = try? await pool.run { 1 }

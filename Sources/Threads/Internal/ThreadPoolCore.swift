@@ -297,8 +297,11 @@ final class ThreadPoolCore: @unchecked Sendable {
 
   /// Reserves a new worker (its count and index) when work is queued that no starting or
   /// finishing worker will take, and the maximum allows; returns its index. Lock held.
+  /// Also after a shutdown: queued and waiting work must still run when the last worker
+  /// retires early (its job was cancelled), and no new work is accepted then, so this only
+  /// replaces a worker the remaining work needs.
   private func reserveWorkerIfNeeded() -> Int? {
-    guard !isShutDown, liveWorkers < configuration.maximumThreads,
+    guard liveWorkers < configuration.maximumThreads,
       queuedCount + waitingCount > startingWorkers + finishingCount
     else { return nil }
     liveWorkers += 1
