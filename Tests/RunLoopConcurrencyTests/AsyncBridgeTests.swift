@@ -112,6 +112,49 @@ import Threads
     loop.stop()
   }
 
+  @Test func oneNextTakesOneMessageAndTheRestStayInThePort() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    TestThread.run { for id in 1...3 { sendMessage(id, to: port) } }
+    var iterator = messages.makeAsyncIterator()
+    #expect(await iterator.next()?.msgid == 1)
+    // The delivering pass is over: what it did not hand to a waiter is still in the port.
+    loop.onLoop {}
+    #expect(port.pendingMessageCount == 2, "messages left in the port: \(port.pendingMessageCount)")
+    loop.stop()
+  }
+
+  @Test func aReturnedMessageIsNotKeptAliveByTheSequence() async throws {
+    final class WeakPort: @unchecked Sendable { weak var port: Port? }
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    let watched = WeakPort()
+    TestThread.run {
+      let replyPort = Port()
+      watched.port = replyPort
+      sendMessage(1, to: port)
+      do {
+        try port.send(PortMessage(msgid: 2, replyPort: .port(replyPort)), timeout: .seconds(10))
+      } catch {
+        Issue.record("send: \(error)")
+      }
+      sendMessage(3, to: port)
+    }
+    var iterator = messages.makeAsyncIterator()
+    #expect(await iterator.next()?.msgid == 1)
+    do {
+      let second = await iterator.next()
+      #expect(second?.msgid == 2)
+      #expect(second?.replyPort?.port != nil)
+    }
+    // Message 2, and the reply port only it held, was returned and dropped.
+    #expect(watched.port == nil, "the sequence still holds a message it returned")
+    #expect(await iterator.next()?.msgid == 3)
+    loop.stop()
+  }
+
   @Test func aCancelledWaiterReturnsNilAndTheNextMessageGoesToTheNextIteration() async {
     let loop = LoopThread()
     let port = Port()

@@ -18,7 +18,9 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
   }
 
   private let lock = Lock()
-  private var buffer: [Element] = []
+  /// Buffered elements; a taken one is set to nil at once, so the mailbox never keeps an
+  /// element it returned (nor releases one under the lock when the array is cleared).
+  private var buffer: [Element?] = []
   private var bufferHead = 0
   private var waiters: [Waiter] = []
   private var nextWaiterID: UInt64 = 0
@@ -83,7 +85,7 @@ final class AsyncMailbox<Element: Sendable>: @unchecked Sendable {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Element?, Never>) in
         lock.lock()
         if bufferHead < buffer.count {
-          let element = buffer[bufferHead]
+          let element = buffer[bufferHead].take()
           bufferHead += 1
           if bufferHead == buffer.count {
             buffer.removeAll(keepingCapacity: true)

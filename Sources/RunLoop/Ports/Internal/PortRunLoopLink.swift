@@ -157,7 +157,11 @@ final class PortRunLoopLink: @unchecked Sendable {
     guard let handler = lock.withLock({ handler }) else { return false }
     // One queue lock per message: the first take also says how many more were queued.
     guard var budget = deliverNext(to: handler, from: queue) else { return false }
-    while budget > 0, deliverNext(to: handler, from: queue) != nil { budget -= 1 }
+    // The handler is read again before each message: a handler cleared (or replaced) by the
+    // previous one leaves the rest in the port, as `Port.setHandler` promises.
+    while budget > 0, let current = lock.withLock({ self.handler }), deliverNext(to: current, from: queue) != nil {
+      budget -= 1
+    }
     return true
   }
 
