@@ -199,9 +199,9 @@ extension Thread {
     if let taken, taken.niceValue == nil {
       storedKernelThreadID = tid
     }
-    let body = entry
+    var body = entry
     WordLock.unlock(lockWord)
-    guard let plan = taken, let body else { fatalError("Thread internal error: started without a plan or a body") }
+    guard let plan = taken, body != nil else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
       shimCallOrDie("pthread_setname_np") { kernelName.withCString { tk_thread_set_name($0) } }
     }
@@ -220,16 +220,19 @@ extension Thread {
     ThreadRegistry.install(retainedSelf)
     UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
-    body()
+    // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
+    // runs no deinitializer there.
+    withLock { entry = nil }
+    body?()
+    // The body's captures are released here, on this thread, outside any lock: before the
+    // exit handlers, before the thread reports finished, and while a `finishBeforeExit`
+    // thread still counts (a capture's deinitializer may be the work that must not be cut
+    // off, such as a writer that flushes when released).
+    body = nil
     runWillExitHandlers()
     releaseExitRequestHandlers()
 
-    // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
-    // runs no deinitializer there; the captures are released when this function returns.
-    let dictionary = withLock { () -> ThreadDictionary? in
-      entry = nil
-      return storedDictionary
-    }
+    let dictionary = withLock { storedDictionary }
     dictionary?.removeAll()
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
     if plan.isCritical {

@@ -98,6 +98,45 @@ struct ProcessExitTests {
     #expect(lines.count == criticalLineCount)
     #expect(lines.last == "line \(criticalLineCount - 1)")
   }
+
+  @Test func criticalThreadReleasesItsBodysCapturesBeforeTheProcessExits() async throws {
+    let path = "/tmp/threads-capture-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).txt"
+    defer { unlink(path) }
+    await #expect(processExitsWith: .success) { [path = path as String] in
+      childCriticalThreadWithFlushingCapture(path: path)
+      exit(0)  // the toolkit's atexit handler waits for the critical thread
+    }
+    #expect(readWholeFile(path) == "flushed\n", "the capture's deinitializer was cut off by exit()")
+  }
+}
+
+/// Writes "flushed" to `path` when released, after slow work (a buffered writer that flushes
+/// when released).
+final class FlushesWhenReleased: Sendable {
+  let path: String
+  init(path: String) { self.path = path }
+  func use() {}
+  deinit {
+    Thread.sleep(for: .milliseconds(200))  // slow work the exit must not cut off; not synchronization
+    let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    precondition(descriptor >= 0)
+    var text = "flushed\n"
+    text.withUTF8 { bytes in precondition(write(descriptor, bytes.baseAddress, bytes.count) == bytes.count) }
+    precondition(close(descriptor) == 0)
+  }
+}
+
+/// Child body: a critical detached thread whose body captures a writer that flushes when
+/// released; the caller exits at once.
+func childCriticalThreadWithFlushingCapture(path: String) {
+  var configuration = ThreadConfiguration()
+  configuration.finishBeforeExit = true
+  let writer = FlushesWhenReleased(path: path)
+  do {
+    try Thread.detach(name: "flusher", configuration: configuration) { writer.use() }
+  } catch {
+    exit(3)
+  }
 }
 
 let criticalLineCount = 50
