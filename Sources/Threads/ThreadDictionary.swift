@@ -60,7 +60,16 @@ public final class ThreadDictionary: Sendable {
   public func update<Result, Failure: Error>(
     _ body: (inout [String: any Sendable]) throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    try storage.withLock { (storage) throws(Failure) -> Result in try body(&storage) }
+    // The entries as they were, kept until after the lock: a value `body` removes or
+    // replaces is released here, not under the lock (its deinitializer may use this
+    // dictionary, as with the subscript's setter and `removeAll()`).
+    var before: [String: any Sendable] = [:]
+    let result = try storage.withLock { (storage) throws(Failure) -> Result in
+      before = storage
+      return try body(&storage)
+    }
+    withExtendedLifetime(before) {}
+    return result
   }
 
   /// Removes every entry (releasing the values outside the lock, so their deinitializers may

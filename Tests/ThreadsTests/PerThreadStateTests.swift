@@ -3,6 +3,10 @@ import Testing
 
 @testable import Threads
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// Counts its deinitializations into a shared counter.
 final class ReleaseProbe: Sendable {
   let released: AtomicInteger<Int>
@@ -65,6 +69,22 @@ struct ThreadDictionaryTests {
     #expect(Thread.current.threadDictionary.keys.contains("counter"))
     Thread.current.threadDictionary.removeAll()
   }
+
+  @Test func aValueRemovedInUpdateIsReleasedAfterTheDictionarysLock() async {
+    // An exit test: released under the lock, the value's deinitializer reading the same
+    // dictionary stops the process as a self-deadlock.
+    await #expect(processExitsWith: .success) {
+      let dictionary = Thread.current.threadDictionary
+      dictionary["value"] = ReadsTheDictionaryWhenReleased()
+      dictionary.update { $0["value"] = nil }
+      exit(0)
+    }
+  }
+}
+
+/// Reads its thread's dictionary when released (a value that unregisters itself).
+final class ReadsTheDictionaryWhenReleased: Sendable {
+  deinit { _ = Thread.current.threadDictionary["other"] }
 }
 
 @Suite("ThreadLocal", .timeLimit(.minutes(2)))
