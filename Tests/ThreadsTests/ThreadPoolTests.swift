@@ -253,6 +253,35 @@ struct ThreadPoolTests {
     }
   }
 
+  @Test func queuedWorkStillRunsWhenTheOnlyWorkerAsksToExitDuringShutdown() async throws {
+    let pool = makePool("retire", maximumThreads: 1)
+    let release = TestLatch()
+    let first = Task {
+      try await pool.run { () -> Int in
+        block(on: release)
+        // This worker retires after the job; the queued one needs a replacement.
+        Thread.current.requestExit()
+        return 1
+      }
+    }
+    #expect(await eventually { pool.statistics.runningJobs == 1 })
+    let second = Task { try await pool.run { 2 } }
+    #expect(await eventually { pool.statistics.queuedJobs == 1 })
+    let shutdown = Task { await pool.shutdown() }
+    #expect(await eventually { pool.statistics.isShutDown })
+    release.open()
+    #expect(try await first.value == 1)
+    await shutdown.value
+    let stats = pool.statistics
+    #expect(stats.queuedJobs == 0, "shutdown returned with \(stats.queuedJobs) job(s) queued")
+    if stats.queuedJobs == 0 {
+      #expect(try await second.value == 2)
+    } else {
+      second.cancel()
+      _ = await second.result
+    }
+  }
+
   @Test func workSubmittedAfterShutdownGetsShutDownAtOnce() async {
     let pool = makePool("after-shutdown")
     _ = try? await pool.run { 1 }
