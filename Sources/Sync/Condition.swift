@@ -100,7 +100,7 @@ public final class Condition: Locking, @unchecked Sendable {
   @inlinable
   public func tryLock() -> Bool {
     if LockDiagnostics.tracksHeldLocks { return lockCore.tryAcquireDiagnosed(identity) }
-    return lockCore.tryAcquire()
+    return lockCore.tryAcquireFree()
   }
 
   /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)

@@ -82,7 +82,7 @@ public final class ConditionLock: Locking, @unchecked Sendable {
   /// One non-blocking attempt, through the diagnostics hooks when they are on.
   @inline(__always)
   private func attempt() -> Bool {
-    LockDiagnostics.tracksHeldLocks ? lockCore.tryAcquireDiagnosed(identity) : lockCore.tryAcquire()
+    LockDiagnostics.tracksHeldLocks ? lockCore.tryAcquireDiagnosed(identity) : lockCore.tryAcquireFree()
   }
 
   /// Releases the lock core, through the diagnostics hooks when they are on.

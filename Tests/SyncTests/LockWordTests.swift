@@ -95,6 +95,51 @@ struct LockWordTests {
   }
 }
 
+/// `tryLock()` of every lock on the futex word takes a free lock whose word still counts
+/// starving waiters (left by a hand-over nobody was woken for, or by a fork: the waiters do
+/// not exist in the child), as `lock()` does.
+@Suite("Lock word: tryLock with a starving count left", .timeLimit(.minutes(1)))
+struct TryLockWithStarvingCountTests {
+  struct Subject: Sendable, CustomTestStringConvertible {
+    let testDescription: String
+    let tryLock: @Sendable () -> Bool
+    let unlock: @Sendable () -> Void
+    let word: UInt
+    var pointer: UnsafeMutablePointer<UInt64> { UnsafeMutablePointer(bitPattern: word)! }
+
+    static var all: [Subject] {
+      let lock = Lock()
+      let recursive = RecursiveLock()
+      let condition = Condition()
+      let conditionLock = ConditionLock(condition: 0)
+      return [
+        Subject(
+          testDescription: "Lock", tryLock: { lock.tryLock() }, unlock: { lock.unlock() },
+          word: UInt(bitPattern: lock.core.word)),
+        Subject(
+          testDescription: "RecursiveLock", tryLock: { recursive.tryLock() }, unlock: { recursive.unlock() },
+          word: UInt(bitPattern: recursive.core.word)),
+        Subject(
+          testDescription: "Condition", tryLock: { condition.tryLock() }, unlock: { condition.unlock() },
+          word: UInt(bitPattern: condition.lockCore.word)),
+        Subject(
+          testDescription: "ConditionLock", tryLock: { conditionLock.tryLock() }, unlock: { conditionLock.unlock() },
+          word: UInt(bitPattern: conditionLock.lockCore.word)),
+      ]
+    }
+  }
+
+  @Test("a free lock whose word counts absent starving waiters is taken by tryLock", arguments: Subject.all)
+  func tryLockTakesAFreeLockWithAStarvingCount(subject: Subject) {
+    _ = UInt64.atomicFetchAdd(FutexLock.starvingUnit, at: subject.pointer, ordering: .relaxed)
+    #expect(subject.tryLock(), "tryLock refused a free lock")
+    // The release hands over to the counted waiter, wakes nobody and takes it back.
+    subject.unlock()
+    _ = UInt64.atomicFetchAdd(0 &- FutexLock.starvingUnit, at: subject.pointer, ordering: .relaxed)
+    #expect(UInt64.atomicLoad(at: subject.pointer, ordering: .relaxed) == 0)
+  }
+}
+
 /// The benchmark switch that turns the bounded wait off, in a process of its own (it is
 /// process-wide, and the fairness tests beside it rely on the bound).
 @Suite("Lock word: the hand-over bound's switch", .timeLimit(.minutes(1)))
