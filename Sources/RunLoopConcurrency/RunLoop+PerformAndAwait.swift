@@ -34,8 +34,8 @@ extension RunLoop {
   /// ```
   ///
   /// **Cancellation.** Cancelling the awaiting task before the block has started withdraws
-  /// the request: the call throws ``AwaitedPerformError/cancelled`` at once and the block never
-  /// runs. Once the block has started, cancellation does not interrupt it: the call returns
+  /// the request: the call throws ``AwaitedPerformError/cancelled`` at once, the block never
+  /// runs, and it leaves the loop's queue (released with its captures) at once. Once the block has started, cancellation does not interrupt it: the call returns
   /// its value (check `Task.isCancelled` afterwards if it matters).
   ///
   /// - Throws: ``AwaitedPerformError``: `.failed` with the block's own error,
@@ -50,12 +50,16 @@ extension RunLoop {
       await withUnsafeContinuation { continuation in
         guard request.install(continuation) else { return }
         let token = AwaitedPerform<Value, Failure>.Token(request)
-        performAndWakeUp(inModes: modes) {
+        performAndWakeUp(inModes: modes, request: ObjectIdentifier(request)) {
           token.request.run(block)
         }
       }
     } onCancel: {
-      request.cancel()
+      // Ended before the block started: the queued block can only refuse to run, so it
+      // leaves the loop's queue now, releasing the block and its captures, rather than
+      // whenever the loop next runs in one of `modes` (maybe never). `request` is alive
+      // here, so its identifier names only this request's block.
+      if request.cancel() { withdrawQueuedBlock(request: ObjectIdentifier(request)) }
     }
     request.fence.waitForResumer()
     return try result.get()
@@ -115,15 +119,17 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
   }
 
   /// The task was cancelled: resumes with `.cancelled` unless the block has started.
-  func cancel() {
+  /// Returns whether a queued block was left with nothing to do (the request ended before
+  /// the block started).
+  func cancel() -> Bool {
     lock.lock()
     if continuation == nil && phase == .waiting {
       cancelledEarly = true
       lock.unlock()
-      return
+      return false
     }
     lock.unlock()
-    finish(.failure(.cancelled), unlessStarted: true)
+    return finish(.failure(.cancelled), unlessStarted: true)
   }
 
   /// The loop released the block: if it never ran, its thread ended.
@@ -132,17 +138,20 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
   }
 
   /// Resumes the task once with `result`; with `unlessStarted`, only if the block has not
-  /// started (checked in the same critical section that ends the request).
-  private func finish(_ result: Result<Value, AwaitedPerformError<Failure>>, unlessStarted: Bool = false) {
+  /// started (checked in the same critical section that ends the request). Returns whether
+  /// this call ended the request.
+  @discardableResult
+  private func finish(_ result: Result<Value, AwaitedPerformError<Failure>>, unlessStarted: Bool = false) -> Bool {
     let taken: UnsafeContinuation<Result<Value, AwaitedPerformError<Failure>>, Never>? = lock.withLock {
       guard phase != .done, !(unlessStarted && phase == .running), let continuation else { return nil }
       phase = .done
       self.continuation = nil
       return continuation
     }
-    guard let taken else { return }
+    guard let taken else { return false }
     taken.resume(returning: result)
     fence.markResumed()
+    return true
   }
 
   /// Owned by the queued block alone: its release (after the block ran, or unrun when the

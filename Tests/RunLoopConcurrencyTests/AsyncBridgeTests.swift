@@ -1,9 +1,10 @@
-import RunLoop
 import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
 import Threads
+
+@testable import RunLoop
 
 #if canImport(Glibc)
   import Glibc
@@ -51,6 +52,34 @@ import Threads
     await offPool { held.onLoop {} }  // queued after the withdrawn block: its turn has passed
     #expect(outcome.map { if case .cancelled = $0 { true } else { false } } == true)
     #expect(!ran.load(ordering: .relaxed))
+    held.stop()
+  }
+
+  @Test func aRequestCancelledBeforeItsBlockStartedLeavesTheLoopsQueueWithItsCaptures() async {
+    final class Capture: Sendable {}
+    final class WeakCapture: @unchecked Sendable { weak var value: Capture? }
+    // A loop whose thread does not run yet: the request's block stays queued.
+    let held = HeldLoop()
+    let watched = WeakCapture()
+    let call = Task { () -> Bool in
+      let capture = Capture()
+      watched.value = capture
+      do throws(AwaitedPerformError<Never>) {
+        try await held.runLoop.performAndAwait { withExtendedLifetime(capture) {} }
+        return false
+      } catch {
+        if case .cancelled = error { return true }
+        return false
+      }
+    }
+    let loop = held.runLoop
+    func queuedBlocks() -> Int { loop.lock.withLock { loop.blocks.count } }
+    while queuedBlocks() == 0 { await Task.yield() }
+    call.cancel()
+    #expect(await call.value, "the call did not end with cancelled")
+    #expect(queuedBlocks() == 0, "the cancelled request's block is still queued")
+    #expect(watched.value == nil, "the cancelled request's block and its captures are still held")
+    held.release()
     held.stop()
   }
 

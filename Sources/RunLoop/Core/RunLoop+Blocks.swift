@@ -46,10 +46,22 @@ extension RunLoop {
     withExtendedLifetime(refused) {}
   }
 
+  /// Queues `block` as ``performAndWakeUp(inModes:_:)`` does, tagged with `request` (an
+  /// object the caller keeps alive until the block ran or was withdrawn), so that
+  /// ``withdrawQueuedBlock(request:)`` can take it out again. For the toolkit's own waiting
+  /// requests (the async bridge's `performAndAwait`).
+  package func performAndWakeUp(
+    inModes modes: [RunLoopMode], request: ObjectIdentifier, _ block: @escaping @Sendable () -> Void
+  ) {
+    enqueue(QueuedBlock(modes: modes, block: block, request: request))
+    wakeUp()
+  }
+
   /// Removes the queued block that carries out `request` (a waiting perform request whose
-  /// waiter gave up), so requests to a loop that does not run cannot pile up. A block already
-  /// taken by a pass is not affected (the request itself refuses to run once withdrawn).
-  func withdrawQueuedBlock(request: ObjectIdentifier) {
+  /// waiter gave up), so requests to a loop that does not run cannot pile up, and the
+  /// block's captures are released at once (outside the lock). A block already taken by a
+  /// pass is not affected (the request itself refuses to run once withdrawn).
+  package func withdrawQueuedBlock(request: ObjectIdentifier) {
     let removed: [QueuedBlock] = lock.withLock {
       guard let index = blocks.firstIndex(where: { $0.request == request }) else { return [] }
       let removed = blocks.remove(at: index)
