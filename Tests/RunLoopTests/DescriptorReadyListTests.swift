@@ -67,6 +67,54 @@ struct DescriptorReadyListTests {
     }
   }
 
+  @Test("a disabled descriptor source on a hung-up pipe is never called and does not make the loop spin")
+  func disabledHungUpSourceDoesNotSpin() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      var ends: [Int32] = [-1, -1]
+      #expect(pipe(&ends) == 0)
+      let calls = AtomicInteger<Int>(0)
+      let source = FileDescriptorSource(descriptor: ends[0], events: .readable) { _, _ in
+        _ = calls.increment(ordering: .relaxed)
+      }
+      source.disable(.readable)
+      runLoop.add(source, forMode: .default)
+      // Hang up: epoll reports it whatever the interest.
+      #expect(close(ends[1]) == 0)
+      let wakes = AtomicInteger<Int>(0)
+      let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in _ = wakes.increment(ordering: .relaxed) }
+      runLoop.add(observer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .milliseconds(200)) == .timedOut)
+      #expect(calls.load(ordering: .relaxed) == 0, "a disabled source is never called")
+      #expect(wakes.load(ordering: .relaxed) < 10, "woke \(wakes.load(ordering: .relaxed)) times with nothing to do")
+      observer.invalidate()
+      source.invalidate()
+      #expect(close(ends[0]) == 0)
+    }
+  }
+
+  @Test("a disabled descriptor source enabled again is called for data that arrived meanwhile")
+  func disabledSourceEnabledAgainSeesWhatArrived() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let pipe = PortsPipe()
+      let calls = AtomicInteger<Int>(0)
+      let source = FileDescriptorSource(descriptor: pipe.readEnd, events: .readable) { _, _ in
+        _ = calls.increment(ordering: .relaxed)
+        _ = pipe.readAll()
+      }
+      source.disable(.readable)
+      runLoop.add(source, forMode: .default)
+      pipe.write(1)
+      #expect(runLoop.run(mode: .default, timeout: .milliseconds(50)) == .timedOut)
+      #expect(calls.load(ordering: .relaxed) == 0)
+      source.enable(.readable)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true) == .handledSource)
+      #expect(calls.load(ordering: .relaxed) == 1)
+      source.invalidate()
+    }
+  }
+
   @Test("a descriptor source invalidated while ready for a mode that is not running is let go of at once")
   func readySourceInvalidatedElsewhereIsReleased() {
     final class Capture: Sendable {}

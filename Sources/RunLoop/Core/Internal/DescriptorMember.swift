@@ -221,8 +221,11 @@ final class DescriptorMember: @unchecked Sendable {
     if let ready { handler(ready) }
     hooks?.beforeRearm?()
     // Re-arm after the handler, in every loop: whatever is still ready is reported again.
+    // Not while disabled: epoll reports a hang-up or an error whatever the mask, so a
+    // disabled member re-armed here would be reported again at once, every pass (a spin);
+    // it stays disarmed until `setInterest` enables it.
     let alive = liveRunLoops()
-    lock.withLock { rearmEverywhere(alive) }
+    lock.withLock { if interest != 0 { rearmEverywhere(alive) } }
     return ready != nil
   }
 
