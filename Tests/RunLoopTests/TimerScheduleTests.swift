@@ -169,6 +169,34 @@ struct TimerScheduleTests {
       #expect(fired.load(ordering: .relaxed) == 2)
     }
   }
+
+  @Test("a timer removed from a sleeping loop's mode by another thread does not wake it at its old date")
+  func removedTimerDoesNotWakeTheSleepingLoop() {
+    let published = Box<(RunLoop, RunLoopTimer)?>(nil)
+    let ready = Latch(count: 1)
+    let wakes = AtomicInteger<Int>(0)
+    let worker = TestThread.spawn {
+      let runLoop = RunLoop.current
+      let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
+      runLoop.add(keepAlive, forMode: .default)
+      let removed = RunLoopTimer(after: .milliseconds(400)) { _ in }
+      runLoop.add(removed, forMode: .default)
+      let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in _ = wakes.increment(ordering: .relaxed) }
+      runLoop.add(observer, forMode: .default)
+      published.value = (runLoop, removed)
+      ready.countDown()
+      // Sleeps until the run's deadline (one wake-up) unless the removed timer still arms it.
+      _ = runLoop.run(mode: .default, timeout: .milliseconds(800))
+      observer.invalidate()
+      keepAlive.invalidate()
+    }
+    ready.wait()
+    let (runLoop, removed) = published.value!
+    waitUntil { runLoop.isWaiting }
+    runLoop.remove(removed, forMode: .default)
+    worker.join()
+    #expect(wakes.load(ordering: .relaxed) == 1, "the loop woke \(wakes.load(ordering: .relaxed)) times")
+  }
 }
 
 /// A small deterministic generator for test data.

@@ -118,6 +118,9 @@ extension RunLoop {
       }
       for name in concreteModes(mode) { _ = modes[name]?.remove(timer) }
       releaseTimerIfUnscheduled(timer)
+      // A sleeping loop's timerfd may be armed for the removed timer: move it to the next
+      // instant the mode still needs, as `removeFromEveryMode` does for an invalidated one.
+      rearmIfSleeping()
       wakeUpIfARunIsLeftEmpty()
     }
   }
