@@ -383,4 +383,18 @@ struct CallbackLifetimeTests {
     }
     #expect(log.snapshot == ["deinit"])
   }
+
+  @Test("a delayed perform whose handle is kept is withdrawn when its loop's thread ends: not pending, block released")
+  func keptDelayedPerformOfAnEndedThreadIsWithdrawn() {
+    let log = Recorder<String>()
+    let handle = Box<DelayedPerform?>(nil)
+    TestThread.run {
+      let probe = DeinitProbe { log.append("deinit") }
+      handle.value = RunLoop.current.perform(afterDelay: .seconds(3_600)) { withExtendedLifetime(probe) {} }
+      #expect(handle.value?.isPending == true)
+    }
+    #expect(handle.value?.isPending == false, "a request whose loop's thread ended still says it is pending")
+    #expect(log.snapshot == ["deinit"], "the withdrawn request's block is still held by its handle")
+    handle.value?.cancel()
+  }
 }

@@ -278,7 +278,17 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
       threadHasEnded = true
     }
     timers += common.1
-    for timer in timers { timer.lock.withLock { if timer.runLoop === self { timer.runLoop = nil } } }
+    var ended: [RunLoopTimer] = []
+    for timer in timers {
+      let ends: Bool = timer.lock.withLock {
+        if timer.runLoop === self { timer.runLoop = nil }
+        return timer.endsWithItsRunLoop
+      }
+      if ends { ended.append(timer) }
+    }
+    // Delayed perform requests that can never run now: invalidated, so their handles say
+    // so and their blocks are released here even while a handle is kept.
+    for timer in ended { timer.invalidate() }
     for observer in observers + common.2 {
       observer.lock.withLock { if observer.runLoop === self { observer.runLoop = nil } }
     }

@@ -110,6 +110,11 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
   /// The run loop it was added to (nil until added, and again once in no mode). Protected by
   /// `lock`.
   weak var runLoop: RunLoop?
+  /// Set, before the timer is first added, for a delayed perform request's private timer:
+  /// it can never run again once its loop's thread has ended, so the loop invalidates it
+  /// then (releasing its block), where a user's timer only leaves the loop. Protected by
+  /// `lock`.
+  var endsWithItsRunLoop = false
   /// Set by the owning run loop, with its lock held, to a value that loop never handed out
   /// before, each time it renews the timer's schedule entries; entries of another
   /// generation are stale. Protected by that lock.

@@ -259,8 +259,10 @@ extension RunLoop {
 
   /// Runs `block` on this run loop's thread after `delay` (never earlier), when the loop runs
   /// in one of `modes`. Never blocks, never wakes the loop beyond what its timer needs, and
-  /// cannot fail; a loop that does not run in one of `modes` never runs it. Returns a handle
-  /// whose ``DelayedPerform/cancel()`` withdraws the request and releases `block` at once.
+  /// cannot fail; a loop that does not run in one of `modes` never runs it, and when the
+  /// loop's thread ends first the request is withdrawn (`block` released unrun). Returns a
+  /// handle whose ``DelayedPerform/cancel()`` withdraws the request and releases `block` at
+  /// once.
   /// (`performSelector:withObject:afterDelay:inModes:`)
   ///
   /// ```swift
@@ -272,6 +274,7 @@ extension RunLoop {
     afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
   ) -> DelayedPerform {
     let timer = RunLoopTimer(after: delay) { _ in block() }
+    timer.lock.withLock { timer.endsWithItsRunLoop = true }
     for mode in modes { add(timer, forMode: mode) }
     return DelayedPerform(timer: timer)
   }
@@ -334,7 +337,8 @@ public struct DelayedPerform: Sendable, Hashable {
     timer.invalidate()
   }
 
-  /// Whether the request is still to run: false once it ran or was cancelled.
+  /// Whether the request is still to run: false once it ran or was cancelled, and once the
+  /// run loop's thread has ended (the request is then withdrawn, its block released).
   public var isPending: Bool {
     timer.isValid
   }
