@@ -41,9 +41,12 @@ import CThreadingShims
 /// let changed = SharedMemoryCondition(existingAt: region.address + 128)
 ///
 /// // Consumer (any process):
-/// var acquisition = try lock.lock()
-/// while ready.pointee == 0 { acquisition = try changed.wait(lock) }
-/// if acquisition == .previousOwnerDied { /* check the data, then */ lock.markConsistent() }
+/// // Mark the lock consistent as soon as an acquisition says its holder died: waiting on
+/// // it first would release it inconsistent, which makes it unusable for good.
+/// if try lock.lock() == .previousOwnerDied { /* check the data, then */ lock.markConsistent() }
+/// while ready.pointee == 0 {
+///     if try changed.wait(lock) == .previousOwnerDied { /* check */ lock.markConsistent() }
+/// }
 /// lock.unlock()
 ///
 /// // Producer (another process):
@@ -104,6 +107,11 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   /// Releases `lock` (the caller must hold it), waits until signalled, and re-acquires
   /// `lock`. Returns how the lock was re-acquired. May return without a signal.
   ///
+  /// **Misuse** stops the process with a message: waiting without holding `lock`, and
+  /// waiting on a lock acquired with ``SharedMemoryLock/Acquisition/previousOwnerDied``
+  /// before ``SharedMemoryLock/markConsistent()`` (the wait's release would make the lock
+  /// unusable for every process, for good): decide about the data first.
+  ///
   /// - Throws: ``SharedMemoryLockError`` as ``SharedMemoryLock/lock()`` does; the caller
   ///   then does not hold the lock.
   @available(*, noasync, message: "blocks the thread")
@@ -112,7 +120,8 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   }
 
   /// Releases `lock`, waits until signalled or `deadline` (monotonic clock) passes, and
-  /// re-acquires `lock`. A deadline already passed returns at once, still holding the lock.
+  /// re-acquires `lock`. A deadline already passed returns at once, still holding the lock
+  /// (the caller must hold it then too). Misuse as ``wait(_:)``.
   ///
   /// - Throws: ``SharedMemoryLockError`` as ``SharedMemoryLock/lock()`` does.
   @available(*, noasync, message: "blocks the thread")
@@ -149,7 +158,17 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   // processes at the word's physical page.
   func wait(_ lock: SharedMemoryLock, deadline: MonotonicInstant) throws(SharedMemoryLockError) -> WaitResult {
     if deadline != .distantFuture, deadline.hasPassed {
+      if !RobustMutex.isHeldByCurrentThread(lock.mutex) {
+        reportMisuse("SharedMemoryCondition", "wait without holding the lock")
+      }
       return WaitResult(timedOut: true, acquisition: .acquired)
+    }
+    if lock.mutex.pointee.__data.__owner == Int32.max {  // PTHREAD_MUTEX_INCONSISTENT
+      // Releasing an inconsistent robust mutex makes it ENOTRECOVERABLE for every process.
+      reportMisuse(
+        "SharedMemoryCondition",
+        "wait() on a lock acquired with previousOwnerDied before markConsistent() (the wait's release would make the lock unrecoverable for good)"
+      )
     }
     let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
     _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)

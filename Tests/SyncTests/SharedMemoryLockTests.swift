@@ -203,6 +203,21 @@ struct SharedMemoryLockTests {
       }
     }
   }
+
+  @Test("tryLock by the thread that holds the lock returns nil (busy), as documented")
+  func tryLockByTheHolderIsBusy() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let state = try! SharedState()
+        guard (try? state.lock.lock()) == .acquired else { exit(2) }
+        let again: SharedMemoryLock.Acquisition??
+        do throws(SharedMemoryLockError) { again = try state.lock.tryLock() } catch { again = nil }
+        guard case .some(.none) = again else { exit(3) }
+        state.lock.unlock()
+        exit(0)
+      }
+    }
+  }
 }
 
 @Suite("SharedMemoryCondition", .timeLimit(.minutes(1)))
@@ -300,6 +315,59 @@ struct SharedMemoryConditionTests {
       }
     }
     #expect(acquisition.load(ordering: .relaxed) == 2)
+  }
+
+  @Test("a wait whose deadline has passed, without holding the lock, is reported as misuse")
+  func passedDeadlineWaitWithoutTheLockIsMisuse() async {
+    await #expect(processExitsWith: .failure) {
+      blocking {
+        let state = try! SharedState()
+        _ = try? state.condition.wait(state.lock, before: .distantPast)
+        exit(0)  // reached: the misuse went unreported
+      }
+    }
+  }
+
+  @Test("waiting on a lock acquired with previousOwnerDied before markConsistent() is reported as misuse")
+  func waitBeforeMarkConsistentIsMisuse() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      blocking {
+        let state = try! SharedState()
+        // A holder thread ends holding the lock.
+        runConcurrently(1) { _ in _ = try? state.lock.lock() }
+        guard (try? state.lock.lock()) == .previousOwnerDied else { exit(0) }
+        _ = try? state.condition.wait(state.lock, timeout: .milliseconds(10))
+        exit(0)
+      }
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("before markConsistent()"))
+    }
+  }
+
+  @Test("the documented consumer, marking the lock consistent before waiting, leaves it usable after a holder died")
+  func documentedConsumerKeepsTheLockUsable() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let state = try! SharedState()
+        runConcurrently(1) { _ in _ = try? state.lock.lock() }
+        do throws(SharedMemoryLockError) {
+          guard try state.lock.lock() == .previousOwnerDied else { exit(2) }
+          state.lock.markConsistent()
+          while state.load(0) == 0 {
+            let result = try state.condition.wait(state.lock, timeout: .milliseconds(20))
+            if result.acquisition == .previousOwnerDied { state.lock.markConsistent() }
+            if result.timedOut { break }
+          }
+          state.lock.unlock()
+          // Any process can still use the lock.
+          guard try state.lock.lock() == .acquired else { exit(3) }
+          state.lock.unlock()
+        } catch {
+          exit(1)
+        }
+        exit(0)
+      }
+    }
   }
 }
 

@@ -100,8 +100,11 @@ enum RobustMutex {
     -> Outcome
   {
     var past = timespec(tv_sec: 0, tv_nsec: 0)
-    let outcome = try outcome(
-      tk_mutex_lock_monotonic(mutex, &past), call: "pthread_mutex_clocklock", typeName: typeName)
+    let result = tk_mutex_lock_monotonic(mutex, &past)
+    // The error-checking mutex answers the holder's attempt with EDEADLK: for a try-lock that
+    // is "busy" (documented: nil when held by anyone, the caller included), not misuse.
+    if result == EDEADLK { return .busy }
+    let outcome = try outcome(result, call: "pthread_mutex_clocklock", typeName: typeName)
     return outcome == .timedOut ? .busy : outcome
   }
 
@@ -125,6 +128,13 @@ enum RobustMutex {
       fatalError(
         "\(typeName): \(SystemCallError(call: "pthread_mutex_consistent", code: SystemErrorCode(rawValue: code)))")
     }
+  }
+
+  /// Whether the calling thread holds `mutex` (glibc's word keeps the owner's kernel thread id
+  /// in its low 30 bits, as the kernel's robust-futex protocol requires).
+  static func isHeldByCurrentThread(_ mutex: UnsafeMutablePointer<pthread_mutex_t>) -> Bool {
+    let word = UnsafeMutableRawPointer(mutex).assumingMemoryBound(to: UInt32.self)
+    return UInt32.atomicLoad(at: word, ordering: .relaxed) & 0x3FFF_FFFF == UInt32(bitPattern: tk_gettid())
   }
 
   static func wait(
