@@ -33,8 +33,15 @@
 ///
 /// **Misuse** always stops the process with a message, in every mode: `unlock()` from a
 /// thread that does not hold the lock (the owner check is free: the word names the owner),
-/// `unlock()` of an unlocked lock, `lock()` by the holder (self-deadlock), destroying a held
-/// lock, and locking a lock whose holder thread ended without unlocking it.
+/// `unlock()` of an unlocked lock, `lock()` by the holder (self-deadlock), an untimed
+/// `lock()` that would close a cycle of these locks (two threads taking two of them in
+/// opposite orders: the kernel detects it; a timed `lock` instead waits for the cycle to
+/// break, polling every millisecond, and returns false at its deadline), destroying a held
+/// lock, and locking a lock whose holder thread ended without unlocking it. That last check
+/// sees only a lock nobody was already waiting for: when its holder thread ends while a
+/// thread sleeps in `lock()`, the kernel hands the lock to that thread, which cannot tell.
+/// Unlock before a thread ends; use ``SharedMemoryLock`` where a holder's death must be
+/// reported to the next owner.
 ///
 /// ```swift
 /// let lock = try PriorityInheritanceLock()

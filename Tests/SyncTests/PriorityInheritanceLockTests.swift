@@ -236,4 +236,67 @@ struct PriorityInheritanceLockMisuseTests {
       #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("deinitialized while locked"))
     }
   }
+
+  @Test("a timed lock that would close a cycle of two locks taken in opposite orders returns false at its deadline")
+  func timedLockInALockOrderCycleTimesOut() async {
+    await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking {
+        let first = try! PriorityInheritanceLock()
+        let second = try! PriorityInheritanceLock()
+        let firstHeld = Gate()
+        let secondHeld = Gate()
+        let timedOut = AtomicBool(false)
+        runConcurrently(2) { index in
+          if index == 0 {
+            first.lock()
+            firstHeld.open()
+            secondHeld.wait()
+            second.lock()  // sleeps in the kernel until the other thread gives up
+            second.unlock()
+            first.unlock()
+          } else {
+            second.lock()
+            secondHeld.open()
+            firstHeld.wait()
+            waitUntil("the other thread sleeps on the second lock") { second.hasWaiters }
+            timedOut.store(!first.lock(timeout: .milliseconds(100)), ordering: .relaxed)
+            second.unlock()
+          }
+        }
+        exit(timedOut.load(ordering: .relaxed) ? 0 : 1)
+      }
+    }.map { result in
+      let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+      #expect(!text.contains("self-deadlock"), "\(text)")
+    }
+  }
+
+  @Test("an untimed lock that would close a cycle of two locks is reported as a lock-order cycle")
+  func untimedLockInALockOrderCycleIsReported() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      blocking {
+        let first = try! PriorityInheritanceLock()
+        let second = try! PriorityInheritanceLock()
+        let firstHeld = Gate()
+        let secondHeld = Gate()
+        runConcurrently(2) { index in
+          if index == 0 {
+            first.lock()
+            firstHeld.open()
+            secondHeld.wait()
+            second.lock()
+          } else {
+            second.lock()
+            secondHeld.open()
+            firstHeld.wait()
+            waitUntil("the other thread sleeps on the second lock") { second.hasWaiters }
+            first.lock()
+          }
+        }
+        exit(0)
+      }
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("cycle"))
+    }
+  }
 }

@@ -132,7 +132,19 @@ package enum PriorityInheritanceFutex {
         if timedWait == .monotonic || deadline.hasPassed { return false }
         continue  // one wall-clock slice ended before the monotonic deadline
       case EDEADLK:
-        reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock)")
+        if UInt32.atomicLoad(at: word, ordering: .relaxed) & threadIDMask == me {
+          reportMisuse(typeName, "lock() by the thread that already holds it (self-deadlock)")
+        }
+        // The kernel's chain walk found a cycle (this thread holds a lock the owner waits
+        // for, directly or through others). Untimed, it can never end: say so. Timed, wait
+        // for the cycle to break (another member giving up) until the deadline, as promised.
+        if deadline == .distantFuture {
+          reportMisuse(typeName, "lock() would deadlock: a cycle of priority-inheritance locks (lock order)")
+        }
+        if deadline.hasPassed { return false }
+        var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
+        _ = nanosleep(&pause, nil)
+        continue
       case ESRCH:
         reportMisuse(typeName, "the lock is held by a thread that has ended (a thread must unlock before it exits)")
       default:
