@@ -1,5 +1,6 @@
 // Out-of-line part of the Sync module's shims (see include/tk_sync_shims.h): the per-thread
 // lock-owner identity.
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -78,6 +79,46 @@ int32_t tk_cached_thread_id_assign(void) {
   }
   errno = saved;
   return id;
+}
+
+__thread int64_t tk_pi_held_count_value __attribute__((tls_model("initial-exec"))) = 0;
+__thread int32_t tk_pi_held_registered_value __attribute__((tls_model("initial-exec"))) = 0;
+
+static pthread_once_t tk_pi_held_once = PTHREAD_ONCE_INIT;
+static pthread_key_t tk_pi_held_key;
+static int tk_pi_held_key_error = 0;
+// Set once before any lock exists; read by ending threads.
+static _Atomic(void (*)(int64_t)) tk_pi_held_report = NULL;
+
+// The key's destructor: runs as a registered thread ends, before the kernel releases what
+// it still holds (which would hand a priority-inheritance lock to a waiter silently).
+static void tk_pi_held_thread_ended(void *unused) {
+  (void)unused;
+  int64_t count = tk_pi_held_count_value;
+  void (*report)(int64_t) = atomic_load_explicit(&tk_pi_held_report, memory_order_acquire);
+  if (count != 0 && report != NULL) report(count);
+}
+
+static void tk_pi_held_make_key(void) {
+  tk_pi_held_key_error = pthread_key_create(&tk_pi_held_key, tk_pi_held_thread_ended);
+}
+
+int tk_pi_held_prepare(void (*report)(int64_t)) {
+  int once = pthread_once(&tk_pi_held_once, tk_pi_held_make_key);
+  if (once != 0) return once;
+  if (tk_pi_held_key_error != 0) return tk_pi_held_key_error;
+  atomic_store_explicit(&tk_pi_held_report, report, memory_order_release);
+  return 0;
+}
+
+int tk_pi_held_register(void) {
+  int once = pthread_once(&tk_pi_held_once, tk_pi_held_make_key);
+  if (once != 0) return once;
+  if (tk_pi_held_key_error != 0) return tk_pi_held_key_error;
+  // Any non-NULL value: the destructor runs only for threads that set one.
+  int error = pthread_setspecific(tk_pi_held_key, (void *)1);
+  if (error == 0) tk_pi_held_registered_value = 1;
+  return error;
 }
 
 #ifndef FUTEX_LOCK_PI2

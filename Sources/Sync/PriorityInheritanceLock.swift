@@ -37,11 +37,12 @@
 /// `lock()` that would close a cycle of these locks (two threads taking two of them in
 /// opposite orders: the kernel detects it; a timed `lock` instead waits for the cycle to
 /// break, polling every millisecond, and returns false at its deadline), destroying a held
-/// lock, and locking a lock whose holder thread ended without unlocking it. That last check
-/// sees only a lock nobody was already waiting for: when its holder thread ends while a
-/// thread sleeps in `lock()`, the kernel hands the lock to that thread, which cannot tell.
-/// Unlock before a thread ends; use ``SharedMemoryLock`` where a holder's death must be
-/// reported to the next owner.
+/// lock, and a thread that ends holding one of these locks: checked as the thread ends,
+/// before the kernel could hand the lock to a waiter without a word (the check costs one
+/// thread-local add per acquisition and per release). A thread that ends the process with
+/// `exit()` while holding one is not reported (nothing runs after it). Use
+/// ``SharedMemoryLock`` where a holder's death must be survived and reported to the next
+/// owner.
 ///
 /// ```swift
 /// let lock = try PriorityInheritanceLock()
@@ -73,12 +74,15 @@ public final class PriorityInheritanceLock: Locking, @unchecked Sendable {
   ///   support priority-inheritance futexes (`.notImplemented`, ENOSYS) or a system-call
   ///   filter refuses them (`.operationNotPermitted`, EPERM).
   public convenience init() throws(SystemCallError) {
-    try self.init(timedWait: PriorityInheritanceFutex.support.get())
+    let timedWait = try PriorityInheritanceFutex.support.get()
+    if let error = PriorityInheritanceFutex.heldCheck { throw error }
+    self.init(timedWait: timedWait)
   }
 
   /// A lock whose timed acquisitions wait as `timedWait` says (tests run the wall-clock
   /// fallback on kernels that have the monotonic call).
   init(timedWait: PriorityInheritanceFutex.TimedWait) {
+    if let error = PriorityInheritanceFutex.heldCheck { fatalError("PriorityInheritanceLock: \(error)") }
     let block = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
     word = block.bindMemory(to: UInt32.self, capacity: 1)
     word.initialize(to: 0)
@@ -108,8 +112,12 @@ public final class PriorityInheritanceLock: Locking, @unchecked Sendable {
   @inlinable
   @inline(__always)
   public func tryLock() -> Bool {
-    UInt32.atomicCompareAndSwap(
-      expected: 0, desired: PriorityInheritanceFutex.currentThreadID(), at: word, ordering: .acquiring)
+    guard
+      UInt32.atomicCompareAndSwap(
+        expected: 0, desired: PriorityInheritanceFutex.currentThreadID(), at: word, ordering: .acquiring)
+    else { return false }
+    PriorityInheritanceFutex.noteAcquired()
+    return true
   }
 
   /// Acquires the lock, blocking until it is available or `deadline` (monotonic clock)
@@ -134,6 +142,7 @@ public final class PriorityInheritanceLock: Locking, @unchecked Sendable {
     if !UInt32.atomicCompareAndSwap(expected: me, desired: 0, at: word, ordering: .releasing) {
       unlockSlow(me)
     }
+    PriorityInheritanceFutex.noteReleased()
   }
 
   /// Runs `body` holding the lock and returns its result; releases it however `body` exits.
@@ -170,8 +179,13 @@ public final class PriorityInheritanceLock: Locking, @unchecked Sendable {
   func acquire(before deadline: MonotonicInstant) -> Bool {
     let me = PriorityInheritanceFutex.currentThreadID()
     // Acquiring: pairs with the releasing swap in `unlock()`.
-    if UInt32.atomicCompareAndSwap(expected: 0, desired: me, at: word, ordering: .acquiring) { return true }
-    return acquireSlow(me, before: deadline)
+    if UInt32.atomicCompareAndSwap(expected: 0, desired: me, at: word, ordering: .acquiring)
+      || acquireSlow(me, before: deadline)
+    {
+      PriorityInheritanceFutex.noteAcquired()
+      return true
+    }
+    return false
   }
 
   @usableFromInline

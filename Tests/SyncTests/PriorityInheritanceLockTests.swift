@@ -211,7 +211,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("locking a lock whose holder thread ended without unlocking stops the process")
+  @Test("a thread that ends holding the lock stops the process")
   func holderThreadEnded() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -220,7 +220,59 @@ struct PriorityInheritanceLockMisuseTests {
         lock.lock()
       }
     }.map { result in
-      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("held by a thread that has ended"))
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("a thread ended holding 1 lock"))
+    }
+  }
+
+  @Test("a thread that ends holding the lock while another sleeps waiting for it stops the process")
+  func holderThreadEndedWithAWaiterAsleep() async {
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      blocking {
+        let lock = try! PriorityInheritanceLock()
+        let holding = Gate()
+        let holderMayEnd = Gate()
+        runConcurrently(3) { index in
+          switch index {
+          case 0:
+            lock.lock()
+            holding.open()
+            holderMayEnd.wait()
+          // Ends holding the lock; the kernel would hand it to the sleeping waiter.
+          case 1:
+            holding.wait()
+            lock.lock()
+            lock.unlock()
+          default:
+            holding.wait()
+            waitUntil("the waiter sleeps in the kernel") { lock.hasWaiters }
+            holderMayEnd.open()
+          }
+        }
+        exit(0)  // reached: the waiter got the ended holder's lock without a word
+      }
+    }.map { result in
+      #expect(String(decoding: result.standardErrorContent, as: UTF8.self).contains("a thread ended holding 1 lock"))
+    }
+  }
+
+  @Test("locks taken and released on many threads leave no thread counted as holding one")
+  func balancedUseIsNotReported() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let lock = try! PriorityInheritanceLock()
+        runConcurrently(4) { _ in
+          for round in 0..<1_000 {
+            switch round % 3 {
+            case 0: lock.withLock {}
+            case 1:
+              if lock.tryLock() { lock.unlock() }
+            default:
+              if lock.lock(timeout: .seconds(10)) { lock.unlock() }
+            }
+          }
+        }
+        exit(0)
+      }
     }
   }
 

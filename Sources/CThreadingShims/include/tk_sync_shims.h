@@ -101,6 +101,34 @@ static inline uint64_t tk_thread_identity(void) {
 
 // ---- Priority-inheritance futexes (PriorityInheritanceLock) ----
 
+/// How many priority-inheritance locks the calling thread holds (acquisitions minus
+/// releases), and whether the thread is registered for the check at its end (1), or not yet
+/// (0). Initial-exec thread-locals: one load and one add per acquisition.
+extern __thread int64_t tk_pi_held_count_value __attribute__((tls_model("initial-exec")));
+extern __thread int32_t tk_pi_held_registered_value __attribute__((tls_model("initial-exec")));
+
+/// Creates the process's thread-end check once (a `pthread_key_t` whose destructor calls
+/// `report` with the ending thread's count when it is not 0) and sets `report`. Returns 0 or
+/// the `pthread_key_create` error. Idempotent.
+int tk_pi_held_prepare(void (*report)(int64_t));
+
+/// Registers the calling thread for the check at its end (the slow path of
+/// `tk_pi_held_acquired`). Returns 0 or the `pthread_key_create`/`pthread_setspecific` error.
+int tk_pi_held_register(void);
+
+/// Counts an acquisition by the calling thread; registers the thread on its first. Returns
+/// 0, or the registration's error.
+static inline int tk_pi_held_acquired(void) {
+  tk_pi_held_count_value += 1;
+  if (__builtin_expect(tk_pi_held_registered_value != 0, 1)) return 0;
+  return tk_pi_held_register();
+}
+
+/// Counts a release by the calling thread.
+static inline void tk_pi_held_released(void) {
+  tk_pi_held_count_value -= 1;
+}
+
 /// The calling thread's kernel thread id, cached in an initial-exec thread-local after the
 /// first call (one load afterwards). A fork handler clears the forking thread's cache in the
 /// child, whose only thread has a new id. Never 0.

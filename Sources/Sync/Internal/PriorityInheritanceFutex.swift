@@ -76,6 +76,46 @@ package enum PriorityInheritanceFutex {
     return .success(timedWait)
   }()
 
+  /// The check that no thread ends holding a lock, prepared once per process: nil, or why
+  /// it could not be (`pthread_key_create` failed). See ``noteAcquired()``.
+  static let heldCheck: SystemCallError? = {
+    let error = tk_pi_held_prepare { count in
+      reportMisuse(
+        "PriorityInheritanceLock",
+        "a thread ended holding \(count) lock(s) (a thread must unlock before it exits; a thread waiting for the lock would otherwise get it without being told)"
+      )
+    }
+    return error == 0 ? nil : SystemCallError(call: "pthread_key_create", code: SystemErrorCode(rawValue: error))
+  }()
+
+  /// Counts an acquisition by the calling thread, for the check when it ends: a thread that
+  /// ends holding a lock stops the process. The kernel would otherwise hand the lock to a
+  /// waiter already asleep in `FUTEX_LOCK_PI` without a word (only a lock nobody waits for
+  /// says so, `ESRCH`, to its next locker). One thread-local add; the thread's first
+  /// acquisition registers it.
+  @inlinable
+  @inline(__always)
+  static func noteAcquired() {
+    let error = tk_pi_held_acquired()
+    if error != 0 { registrationFailed(error) }
+  }
+
+  /// Counts a release by the calling thread (see ``noteAcquired()``).
+  @inlinable
+  @inline(__always)
+  static func noteReleased() {
+    tk_pi_held_released()
+  }
+
+  @usableFromInline
+  static func registrationFailed(_ error: Int32) -> Never {
+    // `pthread_setspecific` fails only without memory for the thread's key block; the key
+    // itself was created with the lock (see `heldCheck`).
+    fatalError(
+      "PriorityInheritanceLock: \(SystemCallError(call: "pthread_setspecific", code: SystemErrorCode(rawValue: error)))"
+    )
+  }
+
   /// The calling thread's kernel thread id, as the word stores it. One thread-local load
   /// after the thread's first call.
   @inlinable
