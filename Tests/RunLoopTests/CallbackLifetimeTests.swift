@@ -33,6 +33,16 @@ struct CallbackLifetimeTests {
     }
   }
 
+  /// Runs `loop` (the caller's thread's) nested in `mode` for at most 5 seconds, with a far
+  /// timer keeping the mode from being empty; returns how the run ended (`.stopped` when a
+  /// block stopped it in time).
+  private static func runNested(_ loop: RunLoop, in mode: RunLoopMode) -> RunLoopRunResult {
+    let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
+    loop.add(keepAlive, forMode: mode)
+    defer { keepAlive.invalidate() }
+    return loop.run(mode: mode, timeout: .seconds(5))
+  }
+
   @Test("a one-shot timer nobody else holds releases its captures after firing, outside the loop's lock")
   func firedOneShotTimerReleasesCapturesOutsideTheLock() {
     TestThread.run {
@@ -186,34 +196,6 @@ struct CallbackLifetimeTests {
     worker.stop()
   }
 
-  @Test(
-    "a source that invalidates itself in its handler is released before the loop sleeps, so what its captures' deinit queues runs",
-    arguments: [false, true])
-  func selfInvalidatedSourceIsReleasedBeforeTheSleep(besideAnotherSource: Bool) throws {
-    let worker = try RunLoopThread.start(name: "source-release-before-sleep")
-    let loop = worker.runLoop
-    // A second, never signalled source takes the pass off its one-source hand-off steps.
-    let idle = RunLoopSource {}
-    if besideAnotherSource { #expect(loop.add(idle, forMode: .default)) }
-    let queuedByDeinit = Semaphore(value: 0)
-    let handle = AtomicReference<RunLoopSource>()
-    do {
-      let probe = DeinitProbe { loop.performAndWakeUp { queuedByDeinit.signal() } }
-      // The handler drops the last reference but the loop's: once the loop lets go, the
-      // source and the probe it captures are released, and the probe queues a block.
-      let source = RunLoopSource {
-        withExtendedLifetime(probe) {}
-        handle.exchange(nil)?.invalidate()
-      }
-      handle.store(source)
-      #expect(loop.add(source, forMode: .default))
-      source.signalAndWakeUp()
-    }
-    #expect(queuedByDeinit.wait(timeout: .seconds(10)), "the block queued by the capture's deinit did not run")
-    worker.stop()
-    idle.invalidate()
-  }
-
   @Test("each block of a pass's batch is released once it ran, before the next block runs (as Core Foundation does)")
   func eachBlockOfABatchIsReleasedBeforeTheNextRuns() throws {
     let worker = try RunLoopThread.start(name: "release-per-block")
@@ -230,12 +212,7 @@ struct CallbackLifetimeTests {
         loop.perform(inModes: [.default]) { withExtendedLifetime(probe) {} }
       }
       loop.perform(inModes: [.default]) {
-        // A far timer keeps the nested mode from being empty.
-        let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
-        loop.add(keepAlive, forMode: nested)
-        let outcome = loop.run(mode: nested, timeout: .seconds(5))
-        keepAlive.invalidate()
-        result.withLock { $0 = outcome }
+        result.withLock { $0 = Self.runNested(loop, in: nested) }
         done.signal()
       }
     }
@@ -256,11 +233,7 @@ struct CallbackLifetimeTests {
     let second = RunLoopSource(order: 1) {
       // Runs the loop nested; the first source's capture, once released, queues the block
       // that stops this run. Kept until every signalled source fired, it would time out.
-      let keepAlive = RunLoopTimer(after: .seconds(3_600)) { _ in }
-      loop.add(keepAlive, forMode: nested)
-      let outcome = loop.run(mode: nested, timeout: .seconds(5))
-      keepAlive.invalidate()
-      result.withLock { $0 = outcome }
+      result.withLock { $0 = Self.runNested(loop, in: nested) }
       done.signal()
     }
     // Made on the loop's thread, so only the loop and `handle` hold the first source.
@@ -284,9 +257,9 @@ struct CallbackLifetimeTests {
   }
 
   @Test(
-    "a block queued with plain perform by the deinit of a self-invalidated source's capture runs before the loop sleeps",
-    arguments: [false, true])
-  func blockQueuedOnTheLoopThreadBySelfInvalidatedSourceRuns(besideAnotherSource: Bool) throws {
+    "a source that invalidated itself in its handler is released before the loop sleeps: a block its capture's deinit queues runs",
+    arguments: [false, true], [false, true])
+  func blockQueuedBySelfInvalidatedSourceCaptureRuns(besideAnotherSource: Bool, wakesTheLoop: Bool) throws {
     let worker = try RunLoopThread.start(name: "source-release-perform")
     let loop = worker.runLoop
     // A second, never signalled source takes the pass off its one-source hand-off steps.
@@ -299,7 +272,13 @@ struct CallbackLifetimeTests {
     loop.performAndWakeUp {
       // Plain perform on the loop's own thread needs no wake-up: the loop runs the block
       // before it would sleep, provided the source goes before the sleep is decided.
-      let probe = DeinitProbe { loop.perform { queuedByDeinit.signal() } }
+      let probe = DeinitProbe {
+        if wakesTheLoop {
+          loop.performAndWakeUp { queuedByDeinit.signal() }
+        } else {
+          loop.perform { queuedByDeinit.signal() }
+        }
+      }
       let source = RunLoopSource {
         withExtendedLifetime(probe) {}
         if firings.increment(ordering: .full) == 1 {

@@ -226,18 +226,26 @@ struct ThreadPoolTests {
     #expect(pool.statistics.threads == 0)
   }
 
-  @Test func queuedWorkStillRunsWhenTheLastWorkersJobIsCancelledDuringShutdown() async throws {
-    // One worker: its running job's task is cancelled after the shutdown began, so the
-    // worker retires after that job; the queued job needs a replacement worker.
-    let pool = makePool("strand", maximumThreads: 1)
+  @Test(
+    "queued work still runs when the only worker retires after its job during a shutdown (its task cancelled, or the job asked its thread to exit)",
+    arguments: [false, true])
+  func queuedWorkRunsWhenTheOnlyWorkerRetiresDuringShutdown(jobAsksToExit: Bool) async throws {
+    let pool = makePool("retire", maximumThreads: 1)
     let release = TestLatch()
-    let first = Task { try await pool.run { block(on: release) } }
+    let first = Task {
+      try await pool.run { () -> Int in
+        block(on: release)
+        if jobAsksToExit { Thread.current.requestExit() }
+        return 1
+      }
+    }
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let second = Task { try await pool.run { 2 } }
     #expect(await eventually { pool.statistics.queuedJobs == 1 })
     let shutdown = Task { await pool.shutdown() }
     #expect(await eventually { pool.statistics.isShutDown })
-    first.cancel()
+    // Either way the worker retires after this job; the queued one needs a replacement.
+    if !jobAsksToExit { first.cancel() }
     release.open()
     _ = await first.result
     await shutdown.value
@@ -248,35 +256,6 @@ struct ThreadPoolTests {
       #expect(try await second.value == 2)
     } else {
       // Frees the stranded task so the test ends.
-      second.cancel()
-      _ = await second.result
-    }
-  }
-
-  @Test func queuedWorkStillRunsWhenTheOnlyWorkerAsksToExitDuringShutdown() async throws {
-    let pool = makePool("retire", maximumThreads: 1)
-    let release = TestLatch()
-    let first = Task {
-      try await pool.run { () -> Int in
-        block(on: release)
-        // This worker retires after the job; the queued one needs a replacement.
-        Thread.current.requestExit()
-        return 1
-      }
-    }
-    #expect(await eventually { pool.statistics.runningJobs == 1 })
-    let second = Task { try await pool.run { 2 } }
-    #expect(await eventually { pool.statistics.queuedJobs == 1 })
-    let shutdown = Task { await pool.shutdown() }
-    #expect(await eventually { pool.statistics.isShutDown })
-    release.open()
-    #expect(try await first.value == 1)
-    await shutdown.value
-    let stats = pool.statistics
-    #expect(stats.queuedJobs == 0, "shutdown returned with \(stats.queuedJobs) job(s) queued")
-    if stats.queuedJobs == 0 {
-      #expect(try await second.value == 2)
-    } else {
       second.cancel()
       _ = await second.result
     }
