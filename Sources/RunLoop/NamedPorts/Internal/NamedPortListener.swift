@@ -167,6 +167,10 @@ final class NamedPortListener: @unchecked Sendable {
     let lockPath = directory.lockPath(for: name)
     let claimed = try NamedPortListener.claim(lockPath, name: name)
     lockDescriptor = claimed
+    // Until the listener is complete, a failure below closes what was opened itself: a
+    // throw once every stored property is set still runs deinit, whose invalidate() must
+    // then do nothing (the descriptors are already closed, the claim already abandoned).
+    invalidated = true
     let wake: Int32
     do throws(SystemCallError) {
       wake = try shimCall("eventfd") { tk_eventfd_create() }
@@ -236,6 +240,7 @@ final class NamedPortListener: @unchecked Sendable {
       throw PortError(.transportError, cause: error, detail: "cannot watch \(path)")
     }
     listener = socket
+    invalidated = false
   }
 
   /// Opens and locks the claim file at `path` (see ``PortDirectory``), making sure the file
