@@ -1,8 +1,9 @@
 import Glibc
-import RunLoop
 import Sync
 import TestSupport
 import Testing
+
+@testable import RunLoop
 
 /// Serves `port` on a new thread until it is invalidated; returns the thread to join.
 func portsServeInBackground(_ port: MessagePort) -> pthread_t {
@@ -206,5 +207,104 @@ struct PortsMessagePortTests {
     }
     #expect(pthread_join(client, nil) == 0)
     #expect(outcome.log == ["echo", "becameInvalid (-5)"])
+  }
+}
+
+/// Open descriptors of this process (entries of /proc/self/fd, minus the one opendir uses).
+private func openDescriptorCount() -> Int {
+  guard let directory = opendir("/proc/self/fd") else { return -1 }
+  var count = 0
+  while readdir(directory) != nil { count += 1 }
+  closedir(directory)
+  return count - 3  // ".", "..", and the directory's own descriptor
+}
+
+@Suite("Ports: MessagePort registration failures, send timeouts, remote validity", .timeLimit(.minutes(1)))
+struct PortsMessagePortEdgeTests {
+  // A stale directory (anything unlink refuses) at the socket's path makes registration fail
+  // after the listener opened its descriptors: it closes them once, and leaves the claim.
+  @Test("a stale socket path that cannot be removed fails registration cleanly (no crash, no leak)")
+  func staleSocketPathThatIsADirectory() async {
+    await #expect(processExitsWith: .success) {
+      let name = uniquePortName("stale-dir")
+      let directory = try! PortDirectory.prepare()
+      let socketPath = directory.socketPath(for: name)
+      precondition(mkdir(socketPath, 0o700) == 0)
+      precondition(mkdir(socketPath + "/keep", 0o700) == 0)
+      defer {
+        _ = rmdir(socketPath + "/keep")
+        _ = rmdir(socketPath)
+      }
+      let before = openDescriptorCount()
+      do throws(PortError) {
+        _ = try MessagePort.local(name: name) { _ in nil }
+        exit(3)  // registration should have failed
+      } catch {
+        if error.status != .transportError { exit(4) }
+      }
+      if openDescriptorCount() != before { exit(5) }
+    }
+  }
+
+  // Only a frame cut short breaks the stream; one of which no byte went out leaves it in
+  // sync, so the port stays usable (as Core Foundation's).
+  @Test("a send timeout that wrote nothing leaves the remote port valid and usable")
+  func sendTimeoutWithNothingWrittenKeepsThePort() throws {
+    let name = uniquePortName("send-timeout-clean")
+    let received = PortsCounter()
+    let local = try MessagePort.local(name: name) { _ in
+      received.increment()
+      return nil
+    }
+    defer { local.invalidate() }
+    let remote = try MessagePort.remote(name: name)
+    defer { remote.invalidate() }
+    let invalidations = PortsCounter()
+    remote.setInvalidationHandler { _ in invalidations.increment() }
+    // Nobody serves: fill the connection with small one-way messages until one times out.
+    var sent = 0
+    var timeout: PortError?
+    while timeout == nil && sent < 1_000_000 {
+      do {
+        try remote.send(msgid: 1, sendTimeout: .zero, receiveTimeout: .zero, replyMode: .oneWay)
+        sent += 1
+      } catch {
+        timeout = error
+      }
+    }
+    #expect(timeout?.status == .sendTimeout)
+    #expect(remote.isValid, "no byte of the timed-out frame was sent: the stream is still in sync")
+    #expect(invalidations.count == 0)
+    // Drain what was sent, then the port must carry messages again.
+    while received.count < sent {
+      _ = try local.serve(timeout: .seconds(5))
+    }
+    try remote.send(msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .zero, replyMode: .oneWay)
+    _ = try local.serve(timeout: .seconds(5))
+    #expect(received.count == sent + 1)
+  }
+
+  // A remote port whose peer went away says so before a send fails, so remote(name:) does
+  // not hand out the dead connection once the name is registered again.
+  @Test("after the local port is invalidated and registered again, remote(name:) reaches the new one")
+  func remoteLookupAfterReRegistration() throws {
+    let name = uniquePortName("reregister")
+    let first = try MessagePort.local(name: name) { _ in [1] }
+    let firstServer = portsServeInBackground(first)
+    let remote = try MessagePort.remote(name: name)
+    #expect(
+      try remote.send(msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply) == [1])
+    first.invalidate()
+    #expect(pthread_join(firstServer, nil) == 0)
+    let second = try MessagePort.local(name: name) { _ in [2] }
+    let secondServer = portsServeInBackground(second)
+    defer {
+      second.invalidate()
+      #expect(pthread_join(secondServer, nil) == 0)
+    }
+    #expect(!remote.isValid, "its peer went away")
+    let again = try MessagePort.remote(name: name)
+    let reply = try? again.send(msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
+    #expect(reply == [2], "remote(name:) handed out the connection to the invalidated port")
   }
 }

@@ -231,7 +231,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     if ForkDetection.isInherited(connection.creatorProcess) {
       ForkDetection.reportInheritedUse("MessagePort", "message port", "send", creator: connection.creatorProcess)
     }
-    if replyMode == .awaitReply, connection.isValid, let local = LocalPortRegistry.shared.lookup(name: name),
+    if replyMode == .awaitReply, connection.isOpen, let local = LocalPortRegistry.shared.lookup(name: name),
       case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)
     {
       return try connection.answerLocally(

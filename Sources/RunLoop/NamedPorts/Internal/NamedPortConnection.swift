@@ -86,8 +86,17 @@ final class NamedPortConnection: @unchecked Sendable {
     chunk.deallocate()
   }
 
-  /// Whether the connection can still carry messages. Never waits for a request in flight.
-  var isValid: Bool { stateMutex.withLock { socket != nil } }
+  /// Whether the connection has not been invalidated (no system call: for the send path;
+  /// ``isValid`` also asks whether the peer went away).
+  var isOpen: Bool { stateMutex.withLock { socket != nil } }
+
+  /// Whether the connection can still carry messages. Never waits for a request in flight;
+  /// one zero-timeout `poll`.
+  var isValid: Bool {
+    guard let socket = stateMutex.withLock({ socket }) else { return false }
+    // The peer invalidated its port or died: the connection can carry nothing more.
+    return !socket.peerHasHungUp
+  }
 
   /// Why the connection became invalid, once it has.
   var failure: PortError? { stateMutex.withLock { invalidationReason } }
@@ -144,10 +153,15 @@ final class NamedPortConnection: @unchecked Sendable {
     let frame = Frame(
       kind: awaitReply ? .request : .oneWay, msgid: msgid, sequence: sequence, replyPortName: replyPortName,
       payload: payload)
+    var written = 0
     do {
-      try socket.sendAll(frame.encoded(), before: sendDeadline)
+      try socket.sendAll(frame.encoded(), before: sendDeadline, offset: &written)
     } catch .timedOut {
-      // Part of the frame may be in the stream; nothing can follow it safely.
+      if written == 0 {
+        // Not a byte of the frame went out: the stream is intact and the port stays usable.
+        throw PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline")
+      }
+      // Part of the frame is in the stream; nothing can follow it safely.
       throw invalidate(
         because: PortError(.sendTimeout, detail: "port \"\(name)\" did not accept the message before the send deadline")
       )

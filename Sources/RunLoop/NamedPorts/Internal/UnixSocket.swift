@@ -123,6 +123,12 @@ final class UnixSocket {
   /// Sends all of `bytes`, waiting for buffer space until `deadline`.
   func sendAll(_ bytes: [UInt8], before deadline: MonotonicInstant) throws(TransferFailure) {
     var offset = 0
+    try sendAll(bytes, before: deadline, offset: &offset)
+  }
+
+  /// ``sendAll(_:before:)`` that leaves in `offset` how many bytes went out (also when it
+  /// throws), so a caller can tell a transfer that never started from one cut short.
+  func sendAll(_ bytes: [UInt8], before deadline: MonotonicInstant, offset: inout Int) throws(TransferFailure) {
     while offset < bytes.count {
       do throws(SystemCallError) {
         offset += try shimCall("send") {
@@ -138,6 +144,18 @@ final class UnixSocket {
         default: throw .system(error)
         }
       }
+    }
+  }
+
+  /// Whether the peer has closed or shut down its end (a zero-timeout poll; never waits).
+  /// A poll that fails for another reason than a signal (`ENOMEM`) answers false: the next
+  /// send finds out.
+  var peerHasHungUp: Bool {
+    var entry = pollfd(fd: descriptor, events: 0, revents: 0)
+    while true {
+      let ready = poll(&entry, 1, 0)
+      if ready >= 0 { return ready > 0 && entry.revents & Int16(POLLHUP | POLLERR) != 0 }
+      if errno != EINTR { return false }
     }
   }
 
