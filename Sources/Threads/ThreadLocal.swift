@@ -6,7 +6,8 @@
 /// (`pthread_key_create`, `pthread_getspecific`), with an initial value and a destructor.
 ///
 /// Declare one, usually as a global or static constant, and every thread that reads
-/// ``value`` gets its own copy, created by `initialValue` on that thread's first access.
+/// ``value`` gets its own copy, created by `initialValue` on that thread's first read (a
+/// first write sets the copy without calling `initialValue`).
 /// When a thread that has a copy ends, `destructor` runs on that thread with the final value
 /// (the POSIX key destructor). Copies never cross threads, so `Value` need not be `Sendable`.
 ///
@@ -68,7 +69,15 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
   /// replaces it; the replaced value is not passed to `destructor` (see the notes above).
   public var value: Value {
     get { slot().value }
-    set { slot().value = newValue }
+    set {
+      // A thread without a copy gets `newValue` as its copy: `initialValue` does not run
+      // for a value that would be thrown away (as `g_private_set`, which calls nothing).
+      if let existing = existingSlot() {
+        existing.value = newValue
+      } else {
+        _ = install(TypedThreadLocalSlot(value: newValue, destructor: destructor))
+      }
+    }
   }
 
   /// Runs `body` with in-place access to the calling thread's copy (no copy of a large value).
@@ -93,11 +102,19 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
   }
 
   private func slot() -> TypedThreadLocalSlot<Value> {
-    if let slot = pthread_getspecific(key) {
-      return unsafeDowncast(
-        Unmanaged<ThreadLocalSlot>.fromOpaque(slot).takeUnretainedValue(), to: TypedThreadLocalSlot<Value>.self)
-    }
-    let slot = TypedThreadLocalSlot(value: initialValue(), destructor: destructor)
+    if let existing = existingSlot() { return existing }
+    return install(TypedThreadLocalSlot(value: initialValue(), destructor: destructor))
+  }
+
+  /// The calling thread's copy, if it has one.
+  private func existingSlot() -> TypedThreadLocalSlot<Value>? {
+    guard let slot = pthread_getspecific(key) else { return nil }
+    return unsafeDowncast(
+      Unmanaged<ThreadLocalSlot>.fromOpaque(slot).takeUnretainedValue(), to: TypedThreadLocalSlot<Value>.self)
+  }
+
+  /// Makes `slot` the calling thread's copy (it has none) and returns it.
+  private func install(_ slot: TypedThreadLocalSlot<Value>) -> TypedThreadLocalSlot<Value> {
     let retained = Unmanaged<ThreadLocalSlot>.passRetained(slot)
     let result = pthread_setspecific(key, retained.toOpaque())
     if result != 0 {

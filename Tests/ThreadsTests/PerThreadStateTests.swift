@@ -89,6 +89,20 @@ final class ReadsTheDictionaryWhenReleased: Sendable {
 
 @Suite("ThreadLocal", .timeLimit(.minutes(2)))
 struct ThreadLocalTests {
+  @Test func aFirstWriteSetsTheCopyWithoutCallingInitialValue() throws {
+    let made = AtomicInteger<Int>(0)
+    let local = ThreadLocal<Int>(initialValue: {
+      _ = made.increment(ordering: .relaxed)
+      return 10
+    })
+    let results = try spawnAll(0..<2) { index -> Int in
+      if index == 0 { local.value = 5 }
+      return local.value
+    }
+    #expect(results.sorted() == [5, 10])
+    #expect(made.load(ordering: .relaxed) == 1, "initialValue ran for a copy a write replaced at once")
+  }
+
   @Test func eachThreadStartsFromTheInitialValue() throws {
     let local = ThreadLocal<Int>(initialValue: { 10 })
     local.value = 99
