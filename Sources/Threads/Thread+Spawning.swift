@@ -200,6 +200,10 @@ extension Thread {
       storedKernelThreadID = tid
     }
     var body = entry
+    // With no priority to apply nothing can fail from here on, so the closure leaves `entry`
+    // in this section (`body` holds it: nothing is released under the lock). Otherwise it
+    // leaves once the priority is applied: a thread whose setting failed keeps it.
+    if taken?.niceValue == nil { entry = nil }
     WordLock.unlock(lockWord)
     guard let plan = taken, body != nil else { fatalError("Thread internal error: started without a plan or a body") }
     if let kernelName = plan.kernelName {
@@ -208,7 +212,10 @@ extension Thread {
     if let nice = plan.niceValue {
       let result = tk_thread_set_nice(nice)
       if result == 0 {
-        withLock { storedKernelThreadID = tid }
+        withLock {
+          storedKernelThreadID = tid
+          entry = nil
+        }
       }
       plan.handshake?.storeAndWakeAll(result == 0 ? 1 : UInt32(-result) + 2)
       if result != 0 {
@@ -220,9 +227,6 @@ extension Thread {
     ThreadRegistry.install(retainedSelf)
     UInt32.atomicStore(Lifecycle.running, at: lifecycleWord, ordering: .releasing)
 
-    // `body` (a local) still holds the entry closure, so clearing `entry` under the lock
-    // runs no deinitializer there.
-    withLock { entry = nil }
     body?()
     // The body's captures are released here, on this thread, outside any lock: before the
     // exit handlers, before the thread reports finished, and while a `finishBeforeExit`
