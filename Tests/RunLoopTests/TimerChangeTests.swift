@@ -137,4 +137,28 @@ import Testing
       timer.rearm(after: .zero) { _ in }
     }
   }
+
+  @Test func nextTimerFireDateSkipsATimerWhoseCallbackIsRunning() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let later = MonotonicInstant.after(.seconds(3600))
+      let other = RunLoopTimer(fireAt: later) { _ in }
+      runLoop.add(other, forMode: .default)
+      let seen = Box<MonotonicInstant?>(nil)
+      // Repeating, so it stays valid (and keeps its due date) while its callback runs.
+      let timer = RunLoopTimer(after: .zero, interval: .seconds(7200)) { _ in
+        seen.value = RunLoop.current.nextTimerFireDate(inMode: .default)
+        RunLoop.current.stop()
+      }
+      runLoop.add(timer, forMode: .default)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(30)) == .stopped)
+      // Core Foundation's `CFRunLoopGetNextTimerFireDate` discounts a timer that is firing:
+      // its due date is already past and says nothing about the next wake-up.
+      #expect(seen.value == later)
+      // After the callback the timer counts again, at its next period.
+      #expect(runLoop.nextTimerFireDate(inMode: .default) == later)
+      timer.invalidate()
+      other.invalidate()
+    }
+  }
 }

@@ -134,11 +134,15 @@ extension RunLoop {
     }
   }
 
-  /// The earliest scheduled fire date among `mode`'s valid timers, or nil.
+  /// The earliest scheduled fire date among `mode`'s valid timers, or nil. A timer whose
+  /// callback is running does not count (its fire date is the instant it is firing for, already
+  /// past; its next one is decided when the callback returns), as in Core Foundation.
   /// (`CFRunLoopGetNextTimerFireDate`)
   public func nextTimerFireDate(inMode mode: RunLoopMode) -> MonotonicInstant? {
     lock.withLock {
-      modes[mode]?.timers.compactMap { timer in timer.lock.withLock { timer.valid ? timer.fireDate : nil } }.min()
+      modes[mode]?.timers.compactMap { timer in
+        timer.lock.withLock { timer.valid && !timer.firing ? timer.fireDate : nil }
+      }.min()
     }
   }
 
