@@ -50,7 +50,7 @@ extension RunLoop {
       await withUnsafeContinuation { continuation in
         guard request.install(continuation) else { return }
         let token = AwaitedPerform<Value, Failure>.Token(request)
-        performAndWakeUp(inModes: modes, request: ObjectIdentifier(request)) {
+        performAndWakeUp(inModes: modes, request: request) {
           token.request.run(block)
         }
       }
@@ -68,7 +68,7 @@ extension RunLoop {
 
 /// One awaited perform request: resumed exactly once, by the block, the cancellation, or the
 /// loop dropping the block unrun.
-private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked Sendable {
+private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked Sendable, WithdrawableRequest {
   // @unchecked: `phase` and `continuation` are protected by `lock`; continuations are
   // resumed after it is released.
   enum Phase {
@@ -99,6 +99,13 @@ private final class AwaitedPerform<Value: Sendable, Failure: Error>: @unchecked 
     self.continuation = continuation
     lock.unlock()
     return true
+  }
+
+  /// Whether the request ended before its block started (cancelled), so a queued block
+  /// would do nothing: the run loop drops such a block wherever it finds it, also one queued
+  /// after the cancellation looked for it in the queue.
+  var isWithdrawn: Bool {
+    lock.withLock { phase == .done }
   }
 
   /// On the loop's thread: runs `block` unless the request was cancelled, and resumes.

@@ -111,6 +111,45 @@ struct PortsPerformTests {
     #expect(ran.load(ordering: .relaxed) == 0)
   }
 
+  @Test("a request withdrawn while a pass in another mode holds the queue leaves it too: its mode stays empty")
+  func requestWithdrawnWhileAPassHoldsTheQueueLeavesIt() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let other = RunLoopMode("PortsPerformTests.withdrawnWhileTaken")
+      let gaveUp = Box(false)
+      // Holds the pass that took every queued block until the other thread has given up.
+      runLoop.perform(inModes: [.default]) { waitUntil { gaveUp.value } }
+      let waiter = TestThread.spawn {
+        #expect(throws: PerformError.timedOut) {
+          try runLoop.performAndWait(inModes: [other], timeout: .milliseconds(20)) {}
+        }
+        gaveUp.value = true
+      }
+      waitUntil { runLoop.lock.withLock { runLoop.blocks.count == 2 } }
+      #expect(runLoop.run(mode: .default, timeout: .zero) == .timedOut)
+      waiter.join()
+      #expect(runLoop.lock.withLock { runLoop.blocks.isEmpty }, "the withdrawn request left the queue")
+      // Nothing in `other`: a run in it has nothing to do (not one pass that times out).
+      #expect(runLoop.run(mode: other, timeout: .zero) == .finished)
+    }
+  }
+
+  @Test("a request withdrawn before its block is queued (an async waiter cancelled early) is never queued")
+  func requestWithdrawnBeforeItIsQueuedIsRefused() {
+    final class GaveUp: WithdrawableRequest {
+      var isWithdrawn: Bool { true }
+    }
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let other = RunLoopMode("PortsPerformTests.withdrawnBeforeQueued")
+      let ran = Box(false)
+      runLoop.performAndWakeUp(inModes: [other], request: GaveUp()) { ran.value = true }
+      #expect(runLoop.lock.withLock { runLoop.blocks.isEmpty })
+      #expect(runLoop.run(mode: other, timeout: .zero) == .finished)
+      #expect(!ran.value)
+    }
+  }
+
   @Test("a thread that ends with a request queued: the unbounded waiter gets targetExited, never hangs")
   func performAndWaitThrowsTargetExited() {
     let published = Box<RunLoop?>(nil)

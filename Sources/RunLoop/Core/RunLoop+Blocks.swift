@@ -31,11 +31,12 @@ extension RunLoop {
 
   /// Queues `item` (see ``perform(inModes:_:)``).
   /// A loop whose thread has ended drops the block at once, after the lock is released (its
-  /// release tells a waiting request that it will never run).
+  /// release tells a waiting request that it will never run); so does any loop for a request
+  /// withdrawn before it was queued (its waiter found it in no queue to take it out of).
   func enqueue(_ item: QueuedBlock) {
     let modes = item.modes
     let refused: QueuedBlock? = lock.withLock {
-      if threadHasEnded { return item }
+      if threadHasEnded || item.isWithdrawn { return item }
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.
       for mode in modes where mode != .common && mode != .default && self.modes[mode] == nil {
         _ = modeItems(mode)
@@ -46,24 +47,27 @@ extension RunLoop {
     withExtendedLifetime(refused) {}
   }
 
-  /// Queues `block` as ``performAndWakeUp(inModes:_:)`` does, tagged with `request` (an
-  /// object the caller keeps alive until the block ran or was withdrawn), so that
-  /// ``withdrawQueuedBlock(request:)`` can take it out again. For the toolkit's own waiting
-  /// requests (the async bridge's `performAndAwait`).
+  /// Queues `block` as ``performAndWakeUp(inModes:_:)`` does, tagged with `request`, so
+  /// that ``withdrawQueuedBlock(request:)`` can take it out again (and the loop drops it
+  /// wherever it finds it withdrawn). For the toolkit's own waiting requests (the async
+  /// bridge's `performAndAwait`).
   package func performAndWakeUp(
-    inModes modes: [RunLoopMode], request: ObjectIdentifier, _ block: @escaping @Sendable () -> Void
+    inModes modes: [RunLoopMode], request: any WithdrawableRequest, _ block: @escaping @Sendable () -> Void
   ) {
     enqueue(QueuedBlock(modes: modes, block: block, request: request))
     wakeUp()
   }
 
   /// Removes the queued block that carries out `request` (a waiting perform request whose
-  /// waiter gave up), so requests to a loop that does not run cannot pile up, and the
-  /// block's captures are released at once (outside the lock). A block already taken by a
-  /// pass is not affected (the request itself refuses to run once withdrawn).
+  /// waiter gave up, so its `isWithdrawn` is already true), so requests to a loop that does
+  /// not run cannot pile up, and the block's captures are released at once (outside the
+  /// lock). A block a pass has taken is not here: the request refuses to run once withdrawn,
+  /// and the pass drops it instead of putting it back if it was for another mode.
   package func withdrawQueuedBlock(request: ObjectIdentifier) {
     let removed: [QueuedBlock] = lock.withLock {
-      guard let index = blocks.firstIndex(where: { $0.request == request }) else { return [] }
+      guard let index = blocks.firstIndex(where: { $0.request.map(ObjectIdentifier.init) == request }) else {
+        return []
+      }
       let removed = blocks.remove(at: index)
       // A queued block keeps a run of its mode going (`isEmpty`); without it the run may
       // have nothing left and must end, as when its last source or timer leaves.
@@ -99,7 +103,8 @@ extension RunLoop {
     if let common = taken?.1 { runBlocks(&taken!.0, common, mode) }
   }
 
-  /// Runs the taken blocks that match `mode` and puts the others back at the queue's head.
+  /// Runs the taken blocks that match `mode` and puts the others back at the queue's head,
+  /// except those of requests withdrawn meanwhile.
   func runBlocks(_ queued: inout [QueuedBlock], _ common: Set<RunLoopMode>, _ mode: ModeItems) {
     var kept: [QueuedBlock] = []
     // Popped one at a time, so each block (and its captures) is released once it ran,
@@ -113,7 +118,20 @@ extension RunLoop {
       }
     }
     if !kept.isEmpty {
-      lock.withLock { blocks = kept + blocks }
+      // A request withdrawn while this pass held its block was in no queue for its waiter
+      // to take it out of: it is dropped here (released after the lock), since it would do
+      // nothing and would keep its modes from counting as empty.
+      let withdrawn: [QueuedBlock] = lock.withLock {
+        var withdrawn: [QueuedBlock] = []
+        var stay: [QueuedBlock] = []
+        for item in kept {
+          if item.isWithdrawn { withdrawn.append(item) } else { stay.append(item) }
+        }
+        blocks = stay + blocks
+        return withdrawn
+      }
+      kept.removeAll()
+      withExtendedLifetime(withdrawn) {}
     }
   }
 }

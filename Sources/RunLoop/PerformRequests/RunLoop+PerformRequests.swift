@@ -59,11 +59,10 @@ extension RunLoop {
       return
     }
     let pending = PendingPerform(block)
-    let request = ObjectIdentifier(pending)
     // The ticket lives only in the queued block (no local keeps it), so the run loop
     // discarding the block releases it, which tells the waiter.
     enqueue(
-      QueuedBlock(modes: modes, block: { [ticket = PendingPerform.Ticket(pending)] in ticket.run() }, request: request))
+      QueuedBlock(modes: modes, block: { [ticket = PendingPerform.Ticket(pending)] in ticket.run() }, request: pending))
     wakeUp()
     switch pending.wait(before: deadline) {
     case .ran?: return
@@ -71,7 +70,7 @@ extension RunLoop {
     case nil:
       // Withdrawn: take it out of the queue too, so a loop that never runs does not
       // accumulate the requests of callers that gave up.
-      withdrawQueuedBlock(request: request)
+      withdrawQueuedBlock(request: ObjectIdentifier(pending))
       throw .timedOut
     }
   }

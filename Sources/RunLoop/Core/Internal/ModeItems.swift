@@ -203,13 +203,26 @@ final class ModeItems {
   }
 }
 
+/// A waiting perform request that a queued block carries out and that its waiter may give
+/// up (``RunLoop/withdrawQueuedBlock(request:)`` names it by `ObjectIdentifier`).
+package protocol WithdrawableRequest: AnyObject, Sendable {
+  /// Whether the request ended before its block started (withdrawn, cancelled), so the block
+  /// would do nothing. Read with the run loop's lock held: must not call into the run loop.
+  var isWithdrawn: Bool { get }
+}
+
 /// One block queued with `perform`. Immutable.
 struct QueuedBlock {
   let modes: [RunLoopMode]
   let block: @Sendable () -> Void
   /// The waiting perform request the block carries out, so a request whose waiter gave up
-  /// can be taken out of the queue (`RunLoop.withdrawQueuedBlock`); nil for plain blocks.
-  var request: ObjectIdentifier? = nil
+  /// can be taken out of the queue (`RunLoop.withdrawQueuedBlock`), and is dropped wherever
+  /// the loop finds it withdrawn (a pass held it when its waiter looked); nil for plain blocks.
+  var request: (any WithdrawableRequest)? = nil
+
+  /// Whether the block carries out a request that ended without it (it would do nothing).
+  /// Called with the run loop's lock held.
+  var isWithdrawn: Bool { request?.isWithdrawn ?? false }
 
   /// Whether the block may run in `mode`, given the run loop's common modes.
   func runs(in mode: RunLoopMode, commonModes: Set<RunLoopMode>) -> Bool {

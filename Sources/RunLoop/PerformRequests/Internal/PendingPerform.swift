@@ -16,7 +16,7 @@ import Sync
 ///
 /// The run loop holds the request only through a ``Ticket``: if the loop discards the request
 /// unrun (its thread ended), the ticket is released and reports `dropped` to the waiter.
-final class PendingPerform: @unchecked Sendable {
+final class PendingPerform: @unchecked Sendable, WithdrawableRequest {
   // @unchecked: `block` is immutable; `word` is an atomic.
   enum Outcome: Sendable {
     case ran
@@ -44,6 +44,11 @@ final class PendingPerform: @unchecked Sendable {
 
   init(_ block: @escaping @Sendable () -> Void) {
     self.block = block
+  }
+
+  /// Whether the waiter withdrew the request (its block would do nothing).
+  var isWithdrawn: Bool {
+    word.load(ordering: .acquiring) & PendingPerform.stateMask == PendingPerform.withdrawn
   }
 
   /// Runs the block unless the waiter withdrew the request (or it already ran).
