@@ -83,4 +83,72 @@ struct DescriptorInvalidationRaceTests {
       #expect(handled.count == 0, "the handler is not called for a poll after invalidate() returned")
     }
   }
+
+  @Test("one source added and removed from two threads at once is watched exactly while it is in a mode")
+  func concurrentAddAndRemoveKeepTheWatchInStep() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let pipe = PortsPipe()
+      let source = FileDescriptorSource(descriptor: pipe.readEnd, events: .readable) { _, _ in _ = pipe.readAll() }
+      func watched() -> Int { runLoop.lock.withLock { runLoop.memberCount } }
+      for _ in 0..<20 {
+        // A cancel callback of one thread's removal can run before the schedule callback of
+        // the other thread's add that it undoes.
+        runThreads(2) { _ in
+          for _ in 0..<500 {
+            runLoop.add(source, forMode: .default)
+            runLoop.remove(source, forMode: .default)
+          }
+        }
+        #expect(!runLoop.contains(source, inMode: .default))
+        #expect(watched() == 0, "in no mode, so not in the epoll set")
+        if watched() != 0 { break }
+      }
+      runLoop.add(source, forMode: .default)
+      #expect(watched() == 1)
+      pipe.write(1)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true) == .handledSource)
+      source.invalidate()
+      #expect(watched() == 0, "invalidated: no loop watches the descriptor")
+    }
+  }
+
+  @Test("a removal whose cancel callback lags behind invalidate() spares a new source on the reused number")
+  func lateCancelAfterInvalidationSparesTheReusedNumber() {
+    TestThread.run {
+      let runLoop = RunLoop.current
+      let first = PortsPipe()
+      let second = PortsPipe()
+      let number = first.readEnd
+      let source = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in _ = first.readAll() }
+      let fired = Recorder<Int32>()
+      let replacement = Box<FileDescriptorSource?>(nil)
+      let done = Box(false)
+      source.member.setTestHooks(
+        .init(beforeCancel: { [weak source] in
+          guard !done.value, let source else { return }
+          done.value = true
+          // Between the removal (the source already left the mode) and its cancel callback,
+          // another thread invalidates the source, closes the descriptor (dup2 reuses the
+          // number at once) and watches the new file in the same loop.
+          TestThread.run {
+            source.invalidate()
+            #expect(dup2(second.readEnd, number) == number)
+            let later = FileDescriptorSource(descriptor: number, events: .readable) { _, _ in
+              fired.append(number)
+              _ = second.readAll()
+            }
+            runLoop.add(later, forMode: .default)
+            replacement.value = later
+          }
+        }))
+      runLoop.add(source, forMode: .default)
+      runLoop.remove(source, forMode: .default)
+      #expect(done.value)
+      second.write(1)
+      #expect(runLoop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true) == .handledSource)
+      #expect(fired.snapshot == [number], "the new source on the reused number is still watched")
+      replacement.value?.invalidate()
+    }
+  }
 }

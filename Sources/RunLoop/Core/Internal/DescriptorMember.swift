@@ -26,9 +26,10 @@ import Sync
 /// descriptors are handled in one pass, without a helper thread.
 ///
 /// Every `epoll_ctl` and `poll` on the descriptor runs under the member's `lock` and only
-/// while the member is not `retired`: `invalidate()` sets that mark under the same lock, so
-/// once it returns no call on the descriptor is under way or will follow, and the owner may
-/// close it. Otherwise a re-arm could modify, under this member's stale token, the
+/// while the member is not `retired`: `invalidate()` sets that mark under the same lock (and
+/// in that critical section removes the descriptor from every epoll set), so once it returns
+/// no call on the descriptor is under way or will follow, and the owner may close it.
+/// Otherwise a re-arm could modify, under this member's stale token, or a removal delete, the
 /// registration of a later member watching a descriptor that reuses the number in the same
 /// loop (which would then never fire), and `poll` could ask about another file.
 ///
@@ -60,8 +61,13 @@ final class DescriptorMember: @unchecked Sendable {
   private var testHooks: TestHooks?
   /// TK_EPOLL_READABLE / TK_EPOLL_WRITABLE bits the handler wants (0 = disabled).
   private var interest: UInt32
-  /// The run loops whose epoll set holds the descriptor, with how many of their modes hold
-  /// the member.
+  /// The run loops the member is scheduled in, with how many of their modes hold it (the
+  /// schedule callbacks less the cancel callbacks so far): positive for a loop whose epoll
+  /// set holds the descriptor. Negative while cancel callbacks ran ahead of the schedule
+  /// callbacks of the adds they undo (the loop calls both without its lock, so a removal on
+  /// one thread can call back before another thread's add does): that loop's set does not
+  /// hold the descriptor, and the late schedule callbacks only bring the count back to zero.
+  /// A loop whose count reaches zero leaves the list.
   private var loops: [(runLoop: WeakRunLoop, modes: Int)] = []
 
   /// The watched file's (`st_dev`, `st_ino`), recorded when the member joins a run loop
@@ -91,13 +97,16 @@ final class DescriptorMember: @unchecked Sendable {
     DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
   }
 
-  /// Calls a test makes from `perform` (on the run-loop thread, without the member's lock),
-  /// to put another thread's `invalidate()` at a chosen point.
+  /// Calls a test makes from `perform` (on the run-loop thread) and from the cancel callback,
+  /// without the member's lock, to put another thread's `invalidate()` at a chosen point.
   struct TestHooks: Sendable {
     /// Called before the member polls the descriptor.
     var beforePoll: (@Sendable () -> Void)?
     /// Called after the handler, before the member re-arms the descriptor.
     var beforeRearm: (@Sendable () -> Void)?
+    /// Called by the cancel callback (on the thread that removed the member from a mode),
+    /// before it takes the member's lock.
+    var beforeCancel: (@Sendable () -> Void)?
   }
 
   /// Installs (or removes) the test seam.
@@ -106,15 +115,22 @@ final class DescriptorMember: @unchecked Sendable {
   }
 
   /// Stops watching for good: the member is retired (an in-progress `poll` or re-arm ends
-  /// first, none starts after), the source leaves every mode (its cancel callbacks remove the
-  /// descriptor from each epoll set before it returns), and the run loops are woken so a run
-  /// whose mode is now empty returns instead of sleeping on. Once it returns, the owner may
-  /// close the descriptor.
+  /// first, none starts after) and the descriptor leaves every epoll set in the same critical
+  /// section, the source leaves every mode, and the run loops are woken so a run whose mode
+  /// is now empty returns instead of sleeping on. Once it returns, the owner may close the
+  /// descriptor: the cancel callbacks of removals still under way on other threads find the
+  /// member retired and make no system call (one could otherwise remove, by number, another
+  /// member's registration of a file that reuses the number).
   func invalidate() {
-    let wake: [RunLoop] = lock.withLock {
+    let (wake, watching): ([RunLoop], [RunLoop]) = lock.withLock {
+      let wake = loops.compactMap(\.runLoop.value)
       retired = true
-      return loops.compactMap(\.runLoop.value)
+      let watching = loops.filter { $0.modes > 0 }.compactMap(\.runLoop.value)
+      for runLoop in watching { removeFromEpollSet(of: runLoop) }
+      loops = []
+      return (wake, watching)
     }
+    for runLoop in watching { runLoop.memberRemoved() }
     source.invalidate()
     DescriptorMember.registry.withLock { _ = $0.removeValue(forKey: token) }
     for runLoop in wake { runLoop.wakeUp() }
@@ -140,8 +156,9 @@ final class DescriptorMember: @unchecked Sendable {
     return live.count == 1 && live[0].isOwnedByCurrentThread
   }
 
+  /// The live run loops whose epoll set holds the descriptor.
   private func liveRunLoops() -> [RunLoop] {
-    lock.withLock { loops.compactMap(\.runLoop.value) }
+    lock.withLock { loops.filter { $0.modes > 0 }.compactMap(\.runLoop.value) }
   }
 
   // MARK: - Source callbacks
@@ -151,15 +168,19 @@ final class DescriptorMember: @unchecked Sendable {
       // Invalidated while being added: the descriptor may be closed already.
       if retired { return false }
       if let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) {
+        // Already watched (positive), or undoing a cancel callback that ran ahead (negative:
+        // not watched, and at zero not scheduled at all).
         loops[index].modes += 1
+        if loops[index].modes == 0 { loops.remove(at: index) }
         return false
       }
       loops.removeAll { $0.runLoop.value == nil }
+      let watchedElsewhere = loops.contains { $0.modes > 0 }
       loops.append((WeakRunLoop(value: runLoop), 1))
       do throws(SystemCallError) {
         // Recorded on joining a first loop (again after leaving every loop, as the owner
         // may then have closed the descriptor and reused its number legitimately).
-        if loops.count == 1 { identity = try fileIdentity() }
+        if !watchedElsewhere { identity = try fileIdentity() }
         _ = try shimCall("epoll_ctl") {
           tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
         }
@@ -176,27 +197,42 @@ final class DescriptorMember: @unchecked Sendable {
   }
 
   private func cancelled(in runLoop: RunLoop) {
+    lock.withLock { testHooks }?.beforeCancel?()
     let last: Bool = lock.withLock {
-      guard let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) else { return false }
-      loops[index].modes -= 1
-      if loops[index].modes > 0 { return false }
-      loops.remove(at: index)
-      // A child of fork() releasing its copy must not remove the parent's registration.
-      if runLoop.backend.isInherited { return true }
-      // Under the lock, also once retired: `invalidate()` is still running (its source's
-      // cancel callbacks call this), so the owner has not closed the descriptor yet.
-      do throws(SystemCallError) {
-        _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
-      } catch  where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
-        // The descriptor was closed before the source was invalidated; closing already took
-        // it out of the epoll set, so there is nothing left to remove.
-      } catch {
-        fatalError("RunLoop: \(error)")
+      // Retired: `invalidate()` already took the descriptor out of every epoll set, and the
+      // owner may have closed it since (and the number name another member's file).
+      if retired { return false }
+      guard let index = loops.firstIndex(where: { $0.runLoop.value === runLoop }) else {
+        // Ahead of the schedule callback of the add this removal undoes: remembered, so
+        // that callback does not start watching a descriptor in none of the loop's modes.
+        loops.removeAll { $0.runLoop.value == nil }
+        loops.append((WeakRunLoop(value: runLoop), -1))
+        return false
       }
+      loops[index].modes -= 1
+      if loops[index].modes != 0 { return false }
+      loops.remove(at: index)
+      removeFromEpollSet(of: runLoop)
       return true
     }
     guard last else { return }
     runLoop.memberRemoved()
+  }
+
+  /// Removes the descriptor from `runLoop`'s epoll set. Called with `lock` held, before the
+  /// member is retired or by `invalidate()` as it retires it, so the owner has not closed the
+  /// descriptor yet (unless it broke that rule).
+  private func removeFromEpollSet(of runLoop: RunLoop) {
+    // A child of fork() releasing its copy must not remove the parent's registration.
+    if runLoop.backend.isInherited { return }
+    do throws(SystemCallError) {
+      _ = try shimCall("epoll_ctl(EPOLL_CTL_DEL)") { tk_epoll_remove(runLoop.backend.epollDescriptor, descriptor) }
+    } catch  where error.code == .noSuchFileOrDirectory || error.code == .badFileDescriptor {
+      // The descriptor was closed before the source was invalidated; closing already took
+      // it out of the epoll set, so there is nothing left to remove.
+    } catch {
+      fatalError("RunLoop: \(error)")
+    }
   }
 
   /// Calls the handler if the descriptor is still ready (it may have been drained since the
@@ -234,7 +270,7 @@ final class DescriptorMember: @unchecked Sendable {
   /// caller's, so no run loop is released here.
   private func rearmEverywhere(_ alive: [RunLoop]) {
     guard !retired else { return }
-    for runLoop in alive where loops.contains(where: { $0.runLoop.value === runLoop }) {
+    for runLoop in alive where loops.contains(where: { $0.runLoop.value === runLoop && $0.modes > 0 }) {
       rearm(in: runLoop, interest: interest)
     }
   }
