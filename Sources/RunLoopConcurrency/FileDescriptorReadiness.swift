@@ -35,9 +35,11 @@ extension RunLoop {
 /// its waiter is removed. A report handed over as the task was cancelled is returned by the
 /// next `next()` call (from any task).
 ///
-/// The sequence never ends by itself (a hang-up is reported as `.hangUp`); leave the loop
-/// when done. Released, it invalidates its source (the descriptor is not closed: it is not
-/// the sequence's).
+/// **End.** The sequence does not end for the descriptor (a hang-up is reported as
+/// `.hangUp`); leave the loop when done. It ends (`next()` returns nil, for waiting tasks at
+/// once) when the run loop's thread ends, or had ended when the sequence was created:
+/// nothing would ever report the descriptor again. Released, it invalidates its source (the
+/// descriptor is not closed: it is not the sequence's).
 public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   /// The events found ready.
   public typealias Element = FileDescriptorSource.Events
@@ -53,6 +55,8 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   private let source: FileDescriptorSource
   /// Serializes the interest switches, so the last one reflects the latest demand.
   private let demandLock = Lock()
+  /// Ends the mailbox when the loop's thread ends.
+  private let loopEnd: LoopEndWatch
 
   init(descriptor: Int32, events: FileDescriptorSource.Events, runLoop: RunLoop, modes: [RunLoopMode]) {
     self.descriptor = descriptor
@@ -68,11 +72,15 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
       mailbox.deliver(ready)
     }
     mailbox.demandChanged = { box.value?.updateInterest() }
+    loopEnd = LoopEndWatch(runLoop: runLoop, modes: modes, name: "FileDescriptorReadiness end") { [mailbox] in
+      mailbox.finish()
+    }
     box.value = self
     for mode in modes { runLoop.add(source, forMode: mode) }
   }
 
   deinit {
+    loopEnd.stop()
     source.invalidate()
     mailbox.finish()
   }
@@ -97,7 +105,8 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
     let readiness: FileDescriptorReadiness
 
     /// Waits (suspending the task, blocking no thread) until the descriptor is ready, and
-    /// returns the ready events. Nil when the calling task is cancelled while waiting.
+    /// returns the ready events. Nil when the calling task is cancelled while waiting, or
+    /// the loop's thread has ended.
     public mutating func next() async -> FileDescriptorSource.Events? {
       await readiness.mailbox.next()
     }

@@ -34,7 +34,9 @@ extension Port {
 ///
 /// **End.** The sequence ends (`next()` returns nil) once the port is invalidated and the
 /// messages already taken from it are returned; messages still queued in the port at its
-/// invalidation are dropped, as ``/RunLoop/Port/invalidate()`` says.
+/// invalidation are dropped, as ``/RunLoop/Port/invalidate()`` says. It also ends once the
+/// run loop's thread has ended (also before the sequence was created): nothing would take
+/// messages from the port again; those still queued stay in the port.
 ///
 /// The sequence keeps the port alive and owns its handler and invalidation handler while it
 /// exists (setting either elsewhere breaks the sequence). Released, it removes the port from
@@ -57,6 +59,8 @@ public final class PortMessages: AsyncSequence, Sendable {
   /// Serializes the handler switches, so the last one reflects the latest demand.
   private let demandLock = Lock()
   private let handler: @Sendable (PortMessage) -> Void
+  /// Ends the mailbox when the loop's thread ends; stopped when the port leaves the modes.
+  private let loopEnd: LoopEndWatch
 
   init(port: Port, runLoop: RunLoop, modes: [RunLoopMode]) {
     self.port = port
@@ -65,16 +69,29 @@ public final class PortMessages: AsyncSequence, Sendable {
     handler = { [mailbox] message in mailbox.deliver(message) }
     let box = WeakPortMessages()
     mailbox.demandChanged = { box.value?.updateHandler() }
+    let loopEnd = LoopEndWatch(runLoop: runLoop, modes: modes, name: "PortMessages end") { [mailbox] in
+      mailbox.finish()
+    }
+    self.loopEnd = loopEnd
     box.value = self
-    port.setInvalidationHandler { [mailbox] _ in mailbox.finish() }
+    // The watch leaves the modes with the port, so it never keeps a run going that the
+    // invalidated port's departure would end.
+    port.setInvalidationHandler { [mailbox, loopEnd] _ in
+      mailbox.finish()
+      loopEnd.stop()
+    }
     for mode in modes { runLoop.add(port, forMode: mode) }
-    if !port.isValid { mailbox.finish() }
+    if !port.isValid {
+      mailbox.finish()
+      loopEnd.stop()
+    }
   }
 
   deinit {
     port.setHandler(nil)
     port.setInvalidationHandler(nil)
     for mode in modes { runLoop.remove(port, forMode: mode) }
+    loopEnd.stop()
     mailbox.finish()
   }
 
@@ -94,7 +111,8 @@ public final class PortMessages: AsyncSequence, Sendable {
     let messages: PortMessages
 
     /// The next message: waits (suspending the task, blocking no thread) until one arrives.
-    /// Nil when the calling task is cancelled while waiting, or the port was invalidated.
+    /// Nil when the calling task is cancelled while waiting, the port was invalidated, or
+    /// the loop's thread has ended.
     public mutating func next() async -> PortMessage? {
       await messages.mailbox.next()
     }

@@ -242,6 +242,37 @@ import Threads
     #expect(await consumer.value <= 1)
     loop.stop()
   }
+
+  /// A loop whose thread ended never takes a message again: a waiting task is resumed with
+  /// nil at once, not left waiting until it is cancelled; the messages stay in the port.
+  @Test func theSequenceEndsWhenTheLoopsThreadEnds() async {
+    let loop = LoopThread()
+    let port = Port()
+    let messages = port.messages(on: loop.runLoop)
+    let waiting = Latch(count: 1)
+    let waiter = Task { () -> PortMessage? in
+      var iterator = messages.makeAsyncIterator()
+      waiting.countDown()
+      return await iterator.next()
+    }
+    await offPool { blockingWait(waiting) }
+    await offPool { loop.stop() }
+    let (message, rescued) = await valueUnlessHung(waiter)
+    #expect(message == nil)
+    #expect(!rescued, "the waiter was still waiting after its loop's thread ended")
+    // A sequence made for a loop whose thread has already ended is over at once.
+    let late = port.messages(on: loop.runLoop)
+    let (lateMessage, lateRescued) = await valueUnlessHung(
+      Task { () -> PortMessage? in
+        var iterator = late.makeAsyncIterator()
+        return await iterator.next()
+      })
+    #expect(lateMessage == nil)
+    #expect(!lateRescued, "a sequence on a loop whose thread had ended waited")
+    TestThread.run { sendMessage(1, to: port) }
+    #expect(port.pendingMessageCount == 1)
+    port.invalidate()
+  }
 }
 
 @Suite(.timeLimit(.minutes(1))) struct FileDescriptorReadinessTests {
@@ -288,6 +319,54 @@ import Threads
     loop.stop()
     close(readEnd)
   }
+
+  /// A loop whose thread ended never reports the descriptor again: a waiting task is resumed
+  /// with nil at once, not left waiting until it is cancelled.
+  @Test func theSequenceEndsWhenTheLoopsThreadEnds() async {
+    let loop = LoopThread()
+    let (readEnd, writeEnd) = makePipe()
+    let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
+    let waiting = Latch(count: 1)
+    let waiter = Task { () -> FileDescriptorSource.Events? in
+      var iterator = readiness.makeAsyncIterator()
+      waiting.countDown()
+      return await iterator.next()
+    }
+    await offPool { blockingWait(waiting) }
+    await offPool { loop.stop() }
+    let (events, rescued) = await valueUnlessHung(waiter)
+    #expect(events == nil)
+    #expect(!rescued, "the waiter was still waiting after its loop's thread ended")
+    // A sequence made for a loop whose thread has already ended is over at once, even for a
+    // descriptor that is ready.
+    writeByte(writeEnd)
+    let late = loop.runLoop.readiness(of: readEnd, events: .readable)
+    let (lateEvents, lateRescued) = await valueUnlessHung(
+      Task { () -> FileDescriptorSource.Events? in
+        var iterator = late.makeAsyncIterator()
+        return await iterator.next()
+      })
+    #expect(lateEvents == nil)
+    #expect(!lateRescued, "a sequence on a loop whose thread had ended waited")
+    withExtendedLifetime((readiness, late)) {}
+    close(readEnd)
+    close(writeEnd)
+  }
+}
+
+/// Awaits `waiter`'s value; if it has not finished within `limit`, cancels it so that a hang
+/// fails the test instead of blocking the run. Returns the value and whether it was
+/// cancelled (`rescued`). The limit is a bound for a failure, never a synchronization.
+func valueUnlessHung<Value: Sendable>(_ waiter: Task<Value, Never>, limit: Duration = .seconds(10)) async -> (
+  Value, rescued: Bool
+) {
+  let rescue = Task {
+    try? await Task.sleep(for: limit)
+    waiter.cancel()
+  }
+  let value = await waiter.value
+  rescue.cancel()
+  return (value, waiter.isCancelled)
 }
 
 /// Sends a message with `id` to `port` (the send blocks while the port is full).

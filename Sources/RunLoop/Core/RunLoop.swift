@@ -186,6 +186,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Set once by `threadDidExit`: nothing will ever run a block queued from then on, so
   /// `enqueue` drops it. Protected by `lock`.
   @exclusivity(unchecked) var threadHasEnded = false
+  /// Whether the loop's thread has ended: the loop dropped its items (custom sources got
+  /// their `cancel` callbacks, with this already true) and never runs again. For the
+  /// toolkit's async bridges, which end their waits then instead of waiting forever.
+  package var hasThreadEnded: Bool { lock.withLock { threadHasEnded } }
   /// Set once by `RunLoopThread`: the common modes count as never empty, so the thread's
   /// runs wait for work instead of returning finished. Protected by `lock`.
   @exclusivity(unchecked) var keepsCommonModesAlive = false
