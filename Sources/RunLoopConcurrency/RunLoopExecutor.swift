@@ -288,12 +288,14 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// Shuts the executor down as `shutDown()` does, suspending the calling task instead of
   /// blocking its thread (the waiting happens on a short-lived helper thread). Calling it
   /// from code isolated to this executor stops the process (misuse: the caller's own
-  /// resumption would be a job enqueued after the shutdown).
+  /// resumption would be a job enqueued after the shutdown). Code that runs on the loop's
+  /// thread but is isolated elsewhere (an actor on another executor of the same loop, a
+  /// task of a ``RunLoopThreadGroup`` that owns the loop) resumes elsewhere, and may call it.
   ///
-  /// - Parameter isolation: The caller's isolation (filled in by the compiler), so the check
-  ///   runs where the caller runs.
+  /// - Parameter isolation: The caller's isolation (filled in by the compiler): the caller
+  ///   resumes on its executor, which is what the check looks at (not the thread).
   public func shutDown(isolation: isolated (any Actor)? = #isolation) async {
-    if isIsolatingCurrentContext() == true {
+    if let isolation, isolation.withSerialExecutor({ ($0 as AnyObject) === self }) {
       concurrencyMisuse(
         "RunLoopExecutor",
         "shutDown() called from code isolated to the executor (its resumption would be enqueued after the shutdown)")

@@ -62,6 +62,27 @@ import Threads
         "shutDown() called from code isolated to the executor") == true)
   }
 
+  /// Code on the loop's thread that is isolated to another executor of the same loop is
+  /// not isolated to this one: its resumption is that other executor's job, so awaiting
+  /// this executor's shutdown is no misuse and returns once the queued jobs ran.
+  @Test func awaitingShutDownFromAnotherExecutorOfTheSameLoopShutsItDown() async {
+    await #expect(processExitsWith: .success) {
+      let loop = LoopThread()
+      let executor = RunLoopExecutor(runLoop: loop.runLoop)
+      let target = Pinned(executor: executor)
+      let neighbour = Pinned(executor: RunLoopExecutor(runLoop: loop.runLoop))
+      let calls = (0..<5).map { _ in Task { await target.answer() } }
+      await neighbour.awaitShutDown(of: executor)
+      precondition(executor.queuedJobCount == 0, "jobs left after the shutdown")
+      for call in calls {
+        let answer = await call.value
+        precondition(answer == 42)
+      }
+      _ = await neighbour.answer()
+      loop.stop()
+    }
+  }
+
   @Test func aJobEnqueuedAfterShutDownStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
@@ -185,6 +206,11 @@ extension Pinned {
   /// Awaits `shutDown()` from code isolated to the executor (misuse).
   func awaitShutDownOfOwnExecutor() async {
     await executor.shutDown()
+  }
+
+  /// Awaits the shutdown of `other`, an executor that may share this actor's loop.
+  func awaitShutDown(of other: RunLoopExecutor) async {
+    await other.shutDown()
   }
 }
 
