@@ -195,10 +195,34 @@ enum ForeignLoop {
   }
 }
 
+/// `--exit-request`: another thread asks the main thread to exit while `@MainActor` code
+/// awaits something that never comes; the main run loop's runs stop, so `runMain` ends the
+/// program (status 0) instead of waiting, or spinning on runs that return at once.
+enum ExitRequest {
+  static func run() -> Never {
+    MainRunLoopExecutor.runMain {
+      Report.check(Thread.isMainThread, "@MainActor code starts on the main thread")
+      print("asking the main thread to exit")
+      do {
+        let asker = try Thread.spawn(name: "asker") { Thread.main.requestExit() }
+        // Never resumed: once the request is made, the main run loop runs no more of the
+        // main actor's jobs.
+        await asker.value()
+        try? await Task.sleep(for: .seconds(3600))
+        Report.check(false, "the program ended at the exit request")
+      } catch {
+        Report.check(false, "the asking thread started: \(error)")
+      }
+      Report.finish()
+    }
+  }
+}
+
 @main struct MainActorOnRunLoopExample {
   static func main() {
     let arguments = CommandLine.arguments.dropFirst()
     if arguments.contains("--not-installed") { NotInstalled.run() }
+    if arguments.contains("--exit-request") { ExitRequest.run() }
     let sensorThread: RunLoopThread
     do {
       sensorThread = try RunLoopThread.start(name: "sensor")

@@ -123,7 +123,10 @@ public enum MainRunLoopExecutor {
 
   /// Installs the switch (``install(sleepTimers:)``), starts `body` as a `@MainActor` task,
   /// and runs the main run loop until `body` returns; then exits the process with status 0
-  /// (from the main thread, so standard output is flushed). Call it from a synchronous
+  /// (from the main thread, so standard output is flushed). An exit request for the main
+  /// thread (`Thread.main.requestExit()`, from any thread) ends the run loop's runs, so it
+  /// ends the program the same way once the current pass is over, without waiting for `body`
+  /// (its task, and every other task, is not resumed again). Call it from a synchronous
   /// `main`, on the main thread. A timer thread that cannot be started ends the process with
   /// status 1 and a message on standard error.
   @available(*, noasync, message: "call it from a synchronous main")
@@ -197,11 +200,16 @@ final class MainRunLoopMainExecutor: MainExecutor, @unchecked Sendable {
   }
 
   /// Runs the main run loop (default mode) until `condition` holds, checked after each
-  /// handled source (a batch of jobs is one), or until `stop()`.
+  /// handled source (a batch of jobs is one), until `stop()`, or until the main thread is
+  /// asked to exit (`Thread.main.requestExit()`).
   func runUntil(_ condition: () -> Bool) {
     while !condition() {
       if stopRequested.exchange(false, ordering: .acquiring) { return }
-      _ = RunLoop.main.run(mode: .default, before: .distantFuture, returnAfterSourceHandled: true)
+      let result = RunLoop.main.run(mode: .default, before: .distantFuture, returnAfterSourceHandled: true)
+      // An exit request stops every run of the thread's loop from then on, so the main
+      // actor's jobs could never run again: the drain ends instead of spinning on runs that
+      // return at once.
+      if result == .stopped && Thread.current.isExitRequested { return }
     }
   }
 

@@ -44,6 +44,12 @@ import Testing
         ])
   }
 
+  @Test func anExitRequestForTheMainThreadEndsTheProgram() throws {
+    let (status, lines) = try Self.run(["--exit-request"])
+    #expect(status == 0, "the program's report: \(lines)")
+    #expect(lines == ["ok: @MainActor code starts on the main thread", "asking the main thread to exit"])
+  }
+
   @Test func withoutTheSwitchNothingChanges() throws {
     let (status, lines) = try Self.run(["--not-installed"])
     #expect(status == 0, "the program's report: \(lines)")
