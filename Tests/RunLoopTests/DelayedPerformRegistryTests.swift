@@ -49,4 +49,35 @@ private final class Target: Sendable {}
     (survivor as any TargetActionRequests).cancelPerformRequests(target: target)
     #expect(released.wait(timeout: .seconds(30)))
   }
+
+  @Test func aReleasedTargetIsNotMistakenForALaterObjectAtTheSameAddress() throws {
+    let runLoop = RunLoop.current
+    /// Makes a request with a target that is released on return; returns its address.
+    @inline(never) func request(_ timer: inout RunLoopTimer?) -> ObjectIdentifier {
+      let target = Target()
+      timer = (runLoop as any TargetActionRequests).perform(
+        afterDelay: .seconds(3600), inModes: [.default], target: target, action: nil, argument: nil
+      ) {}
+      return ObjectIdentifier(target)
+    }
+    var rounds = 0
+    // The allocator usually hands the freed block out again at once; a round where it does
+    // not is tried again.
+    while rounds < 50 {
+      var timer: RunLoopTimer?
+      let address = request(&timer)
+      let made = try #require(timer)
+      defer { made.invalidate() }
+      var later: [Target] = []
+      while later.count < 100, later.last.map(ObjectIdentifier.init) != address { later.append(Target()) }
+      guard let reused = later.last, ObjectIdentifier(reused) == address else {
+        rounds += 1
+        continue
+      }
+      (runLoop as any TargetActionRequests).cancelPerformRequests(target: reused)
+      #expect(made.isValid, "a request made with a released target is not cancelled by a later object")
+      return
+    }
+    Issue.record("no round reused the released target's address")
+  }
 }

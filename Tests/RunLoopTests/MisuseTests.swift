@@ -18,12 +18,36 @@ private func stopARunLoopThreadFromItself() {
   }
 }
 
+/// Asks a running worker loop to run a block for no mode, and waits for it.
+private func waitForABlockForNoMode() {
+  let worker = try! RunLoopThread.start()
+  try? worker.runLoop.performAndWait(inModes: []) {}
+}
+
 @Suite(.timeLimit(.minutes(2))) struct MisuseTests {
   @Test func runningTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let runLoop = RunLoop.current
       runLoop.add(RunLoopSource(perform: {}), forMode: .common)
       runOnce(runLoop, mode: .common)
+    }
+  }
+
+  @Test func aBlockForNoModeIsRefused() async {
+    await #expect(processExitsWith: .failure) {
+      RunLoop.current.perform(inModes: []) {}
+    }
+  }
+
+  @Test func aWaitingRequestForNoModeIsRefusedInsteadOfWaitingForEver() async {
+    await #expect(processExitsWith: .failure) {
+      waitForABlockForNoMode()
+    }
+  }
+
+  @Test func aDelayedRequestForNoModeIsRefused() async {
+    await #expect(processExitsWith: .failure) {
+      RunLoop.current.perform(afterDelay: .zero, inModes: []) {}
     }
   }
 

@@ -18,9 +18,19 @@ extension RunLoop {
   /// reached yet are not visible to the nested run: blocks queued from then on run there
   /// first, and the taken ones run after the block that nested returns. Core Foundation does
   /// the same; WebKit's `RunLoop::dispatch` runs them in the nested run.
+  ///
+  /// An empty `modes` stops the process with a message (misuse: the block could never run);
+  /// so it does for every perform request.
   /// (`CFRunLoopPerformBlock`)
   public func perform(inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void) {
     enqueue(QueuedBlock(modes: modes, block: block))
+  }
+
+  /// Stops the process when `modes` is empty: a block or request for no mode could never
+  /// run, and a caller waiting for it would wait for ever. (Foundation's perform requests
+  /// return without performing; an empty list is a mistake worth naming.)
+  func checkModesNotEmpty(_ modes: [RunLoopMode], _ call: String) {
+    if modes.isEmpty { reportMisuse("RunLoop", "\(call) with no mode (inModes: []): the block could never run") }
   }
 
   /// Makes the common modes count as never empty (an internal keep-alive item), for
@@ -35,6 +45,7 @@ extension RunLoop {
   /// withdrawn before it was queued (its waiter found it in no queue to take it out of).
   func enqueue(_ item: QueuedBlock) {
     let modes = item.modes
+    checkModesNotEmpty(modes, "perform")
     let refused: QueuedBlock? = lock.withLock {
       if threadHasEnded || item.isWithdrawn { return item }
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.

@@ -25,6 +25,8 @@ import Threads
 /// Waiting on the caller's own run loop runs the block at once instead (the guide's rule),
 /// so it never deadlocks. A waiting request that times out is withdrawn: it is taken out of
 /// the queue and never runs (one that had already started is waited for, and counts as run).
+/// A request with an empty mode list stops the process with a message (misuse: it could never
+/// run; Foundation returns without performing it).
 ///
 /// ```swift
 /// // On a worker thread: publish a result on the main thread and go on.
@@ -54,6 +56,7 @@ extension RunLoop {
     inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
+    checkModesNotEmpty(modes, "performAndWait")
     if isOwnedByCurrentThread {
       block()
       return
@@ -272,6 +275,7 @@ extension RunLoop {
   public func perform(
     afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
   ) -> DelayedPerform {
+    checkModesNotEmpty(modes, "perform(afterDelay:)")
     let timer = RunLoopTimer(after: delay) { _ in block() }
     timer.lock.withLock { timer.endsWithItsRunLoop = true }
     for mode in modes { add(timer, forMode: mode) }
@@ -281,20 +285,22 @@ extension RunLoop {
   /// Deprecated: use ``perform(afterDelay:inModes:_:)`` and cancel through the
   /// ``DelayedPerform`` it returns. Runs `block` after `delay`; `target`, `action` and
   /// `argument` identify the request for ``cancelPerformRequests(target:)`` and
-  /// ``cancelPerformRequests(target:action:argument:)`` (the target is not retained).
+  /// ``cancelPerformRequests(target:action:argument:)`` (the target is not retained; once
+  /// it is released the request runs as made, and no later object cancels it).
   @available(*, deprecated, message: "use perform(afterDelay:inModes:_:) and cancel() its DelayedPerform")
   @discardableResult
   public func perform(
     afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], target: AnyObject,
     action: String? = nil, argument: AnyHashable? = nil, _ block: @escaping @Sendable () -> Void
   ) -> RunLoopTimer {
+    checkModesNotEmpty(modes, "perform(afterDelay:)")
     let slot = DelayedEntrySlot()
     let timer = RunLoopTimer(after: delay) { _ in
       if let entry = slot.entry { DelayedPerformRegistry.remove(entry) }
       block()
     }
     let entry = DelayedPerformRegistry.Entry(
-      runLoop: self, target: ObjectIdentifier(target), action: action, argument: argument, timer: timer)
+      runLoop: self, target: target, action: action, argument: argument, timer: timer)
     slot.entry = entry
     DelayedPerformRegistry.add(entry)
     for mode in modes { add(timer, forMode: mode) }
@@ -305,8 +311,7 @@ extension RunLoop {
   /// request on this run loop made with `target`. (`cancelPreviousPerformRequestsWithTarget:`)
   @available(*, deprecated, message: "cancel() the DelayedPerform that perform(afterDelay:inModes:_:) returns")
   public func cancelPerformRequests(target: AnyObject) {
-    let identity = ObjectIdentifier(target)
-    for entry in DelayedPerformRegistry.take(on: self, where: { $0.target == identity }) { entry.timer.invalidate() }
+    for entry in DelayedPerformRegistry.take(on: self, where: { $0.isFor(target) }) { entry.timer.invalidate() }
   }
 
   /// Deprecated: cancel through the ``DelayedPerform`` handle. Cancels the delayed requests
@@ -314,9 +319,8 @@ extension RunLoop {
   /// requests made without one). (`cancelPreviousPerformRequestsWithTarget:selector:object:`)
   @available(*, deprecated, message: "cancel() the DelayedPerform that perform(afterDelay:inModes:_:) returns")
   public func cancelPerformRequests(target: AnyObject, action: String, argument: AnyHashable?) {
-    let identity = ObjectIdentifier(target)
     let taken = DelayedPerformRegistry.take(on: self) {
-      $0.target == identity && $0.action == action && $0.argument == argument
+      $0.isFor(target) && $0.action == action && $0.argument == argument
     }
     for entry in taken { entry.timer.invalidate() }
   }

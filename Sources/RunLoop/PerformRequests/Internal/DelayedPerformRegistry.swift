@@ -9,20 +9,25 @@ import Sync
 /// under its lock but are released only after it.
 enum DelayedPerformRegistry {
   final class Entry: @unchecked Sendable {
-    // Immutable after init.
+    // Immutable after init (the weak references only turn nil; their loads are atomic).
     weak var runLoop: RunLoop?
-    let target: ObjectIdentifier?
+    /// Weak, as the request does not retain its target: a target released since cannot be
+    /// mistaken for a later object at the same address (an `ObjectIdentifier` could).
+    private weak var target: AnyObject?
     let action: String?
     let argument: AnyHashable?
     let timer: RunLoopTimer
 
-    init(runLoop: RunLoop, target: ObjectIdentifier?, action: String?, argument: AnyHashable?, timer: RunLoopTimer) {
+    init(runLoop: RunLoop, target: AnyObject, action: String?, argument: AnyHashable?, timer: RunLoopTimer) {
       self.runLoop = runLoop
       self.target = target
       self.action = action
       self.argument = argument
       self.timer = timer
     }
+
+    /// Whether the request was made with `object` (the same instance, still alive).
+    func isFor(_ object: AnyObject) -> Bool { target === object }
   }
 
   private static let entries = LockedValue<[Entry]>([])
