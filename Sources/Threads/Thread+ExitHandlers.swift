@@ -82,14 +82,15 @@ extension Thread {
   /// (this object, retained), which the C library has already cleared.
   func adoptedThreadDidEnd(currentValue: UnsafeMutableRawPointer) {
     guard kind != .toolkit else { return }  // a toolkit thread ran its handlers after its body
-    // `Thread.current` must stay this object while the exit handlers run (else it would
-    // adopt the thread anew): set the key again for them, and clear it after, so the C
-    // library needs no further destructor round for it.
+    // `Thread.current` must stay this object while the exit handlers run and the
+    // dictionary's values are released (else it would adopt the thread anew), as on a
+    // toolkit thread: set the key again for them, and clear it after, so the C library
+    // needs no further destructor round for it.
     checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, currentValue), "pthread_setspecific")
     runWillExitHandlers()
     releaseExitRequestHandlers()
-    checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, nil), "pthread_setspecific")
     withLock { storedDictionary }?.removeAll()
+    checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, nil), "pthread_setspecific")
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
   }
 }

@@ -35,6 +35,8 @@
 ///   thread-local, its own included) is destroyed in a further round; POSIX runs at most 4
 ///   rounds (`PTHREAD_DESTRUCTOR_ITERATIONS`), and a copy created in the last one is leaked.
 ///   So a destructor that sets its own thread-local runs 4 times, then leaks that copy.
+/// - An `initialValue` that assigns ``value`` itself sees its assignment replaced by the
+///   value it returns (the assigned one is released, not passed to `destructor`).
 public final class ThreadLocal<Value>: @unchecked Sendable {
   // @unchecked: the key is immutable; each thread's slot is reached only from its thread;
   // the closures are Sendable.
@@ -103,7 +105,15 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
 
   private func slot() -> TypedThreadLocalSlot<Value> {
     if let existing = existingSlot() { return existing }
-    return install(TypedThreadLocalSlot(value: initialValue(), destructor: destructor))
+    let initial = initialValue()
+    // `initialValue` may have given this thread a copy itself (it assigned `value`): the
+    // initial value replaces that copy, as any later assignment would, instead of a second
+    // slot taking the key and leaking the first one (never released, never destroyed).
+    if let existing = existingSlot() {
+      existing.value = initial
+      return existing
+    }
+    return install(TypedThreadLocalSlot(value: initial, destructor: destructor))
   }
 
   /// The calling thread's copy, if it has one.

@@ -20,8 +20,9 @@ import Sync
 /// size, priority, affinity). The kernel keeps 15 bytes of a name: when `<name>-<index>` is
 /// longer, the kernel name (what `ps`, `top -H` and `/proc/self/task/*/comm` show) is the
 /// pool's name cut on whole characters so that `-<index>` still fits (`"image-decoder"`
-/// worker 12 is `"image-decode-12"`); ``Thread/name`` keeps the full name. Threads start on
-/// demand, when work is queued that no idle or starting thread will take, up to
+/// worker 12 is `"image-decode-12"`), and cut before a NUL character the same way;
+/// ``Thread/name`` keeps the full name. Threads start on demand, when work is queued that
+/// no idle or starting thread will take, up to
 /// ``Configuration/maximumThreads``; a thread idle for ``Configuration/idleTimeout`` ends
 /// while more than ``Configuration/minimumThreads`` run. The most recently idle thread is
 /// woken first, so under a light load the others retire.
@@ -82,7 +83,9 @@ public final class ThreadPool: Sendable {
     public var minimumThreads: Int = 0
 
     /// The most threads running at once (default ``ThreadPool/defaultMaximumThreads``). Work
-    /// beyond them is queued.
+    /// beyond them is queued. Any value from ``minimumThreads`` (and 1) up is allowed,
+    /// `Int.max` included for no limit of the pool's own (the system's still applies: see
+    /// ``ThreadPoolError/threadStartFailed(_:)``).
     public var maximumThreads: Int = ThreadPool.defaultMaximumThreads
 
     /// How long a thread waits idle before it ends, while more than ``minimumThreads`` run

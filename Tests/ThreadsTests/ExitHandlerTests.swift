@@ -115,6 +115,43 @@ struct ExitHandlerTests {
     let thread = try #require(adopted.value)
     #expect(thread.isFinished)
   }
+
+  @Test func aThreadCreatedByOtherCodeReleasesItsDictionaryWhileCurrentIsStillItsObject() throws {
+    // As on a toolkit thread: a value released with the dictionary as the thread ends sees
+    // `Thread.current` as the ending thread's object (not a fresh one adopted anew).
+    let log = TestBox<[String]>([])
+    let adopted = TestBox<Thread?>(nil)
+    let context = Unmanaged.passRetained(Context(log: log, adopted: adopted)).toOpaque()
+    var handle = pthread_t()
+    let result = pthread_create(
+      &handle, nil,
+      { context in
+        let context = Unmanaged<Context>.fromOpaque(context!).takeRetainedValue()
+        let me = Thread.current
+        me.name = "foreign"
+        context.adopted.value = me
+        let log = context.log
+        me.threadDictionary["probe"] = DeinitProbe {
+          log.update {
+            $0.append("released, current is itself: \(Thread.current === me) \(Thread.current.name ?? "nil")")
+          }
+        }
+        return nil
+      }, context)
+    try #require(result == 0)
+    #expect(pthread_join(handle, nil) == 0)
+    #expect(log.value == ["released, current is itself: true foreign"])
+    let thread = try #require(adopted.value)
+    #expect(thread.isFinished)
+    #expect(thread.threadDictionary.count == 0)
+  }
+}
+
+/// Runs `onDeinit` when released.
+private final class DeinitProbe: Sendable {
+  let onDeinit: @Sendable () -> Void
+  init(_ onDeinit: @escaping @Sendable () -> Void) { self.onDeinit = onDeinit }
+  deinit { onDeinit() }
 }
 
 /// What the raw pthread in `threadsCreatedByOtherCodeRunTheirHandlersAsTheyEnd` receives.

@@ -149,6 +149,25 @@ struct ThreadLocalTests {
     #expect(count.load(ordering: .full) == 1)  // only the second copy, at exit
   }
 
+  @Test func anInitialValueThatAssignsItsOwnThreadLocalLeaksNothing() throws {
+    // The assigned copy is replaced by the returned one (as a later assignment would), and
+    // released; the returned one reaches the destructor at thread exit.
+    let released = AtomicInteger<Int>(0)
+    let destroyed = TestBox<[Int]>([])
+    final class Holder: @unchecked Sendable { var local: ThreadLocal<(Int, ReleaseProbe)>? }
+    let holder = Holder()
+    holder.local = ThreadLocal<(Int, ReleaseProbe)>(
+      initialValue: {
+        holder.local!.value = (1, ReleaseProbe(released))
+        return (2, ReleaseProbe(released))
+      },
+      destructor: { value in destroyed.update { $0.append(value.0) } })
+    let worker = try Thread.spawn { holder.local!.value.0 }
+    #expect(worker.join() == 2)
+    #expect(destroyed.value == [2])
+    #expect(released.load(ordering: .full) == 2)
+  }
+
   @Test func nonSendableValuesStayOnTheirThread() throws {
     final class Counter { var value = 0 }
     let local = ThreadLocal<Counter>(initialValue: { Counter() })

@@ -108,6 +108,55 @@ struct ThreadPoolTests {
     #expect(ThreadPoolCore.kernelWorkerName(pool: "größengrößen", index: 7) == "größengrö-7")
   }
 
+  @Test func aPoolNameWithANULKeepsTheIndexInTheKernelName() async throws {
+    // The kernel name is a C string: a NUL in the pool's name would end it before `-<index>`.
+    let pool = makePool("io\u{0}disk")
+    let (name, kernelName) = try await pool.run { () throws(SystemCallError) in
+      (Thread.current.name, try Thread.currentKernelName())
+    }
+    #expect(name == "io\u{0}disk-0")
+    #expect(kernelName == "io-0")
+    await pool.shutdown()
+    #expect(ThreadPoolCore.kernelWorkerName(pool: "io-\u{0}disk", index: 1) == "io-1")
+    #expect(ThreadPoolCore.kernelWorkerName(pool: "\u{0}", index: 2) == "-2")
+  }
+
+  @Test func aMaximumOfIntMaxMeansNoLimitOfThePoolsOwn() async throws {
+    // GLib's g_thread_pool_new(..., max_threads: -1, ...): no limit. Nothing may be sized by
+    // the maximum up front (an idle stack reserved for `Int.max` workers overflowed its byte
+    // count: a tiny buffer, overrun as workers went idle). In a child process: a heap
+    // overrun would take the whole test run down.
+    await #expect(processExitsWith: .success) {
+      // Idle workers stay for the whole test (they are counted below).
+      let pool = makePool("unbounded", maximumThreads: .max, idleTimeout: .seconds(300))
+      let gate = TestLatch()
+      let count = 8
+      let started = AtomicInteger<Int>(0)
+      let values = await withTaskGroup(of: Int.self) { group in
+        for index in 0..<count {
+          group.addTask {
+            (try? await pool.run {
+              _ = started.increment(ordering: .full)
+              gate.wait()
+              return index
+            }) ?? -1
+          }
+        }
+        // Every job holds its own thread, so all of them go idle together afterwards.
+        while started.load(ordering: .full) < count { try? await Task.sleep(for: .milliseconds(1)) }
+        gate.open()
+        return await group.reduce(0, +)
+      }
+      guard values == (0..<count).reduce(0, +) else { exit(2) }
+      guard await eventually({ pool.statistics.idleThreads == count }) else { exit(3) }
+      for round in 0..<100 {
+        _ = try? await pool.run { [UInt8](repeating: UInt8(truncatingIfNeeded: round), count: 64) }
+      }
+      await pool.shutdown()
+      exit(0)
+    }
+  }
+
   @Test func everyJobRunsExactlyOnceAndItsResultReachesItsOwnTask() async throws {
     // 100,000 jobs from 8 tasks (10,000 under ThreadSanitizer).
     let perTask = isRunningUnderThreadSanitizer ? 1_250 : 12_500

@@ -166,7 +166,11 @@ final class ThreadPoolCore: @unchecked Sendable {
     self.configuration = configuration
     lockWord = .allocate(capacity: 1)
     lockWord.initialize(to: 0)
-    idle.reserveCapacity(configuration.maximumThreads)
+    // Room for the idle stack up front so going idle rarely allocates under the lock, but
+    // no more than the default maximum: `maximumThreads` may be far beyond any number of
+    // threads the system can run (`Int.max` for "no limit"), and a reservation that large
+    // cannot be made (its byte count overflows).
+    idle.reserveCapacity(Swift.min(configuration.maximumThreads, ThreadPool.defaultMaximumThreads))
   }
 
   deinit {
@@ -318,17 +322,20 @@ final class ThreadPoolCore: @unchecked Sendable {
   /// The worker's full name: `<pool>-<index>`.
   func workerName(index: Int) -> String { "\(name)-\(index)" }
 
-  /// The worker's kernel name when the full name is longer than the kernel keeps: the pool's
-  /// name cut on whole characters (and without a separator left at the cut) so that
-  /// `-<index>` still fits in 15 bytes.
+  /// The worker's kernel name when the full name is longer than the kernel keeps (or holds a
+  /// NUL): the pool's name cut on whole characters, and before any NUL (without a separator
+  /// left at the cut), so that `-<index>` still fits in 15 bytes.
   static func kernelWorkerName(pool: String, index: Int) -> String {
     let suffix = "-\(index)"
-    let full = pool + suffix
-    if full.utf8.count <= ThreadConfiguration.kernelNameLimit { return full }
+    // The part of the pool's name the kernel can keep at all: cut before a NUL, which would
+    // end the C string there and drop the index.
+    let base = ThreadConfiguration.kernelName(for: pool)
+    let full = base + suffix
+    if base == pool && full.utf8.count <= ThreadConfiguration.kernelNameLimit { return full }
     var prefix = ""
     var bytes = 0
     let room = ThreadConfiguration.kernelNameLimit - suffix.utf8.count
-    for character in ThreadConfiguration.kernelName(for: pool) {
+    for character in base {
       let length = character.utf8.count
       if bytes + length > room { break }
       prefix.append(character)
