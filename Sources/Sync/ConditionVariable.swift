@@ -32,6 +32,11 @@
 /// with the same mutex"). A condition variable cannot be signalled after it is destroyed:
 /// every caller holds a strong reference to it.
 ///
+/// **Diagnostics.** While a lock detector of ``Diagnostics`` is on, a wait is a condition
+/// wait on its mutex, as a ``Condition``'s: the deadlock watchdog lists the waiting thread
+/// with the mutex released, and ``Diagnostics/Kind/blockingInTask`` reports a wait inside a
+/// task that outlasts its threshold.
+///
 /// Built on a futex sequence word; the C functions it replaces are `pthread_cond_wait`,
 /// `pthread_cond_clockwait`, `pthread_cond_signal` and `pthread_cond_broadcast`.
 public final class ConditionVariable: @unchecked Sendable {
@@ -55,7 +60,7 @@ public final class ConditionVariable: @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   public func wait(_ mutex: Lock) {
     check(mutex)
-    _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Lock")
+    _ = waitReleasing(mutex, before: .distantFuture)
   }
 
   /// Releases `mutex`, blocks until signalled or `deadline` (monotonic clock) passes, and
@@ -66,7 +71,7 @@ public final class ConditionVariable: @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   public func wait(_ mutex: Lock, before deadline: MonotonicInstant) -> Bool {
     check(mutex)
-    return core.wait(releasing: mutex.core, before: deadline, typeName: "Lock")
+    return waitReleasing(mutex, before: deadline)
   }
 
   /// Waits at most `timeout` (monotonic clock); see ``wait(_:before:)``. A zero or negative
@@ -83,7 +88,7 @@ public final class ConditionVariable: @unchecked Sendable {
   public func wait<Failure: Error>(_ mutex: Lock, until predicate: () throws(Failure) -> Bool) throws(Failure) {
     check(mutex)
     while try !predicate() {
-      _ = core.wait(releasing: mutex.core, before: .distantFuture, typeName: "Lock")
+      _ = waitReleasing(mutex, before: .distantFuture)
     }
   }
 
@@ -95,7 +100,7 @@ public final class ConditionVariable: @unchecked Sendable {
   ) throws(Failure) -> Bool {
     check(mutex)
     while try !predicate() {
-      if !core.wait(releasing: mutex.core, before: deadline, typeName: "Lock") {
+      if !waitReleasing(mutex, before: deadline) {
         return try predicate()
       }
     }
@@ -122,6 +127,20 @@ public final class ConditionVariable: @unchecked Sendable {
   @inlinable
   public func broadcast() {
     core.broadcast()
+  }
+
+  /// One wait of the futex condition, marked as a condition wait on `mutex` while the lock
+  /// detectors are on (as a ``Condition``'s wait): the deadlock watchdog lists the thread
+  /// with `mutex` released, and ``Diagnostics/Kind/blockingInTask`` watches the wait when
+  /// it runs inside a task. Off, one relaxed load on a path about to sleep.
+  @inline(__always)
+  func waitReleasing(_ mutex: Lock, before deadline: MonotonicInstant) -> Bool {
+    if LockDiagnostics.tracksHeldLocks {
+      return LockDiagnostics.conditionWait(mutex.identity, before: deadline) {
+        core.wait(releasing: mutex.core, before: deadline, typeName: "Lock")
+      }
+    }
+    return core.wait(releasing: mutex.core, before: deadline, typeName: "Lock")
   }
 
   func check(_ mutex: Lock) {

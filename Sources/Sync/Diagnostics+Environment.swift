@@ -75,7 +75,8 @@ extension Diagnostics {
         }
         settings.switches |= Diagnostics.contentionBit
       case "contention-sample":
-        guard let value, let interval = Int(value), interval > 0, interval <= 1_000_000_000 else {
+        guard let value, let interval = Int(value), interval > 0, interval <= Diagnostics.maximumLockContentionSampling
+        else {
           return .failure(SettingsError(message: "contention-sample expects a whole number from 1 to 1000000000"))
         }
         settings.lockContentionSampling = interval

@@ -32,11 +32,12 @@ import CThreadingShims
 ///   lock it took.
 /// - ``Kind/blockingInTask``: a thread running a task (a thread of Swift's cooperative pool,
 ///   or of another executor) blocked longer than ``blockingInTaskThreshold`` in a diagnosed
-///   lock or condition wait, in a ``Semaphore``, ``Latch`` or ``ThreadBarrier`` wait (the
-///   classic way to starve the cooperative pool: a task waiting for a signal that only
-///   another task, queued behind it, would send), or in a join (`JoinableThread.join()`,
-///   Threads module). The watchdog thread (the one ``Kind/deadlocks`` uses)
-///   reports each such wait once, while it is still blocked, naming what it waits for,
+///   lock or condition wait (a ``Condition``, a ``ConditionLock``, or a
+///   ``ConditionVariable`` with its ``Lock``), in a ``Semaphore``, ``Latch`` or
+///   ``ThreadBarrier`` wait (the classic way to starve the cooperative pool: a task waiting
+///   for a signal that only another task, queued behind it, would send), or in a join
+///   (`JoinableThread.join()`, Threads module). The watchdog thread (the one
+///   ``Kind/deadlocks`` uses) reports each such wait once, while it is still blocked, naming what it waits for,
 ///   the thread and how long it has waited, at most about a quarter of the threshold after
 ///   it passed. Off by default and **not** switched by `all` (async code that blocks on
 ///   purpose, such as a test waiting on a latch, would stop the process): switch it on by
@@ -213,7 +214,8 @@ public enum Diagnostics {
   /// The lock kinds' bits (kinds 1 to 4): while any is set, threads keep their held locks.
   static let lockKindsMask: UInt32 = 0x3FC
   /// The lock hooks' mask: `lockKindsMask` and `contentionBit` (spelled as literals in the
-  /// inlined checks of `LockDiagnostics`).
+  /// inlined checks of `LockDiagnostics`, and as `TK_DIAGNOSTICS_LOCK_TRACKING_MASK` in the
+  /// C fork handler that clears them in a child: a new lock kind changes all of them).
   static let lockTrackingMask: UInt32 = 0x2000_03FC
 
   /// The switches, the environment applied: one relaxed load once decided (the first call
@@ -299,6 +301,10 @@ public enum Diagnostics {
   /// (mean `N`), so locks taken in a fixed cycle are each measured. A new value takes effect
   /// at once on the calling thread (its next acquisition is measured) and on every other
   /// thread at its next measured acquisition.
+  ///
+  /// Values above one billion (the largest `contention-sample=N` accepts) are lowered to it,
+  /// so the random gap (up to `2N - 1`) and the figures (each sample counts `N` times) stay
+  /// within `Int`.
   public static var lockContentionSampling: Int {
     get {
       _ = switches()
@@ -307,7 +313,8 @@ public enum Diagnostics {
     }
     set {
       _ = switches()
-      UInt64.atomicStore(UInt64(Swift.max(1, newValue)), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
+      let interval = Swift.min(maximumLockContentionSampling, Swift.max(1, newValue))
+      UInt64.atomicStore(UInt64(interval), at: OptionSlot.contentionSampling.pointer, ordering: .relaxed)
       // The calling thread's countdown may have been drawn from the old interval.
       tk_lock_diagnostics_set_countdown(0)
     }
@@ -315,6 +322,9 @@ public enum Diagnostics {
 
   /// ``lockContentionSampling``'s default.
   public static let defaultLockContentionSampling = 100
+
+  /// The largest ``lockContentionSampling``: one billion (one acquisition in a billion).
+  package static let maximumLockContentionSampling = 1_000_000_000
 
   /// How often the ``Kind/deadlocks`` watchdog looks for threads waiting for each other: 1
   /// second by default; `deadlock-ms=N` in the environment variable sets it. Values below

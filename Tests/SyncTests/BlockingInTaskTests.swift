@@ -117,6 +117,32 @@ struct BlockingInTaskTests {
     #expect(text.contains("holds nothing"))
   }
 
+  @Test("a task in a ConditionVariable wait on a Lock longer than the threshold is reported, naming the lock")
+  func taskInAConditionVariableWaitIsReported() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      let mutex = Lock(name: "queue mutex")
+      let notEmpty = ConditionVariable()
+      let reported = Gate()
+      watchBlockingInTasks {
+        reported.open()
+        mutex.withLock { notEmpty.broadcast() }
+      }
+      await Task.detached {
+        blocking {
+          mutex.withLock {
+            // One wait until the report's broadcast (10 s: a missed report).
+            _ = notEmpty.wait(mutex, until: { reported.isOpen }, timeout: .seconds(10))
+          }
+        }
+      }.value
+    }
+    let text = standardError(result)
+    #expect(text.ranges(of: "threading-toolkit [blocking-in-task]").count == 1)
+    #expect(text.contains("waiting for a notification of the condition of \"queue mutex\""))
+    // The mutex is released for the wait.
+    #expect(text.contains("holds nothing"))
+  }
+
   @Test("a plain thread blocked in a Lock as long is not reported")
   func plainThreadIsNotReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {

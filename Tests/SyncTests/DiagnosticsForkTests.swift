@@ -21,6 +21,42 @@ struct DiagnosticsForkTests {
       blocking { forkWhileLockDetectorsWork() }
     }
   }
+
+  // Forks a process with a thread (the watchdog): not under the sanitizers, as above.
+  @Test(
+    "a child forked with blocking-in-task on runs with it off: no lock is tracked there",
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
+    .disabled(
+      if: isRunningUnderAddressSanitizer,
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"))
+  func childRunsWithBlockingInTaskOff() async {
+    await #expect(processExitsWith: .success) {
+      onlyDetector(nil)
+      Diagnostics.setMode(.report, for: .blockingInTask)
+      let lock = Lock(name: "parent")
+      // Tracked in the parent: the detector keeps the held list it needs.
+      guard lock.withLock({ LockDiagnostics.heldCount() }) == 1 else { exit(2) }
+      let status = inForkedChild { () -> Int32 in
+        guard !Diagnostics.isOn(.blockingInTask), !LockDiagnostics.trackingIsOn else { return 3 }
+        // Nothing is tracked: the lock paths take none of the detectors' internal locks.
+        let fresh = Lock(name: "child")
+        return fresh.withLock { LockDiagnostics.heldCount() } == 0 ? 0 : 4
+      }
+      exit(status == 0 ? 0 : 1)
+    }
+  }
+}
+
+/// Forks; the child arms an alarm, runs `body` and leaves with `_exit(body())`. Returns the
+/// child's wait status (0: exited with 0).
+private func inForkedChild(_ body: () -> Int32) -> Int32 {
+  let child = fork()
+  if child == 0 {
+    armAlarm(seconds: 10)
+    _exit(body())
+  }
+  precondition(child > 0, "fork failed: \(errno)")
+  return waitForChild(child)
 }
 
 /// Exit-test body: lock order, the deadlock watchdog and contention statistics on, one

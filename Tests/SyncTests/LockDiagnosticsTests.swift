@@ -331,6 +331,23 @@ struct LockDiagnosticsTests {
     }
   }
 
+  @Test("a sampling interval beyond a billion is lowered to it; contended samples of a huge interval do not overflow")
+  func hugeSamplingInterval() async {
+    await #expect(processExitsWith: .success) {
+      onlyContentionStatistics(sampling: .max)
+      // Each thread's first acquisition is its sample (its random gap to the next one is
+      // drawn from 1 to 2N - 1), counted N times.
+      let lock = Condition(name: "rare")
+      blocking { runConcurrently(4) { _ in for _ in 0..<10 { lock.withLock { _ = sched_yield() } } } }
+      guard Diagnostics.lockContentionSampling == 1_000_000_000 else { exit(2) }
+      guard let figures = Diagnostics.lockContention().first(where: { $0.name == "rare" }),
+        figures.acquisitions % 1_000_000_000 == 0, figures.acquisitions > 0
+      else { exit(3) }
+      Diagnostics.lockContentionSampling = Int.max / 2 + 1
+      guard Diagnostics.lockContentionSampling == 1_000_000_000 else { exit(4) }
+    }
+  }
+
   @Test("locks of one name created and destroyed in turn add up in one entry")
   func destroyedLocksAddUpUnderTheirName() async {
     await #expect(processExitsWith: .success) {

@@ -66,8 +66,9 @@ static inline void *tk_lock_diagnostics_state(void) { return tk_lock_diagnostics
 static inline void tk_lock_diagnostics_set_state(void *state) { tk_lock_diagnostics_state_value = state; }
 
 /// The switches word's bits of the lock detectors and contention statistics (Sync's
-/// `Diagnostics.lockTrackingMask`), which the child of a fork clears.
-#define TK_DIAGNOSTICS_LOCK_TRACKING_MASK 0x200000FCu
+/// `Diagnostics.lockTrackingMask`, the same value: two bits for each of kinds 1 to 4, lock
+/// order to blocking in a task, and the contention bit), which the child of a fork clears.
+#define TK_DIAGNOSTICS_LOCK_TRACKING_MASK 0x200003FCu
 
 /// 1 in the child of a fork (set by a fork handler registered at load time), else 0.
 extern int tk_diagnostics_in_forked_child_flag;
