@@ -85,10 +85,9 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
   /// This instant moved by `duration`, saturating instead of overflowing.
   @inlinable
   public func advanced(by duration: Duration) -> MonotonicInstant {
-    let delta = Self.nanoseconds(of: duration)
-    let (sum, overflow) = nanoseconds.addingReportingOverflow(delta)
-    if overflow { return delta > 0 ? .distantFuture : .distantPast }
-    return MonotonicInstant(nanoseconds: sum)
+    // In 128 bits, then saturated: a duration beyond Int64's nanoseconds (up to
+    // `.seconds(UInt64.max)` and more) still lands on the right side.
+    MonotonicInstant(nanoseconds: Self.saturated(Int128(nanoseconds) + duration.attoseconds / 1_000_000_000))
   }
 
   /// The duration from this instant to `other` (negative when `other` is earlier).
@@ -136,25 +135,32 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
     lhs.nanoseconds < rhs.nanoseconds
   }
 
-  /// `"monotonic +12.345678901s"`.
+  /// `"monotonic +12.345678901s"` (`-` for an instant before the clock's start).
   public var description: String {
-    let seconds = nanoseconds / 1_000_000_000
-    let fraction = abs(nanoseconds % 1_000_000_000)
-    var digits = String(fraction)
+    // Sign and magnitude apart: -0.5 s has no whole seconds to carry the sign, and
+    // `distantPast` has no positive counterpart in Int64.
+    let magnitude = nanoseconds.magnitude
+    var digits = String(magnitude % 1_000_000_000)
     digits = String(repeating: "0", count: 9 - digits.count) + digits
-    return "monotonic +\(seconds).\(digits)s"
+    return "monotonic \(nanoseconds < 0 ? "-" : "+")\(magnitude / 1_000_000_000).\(digits)s"
   }
 
   /// The whole nanoseconds of `duration` (attoseconds truncated toward zero), saturated to
   /// `Int64`. Package API: every module converts durations this way.
   @inlinable
   package static func nanoseconds(of duration: Duration) -> Int64 {
-    let (seconds, attoseconds) = duration.components
-    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-    if overflow { return seconds > 0 ? .max : .min }
-    let (total, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
-    if overflow2 { return seconds > 0 ? .max : .min }
-    return total
+    // From the full 128-bit count, not `components`: that traps when the whole seconds do
+    // not fit in Int64 (`.seconds(UInt64.max)`, a sum past `.seconds(Int64.max)`), and such
+    // a timeout must saturate like any other. Int128 division truncates toward zero.
+    saturated(duration.attoseconds / 1_000_000_000)
+  }
+
+  /// `value` clamped to `Int64`'s range.
+  @inlinable
+  static func saturated(_ value: Int128) -> Int64 {
+    if value > Int128(Int64.max) { return .max }
+    if value < Int128(Int64.min) { return .min }
+    return Int64(value)
   }
 
   /// This instant as a `timespec` for calls that take an absolute CLOCK_MONOTONIC time.

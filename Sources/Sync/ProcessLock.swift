@@ -92,12 +92,17 @@ public final class ProcessLock: @unchecked Sendable {
       return FileCalls.processExists(processID)
     }
 
-    /// `"pid 1234 on host, taken at 1764470000.123456789s"`.
+    /// `"pid 1234 on host, taken at 1764470000.123456789s since 1970"`.
     public var description: String {
-      let (seconds, attoseconds) = acquiredAt.components
-      var fraction = String(attoseconds / 1_000_000_000)
+      // Sign and magnitude of the full count, not `components`: the record comes from a file
+      // any process may have written, and `components` traps past Int64 seconds, while a
+      // negative time would give a negative fraction (and a negative padding count).
+      let nanoseconds = acquiredAt.attoseconds / 1_000_000_000
+      let magnitude = nanoseconds.magnitude
+      var fraction = String(magnitude % 1_000_000_000)
       fraction = String(repeating: "0", count: 9 - fraction.count) + fraction
-      return "pid \(processID) on \(hostName), taken at \(seconds).\(fraction)s since 1970"
+      let sign = nanoseconds < 0 ? "-" : ""
+      return "pid \(processID) on \(hostName), taken at \(sign)\(magnitude / 1_000_000_000).\(fraction)s since 1970"
     }
   }
 

@@ -352,6 +352,39 @@ struct MonotonicInstantTests {
     #expect(MonotonicInstant(nanoseconds: 1_000_000_001).description == "monotonic +1.000000001s")
   }
 
+  @Test("an instant before the clock's start is described with a minus sign")
+  func negativeDescription() {
+    #expect(MonotonicInstant(nanoseconds: -500_000_000).description == "monotonic -0.500000000s")
+    #expect(MonotonicInstant(nanoseconds: -1_000_000_001).description == "monotonic -1.000000001s")
+    #expect(MonotonicInstant.distantPast.description == "monotonic -9223372036.854775808s")
+    #expect(MonotonicInstant.distantFuture.description == "monotonic +9223372036.854775807s")
+  }
+
+  @Test("durations with more whole seconds than Int64 holds saturate instead of trapping")
+  func durationsBeyondInt64Seconds() {
+    // 1.8e19 s: a valid Duration whose `components.seconds` does not fit in Int64.
+    let beyond = Duration.seconds(UInt64.max)
+    let now = MonotonicInstant.now
+    #expect(now + beyond == .distantFuture)
+    #expect(now - beyond == .distantPast)
+    #expect(now - .seconds(Int64.min) == .distantFuture)
+    #expect(MonotonicInstant.after(.seconds(Int64.max) + .seconds(Int64.max)) == .distantFuture)
+    #expect(MonotonicInstant.after(.zero - beyond) == .distantPast)
+    // Timed operations given such timeouts: a far one waits as long as it takes, a very
+    // negative one makes one attempt.
+    let lock = Lock()
+    #expect(lock.lock(timeout: beyond))
+    lock.unlock()
+    #expect(lock.lock(timeout: .zero - beyond))
+    lock.unlock()
+    let semaphore = Semaphore(value: 0)
+    #expect(!semaphore.wait(timeout: .zero - beyond))
+    semaphore.signal()
+    #expect(semaphore.wait(timeout: beyond))
+    let condition = Condition()
+    condition.withLock { #expect(!condition.wait(timeout: .zero - beyond)) }
+  }
+
   @Test("the clock never goes backwards")
   func monotonic() {
     var previous = MonotonicInstant.now

@@ -143,6 +143,30 @@ struct ProcessLockTests {
     try lock.unlock()
   }
 
+  @Test(
+    "an owner record with an out-of-range time from another writer is described, not a crash",
+    arguments: [
+      ("seconds=-2\nnanoseconds=500000000", "taken at -1.500000000s since 1970"),
+      (
+        "seconds=9223372036854775807\nnanoseconds=9223372036854775807",
+        "taken at 9223372046078147843.854775807s since 1970"
+      ),
+    ])
+  func outOfRangeOwnerTime(fields: String, described: String) throws {
+    let scratch = ScratchDirectory()
+    defer { scratch.remove() }
+    let path = scratch.path + "/foreign.lock"
+    let record = "pid=42\nhost=elsewhere\n\(fields)\ntoken=abc\n"
+    let fd = open(path, O_CREAT | O_WRONLY, 0o644)
+    #expect(fd >= 0)
+    #expect(record.withCString { write(fd, $0, strlen($0)) } == record.utf8.count)
+    close(fd)
+    let lock = try ProcessLock(path: path)
+    let owner = try #require(try lock.owner())
+    #expect(owner.processID == 42)
+    #expect(owner.description == "pid 42 on elsewhere, \(described)")
+  }
+
   @Test("a directory that does not exist, or is not a directory, is a SystemCallError")
   func missingDirectory() throws {
     let scratch = ScratchDirectory()
