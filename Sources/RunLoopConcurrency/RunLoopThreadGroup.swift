@@ -84,7 +84,9 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     }
     self.name = name
     var workers: [GroupWorker] = []
-    workers.reserveCapacity(threadCount)
+    // Not `threadCount` itself: a count far beyond what the system can start (the start
+    // then throws) would make a reservation whose byte count overflows.
+    workers.reserveCapacity(Swift.min(threadCount, 256))
     for index in 0..<threadCount {
       let thread: RunLoopThread
       do {

@@ -85,8 +85,9 @@ extension RunLoopExecutor: SchedulingExecutor {
 /// A duration rounded up to whole nanoseconds (the timers' resolution), so the deadline
 /// is never early by a fraction.
 private func roundedUp(_ duration: Duration) -> Duration {
-  let (_, attoseconds) = duration.components
-  if attoseconds % 1_000_000_000 > 0 { return duration + .nanoseconds(1) }
+  // From the full count, not `components`, which traps when the whole seconds do not fit
+  // in Int64 (`Task.sleep(for: .seconds(UInt64.max))`); the deadline then saturates.
+  if duration.attoseconds % 1_000_000_000 > 0 { return duration + .nanoseconds(1) }
   return duration
 }
 
@@ -176,7 +177,18 @@ extension RunLoopThreadGroup: SchedulingExecutor {
   ) {
     // Looked up when needed: a program may install another default executor meanwhile.
     let handOn: @Sendable () -> Void = {
-      RunLoopThreadGroup.platformScheduling.enqueue(ExecutorJob(job), at: instant, tolerance: tolerance, clock: clock)
+      let platform = RunLoopThreadGroup.platformScheduling
+      // The platform's timers trap on a deadline whose nanoseconds do not fit in Int64 (a
+      // sleep of `.seconds(Int64.max)`): such a job is handed on for the farthest delay they
+      // take instead (about 146 years, beyond any process's life).
+      let farthest = RunLoopThreadGroup.farthestPlatformDelay
+      if let remaining = clock.now.duration(to: instant) as? Duration, remaining > farthest,
+        let capped = farthest as? C.Duration
+      {
+        platform.enqueue(ExecutorJob(job), after: capped, tolerance: tolerance, clock: clock)
+      } else {
+        platform.enqueue(ExecutorJob(job), at: instant, tolerance: tolerance, clock: clock)
+      }
     }
     // The clock is read before the monotonic clock, so the time between the readings only
     // makes the deadline later.
@@ -191,6 +203,10 @@ extension RunLoopThreadGroup: SchedulingExecutor {
     let delayed = DelayedGroupJob(job, priority: priority, handOn: handOn)
     scheduleDelayed(delayed, deadline: deadline, tolerance: slack)
   }
+
+  /// The longest delay a job is handed on to the platform's timers for: half of Int64's
+  /// nanoseconds, so their deadline (now plus the delay, in nanoseconds) cannot overflow.
+  private static let farthestPlatformDelay = Duration.nanoseconds(Int64.max / 2)
 
   /// The global concurrent executor's own timers, which take the jobs the group cannot time.
   private static var platformScheduling: any SchedulingExecutor {

@@ -88,6 +88,23 @@ import Threads
     #expect(timers.snapshot.allSatisfy { $0.timer == nil })
   }
 
+  @Test func aSleepBeyondInt64SecondsWaitsUntilCancelled() async {
+    let (group, timers) = Self.makeRecordingGroup(threadCount: 1)
+    let sleeper = Task(executorPreference: group) { () -> Bool in
+      do {
+        try await Task.sleep(for: .seconds(UInt64.max) + .nanoseconds(1))
+        return false
+      } catch {
+        return error is CancellationError
+      }
+    }
+    waitOnTestThread { timers.count == 1 }
+    sleeper.cancel()
+    #expect(await sleeper.value, "the sleep ended by its cancellation, not by its timer")
+    await shutDownOffPool(group)
+    #expect(group.delayedJobCount == 0)
+  }
+
   @Test func aCancelledSleepsTimerIsReleasedWhenItFires() async {
     let (group, timers) = Self.makeRecordingGroup(threadCount: 1)
     let sleeper = Task(executorPreference: group) { try? await Task.sleep(for: .milliseconds(200)) }
