@@ -97,7 +97,10 @@ public final class ThreadPool: Sendable {
     public var queueCapacity: Int = 4096
 
     /// Stack size, priority, affinity and the other settings of every worker thread. Its
-    /// `name` is replaced by `<pool name>-<index>`.
+    /// `name` is replaced by `<pool name>-<index>`. ``ThreadConfiguration/finishBeforeExit``
+    /// must stay false (a pool refuses it): an idle worker waits for work that never comes,
+    /// so `exit()` would wait for ever; to have queued work finish before the process ends,
+    /// call ``ThreadPool/shutdown()`` first.
     public var threadConfiguration = ThreadConfiguration()
 
     /// The defaults: no minimum, ``ThreadPool/defaultMaximumThreads`` threads, 10 s idle
@@ -155,7 +158,7 @@ public final class ThreadPool: Sendable {
   /// below 1 or below the minimum, a ``Configuration/queueCapacity`` below 1, a negative
   /// ``Configuration/idleTimeout``, or a ``Configuration/threadConfiguration`` that
   /// ``ThreadConfiguration/validate()`` refuses (call it first to check settings read from
-  /// outside the program).
+  /// outside the program) or that sets ``ThreadConfiguration/finishBeforeExit``.
   public convenience init(name: String, configuration: Configuration = Configuration()) {
     self.init(name: name, configuration: configuration, isShared: false)
   }
@@ -187,6 +190,12 @@ public final class ThreadPool: Sendable {
     }
     if configuration.idleTimeout < .zero {
       reportMisuse("ThreadPool", "idleTimeout must not be negative (got \(configuration.idleTimeout))")
+    }
+    if configuration.threadConfiguration.finishBeforeExit {
+      reportMisuse(
+        "ThreadPool",
+        "threadConfiguration.finishBeforeExit is not supported (idle workers would make exit() wait for ever); call shutdown() before exiting to finish queued work"
+      )
     }
     do throws(ThreadConfigurationError) {
       try configuration.threadConfiguration.validate()

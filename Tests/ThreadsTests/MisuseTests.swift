@@ -26,6 +26,15 @@ struct MisuseTests {
     await #expect(processExitsWith: .failure) { misuseStartTwice() }
   }
 
+  @Test func aPoolWhoseWorkersTheExitWouldWaitFor() async {
+    // Idle workers never end on their own: exit() would wait for them for ever.
+    await #expect(processExitsWith: .failure) {
+      var configuration = ThreadPool.Configuration()
+      configuration.threadConfiguration.finishBeforeExit = true
+      _ = ThreadPool(name: "critical", configuration: configuration)
+    }
+  }
+
   @Test func startingTheMainThread() async {
     await #expect(processExitsWith: .failure) { try? Thread.main.start() }
   }
