@@ -50,4 +50,19 @@ struct PortsCallbackReleaseTests {
     setter.value?.join()
     #expect(otherSetterDone.value, "the replaced handler was released while the slot's lock was held")
   }
+
+  @Test("releasing a Port without invalidate() releases its invalidation handler without running it")
+  func releasedPortReleasesItsInvalidationHandlerUnrun() {
+    let runs = PortsCounter()
+    let releases = PortsCounter()
+    do {
+      let port = Port()
+      port.setInvalidationHandler { [capture = OnDeinit { releases.increment() }] _ in
+        withExtendedLifetime(capture) { runs.increment() }
+      }
+      #expect(releases.count == 0)
+    }
+    #expect(releases.count == 1, "the released port kept its invalidation handler")
+    #expect(runs.count == 0, "documented: there is no port left to pass to the handler")
+  }
 }

@@ -17,7 +17,10 @@ import Sync
 /// ``receive(before:)`` throws ``PortStatus/becameInvalid``, the port leaves every run loop
 /// (which is woken), the invalidation handler runs, messages still queued are dropped, and
 /// both handlers are released (so a handler that captures its port does not keep it alive
-/// past the invalidation). Releasing the last reference to a port invalidates it too.
+/// past the invalidation). Releasing the last reference to a port invalidates it too, with
+/// one difference: the invalidation handler is released without running, because it takes
+/// the port, which no longer exists then (nobody can observe the port by then either: a
+/// blocked sender or receiver holds a reference). Call ``invalidate()`` for it to run.
 ///
 /// **Receiving in a run loop** (the guide's way): set a handler with ``setHandler(_:)`` and
 /// add the port to modes of the owning thread's run loop with
@@ -189,9 +192,11 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     link.setHandler(handler)
   }
 
-  /// Sets the function run once when the port is invalidated, on the invalidating thread
-  /// (the guide's `NSPortDidBecomeInvalidNotification`), then released. Not run, and not
-  /// kept, if the port is already invalid.
+  /// Sets the function run once when the port is invalidated by ``invalidate()``, on the
+  /// invalidating thread with no toolkit lock held (the guide's
+  /// `NSPortDidBecomeInvalidNotification`), then released. Not run, and not kept, if the port
+  /// is already invalid. Releasing the last reference to the port without ``invalidate()``
+  /// releases the handler without running it (there is no port left to pass to it).
   public func setInvalidationHandler(_ handler: (@Sendable (Port) -> Void)?) {
     guard let handler else {
       link.setInvalidationHandler(nil)
@@ -218,7 +223,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// Hashes the port's identity.
   public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
-  /// `"Port(fd N, k/capacity queued)"` or `"Port(invalid)"`.
+  /// `"Port(k/capacity queued)"` or `"Port(invalid)"`.
   public var description: String {
     isValid ? "Port(\(pendingMessageCount)/\(capacity) queued)" : "Port(invalid)"
   }
