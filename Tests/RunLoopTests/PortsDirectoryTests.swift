@@ -1,5 +1,6 @@
 import Glibc
 import Sync
+import TestSupport
 import Testing
 
 @testable import RunLoop
@@ -140,5 +141,45 @@ struct PortsDirectoryTests {
     }
     #expect(error?.reason == .directoryNotPrivate)
     #expect(error?.detail.contains("XDG_RUNTIME_DIR") == true)
+  }
+
+  @Test("a malformed name is invalid for local and remote ports alike, even when the port directory is unsafe")
+  func malformedNamesAreInvalidWhateverTheDirectory() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        // A runtime directory whose port directory others may enter: every directory check
+        // fails with transportError.
+        let root = makePortsTestDirectory()
+        precondition(mkdir(root + "/threading-toolkit", 0o755) == 0 && chmod(root + "/threading-toolkit", 0o755) == 0)
+        precondition(setenv("XDG_RUNTIME_DIR", root, 1) == 0)
+        let names = ["", String(repeating: "n", count: 65), "a/b", "a\u{0}b", "caf\u{e9}", ".hidden", "../x"]
+        var wrong: [String] = []
+        for name in names {
+          do throws(PortError) {
+            _ = try MessagePort.local(name: name) { _ in nil }
+            wrong.append("local \(name.debugDescription): registered")
+          } catch {
+            if error.status != .invalid { wrong.append("local \(name.debugDescription): \(error)") }
+          }
+          do throws(PortError) {
+            _ = try MessagePort.remote(name: name)
+            wrong.append("remote \(name.debugDescription): connected")
+          } catch {
+            if error.status != .invalid { wrong.append("remote \(name.debugDescription): \(error)") }
+          }
+        }
+        // The name itself is fine: the directory is what fails.
+        do throws(PortError) {
+          _ = try MessagePort.local(name: "good-name") { _ in nil }
+          wrong.append("a port was registered in an unsafe directory")
+        } catch {
+          if error.reason != .directoryNotPrivate { wrong.append("good-name: \(error)") }
+        }
+        removePortsTestDirectory(root + "/threading-toolkit")
+        removePortsTestDirectory(root)
+        for line in wrong { print(line) }
+        exit(wrong.isEmpty ? 0 : 1)
+      }
+    }
   }
 }

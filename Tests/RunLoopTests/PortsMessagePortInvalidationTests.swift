@@ -1,3 +1,4 @@
+import Glibc
 import RunLoop
 import Sync
 import TestSupport
@@ -193,5 +194,117 @@ struct PortsMessagePortInvalidationTests {
     #expect(found.snapshot.count == 4)
     #expect(Set(found.snapshot).count == 1)
     for port in keep.snapshot { port.invalidate() }
+  }
+
+  @Test("a remote port whose isValid finds its peer gone runs its invalidation handler then, once")
+  func remoteIsValidRunsTheInvalidationHandler() throws {
+    let name = uniquePortName("isvalid-peer-gone")
+    let local = try MessagePort.local(name: name) { _ in [1] }
+    let server = TestThread.spawn {
+      while true {
+        do { try local.serve(before: .after(.seconds(60))) } catch { return }
+      }
+    }
+    let remote = try MessagePort.remote(name: name)
+    let invalidations = PortsCounter()
+    let reported = Box<MessagePort?>(nil)
+    remote.setInvalidationHandler { port in
+      reported.value = port
+      invalidations.increment()
+    }
+    #expect(
+      try remote.send(msgid: 1, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply) == [1])
+    local.invalidate()
+    server.join()
+    #expect(!remote.isValid, "its peer went away")
+    #expect(invalidations.count == 1, "isValid found the port invalid but did not run its invalidation handler")
+    #expect(reported.value === remote)
+    reported.value = nil
+    let error = #expect(throws: PortError.self) {
+      try remote.send(msgid: 2, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+    }
+    #expect(error?.status == .invalid, "the port was invalid before this send")
+    #expect(!remote.isValid)
+    remote.invalidate()
+    #expect(invalidations.count == 1, "the handler runs once")
+  }
+
+  @Test("threads noticing a remote port's peer gone at once (isValid, send, invalidate, lookup) run its handler once")
+  func remoteInvalidationIsReportedOnceUnderConcurrency() throws {
+    let rounds = isRunningUnderSanitizer ? 10 : 50
+    for round in 0..<rounds {
+      let name = uniquePortName("concurrent-invalidation")
+      let local = try MessagePort.local(name: name) { _ in [1] }
+      let remote = try MessagePort.remote(name: name)
+      let invalidations = PortsCounter()
+      remote.setInvalidationHandler { _ in invalidations.increment() }
+      local.invalidate()
+      let start = Latch(count: 1)
+      let threads = (0..<4).map { index in
+        TestThread.spawn {
+          start.wait()
+          switch (index + round) % 4 {
+          case 0: _ = remote.isValid
+          case 1:
+            _ = try? remote.send(msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .oneWay)
+          case 2: remote.invalidate()
+          default: _ = try? MessagePort.remote(name: name)
+          }
+          _ = remote.isValid
+        }
+      }
+      start.countDown()
+      for thread in threads { thread.join() }
+      #expect(!remote.isValid)
+      #expect(invalidations.count == 1, "round \(round)")
+    }
+  }
+
+  @Test("invalidate() returns after the invalidation handler ran on its thread, while other threads serve and send")
+  func invalidateRunsTheHandlerBeforeItReturns() throws {
+    let rounds = isRunningUnderSanitizer ? 20 : 150
+    for round in 0..<rounds {
+      let name = uniquePortName("handler-before-return")
+      let local = try MessagePort.local(name: name) { _ in [1] }
+      let server = TestThread.spawn {
+        while true {
+          do { try local.serve(before: .after(.seconds(60))) } catch { return }
+        }
+      }
+      let remote = try MessagePort.remote(name: name)
+      let answered = Latch(count: 1)
+      let sender = TestThread.spawn {
+        var first = true
+        while true {
+          do {
+            _ = try remote.send(
+              msgid: 1, sendTimeout: .seconds(10), receiveTimeout: .seconds(30), replyMode: .awaitReply)
+          } catch {
+            if first { answered.countDown() }
+            return
+          }
+          if first { answered.countDown() }
+          first = false
+        }
+      }
+      let localRuns = Recorder<pthread_t>()
+      let remoteRuns = Recorder<pthread_t>()
+      local.setInvalidationHandler { _ in localRuns.append(pthread_self()) }
+      remote.setInvalidationHandler { _ in remoteRuns.append(pthread_self()) }
+      answered.wait()
+      let me = pthread_self()
+      if round % 2 == 0 {
+        remote.invalidate()
+        #expect(remoteRuns.snapshot == [me], "round \(round): remote handler not run by invalidate()")
+        local.invalidate()
+        #expect(localRuns.snapshot == [me], "round \(round): local handler not run by invalidate()")
+      } else {
+        local.invalidate()
+        #expect(localRuns.snapshot == [me], "round \(round): local handler not run by invalidate()")
+      }
+      server.join()
+      sender.join()
+      remote.invalidate()
+    }
   }
 }

@@ -311,6 +311,47 @@ struct PortsRunLoopEdgeTests {
     #expect(!RunLoop.current.contains(remote, inMode: .default))
   }
 
+  @Test("a named port scheduled in the run loops of two threads serves every request (no double-serve stop)")
+  func messagePortInTwoThreadsRunLoops() async {
+    await #expect(processExitsWith: .success) {
+      blocking {
+        let name = "tk-test-two-loops-\(getpid())"
+        guard
+          let port = try? MessagePort.local(
+            name: name, handler: { message in [UInt8(truncatingIfNeeded: message.msgid)] })
+        else { exit(2) }
+        let stop = Box(false)
+        let ready = PortsCounter()
+        let loops = (0..<2).map { _ in
+          TestThread.spawn {
+            precondition(RunLoop.current.add(port, forMode: .default))
+            ready.increment()
+            while !stop.value {
+              _ = RunLoop.current.run(
+                mode: .default, before: .after(.milliseconds(50)), returnAfterSourceHandled: true)
+            }
+          }
+        }
+        waitUntil { ready.count == 2 }
+        let wrong = PortsCounter()
+        let senders = (0..<4).map { _ in
+          TestThread.spawn {
+            for round in 0..<200 {
+              let reply = try? MessagePort.remote(name: name).send(
+                msgid: Int32(round), sendTimeout: .seconds(10), receiveTimeout: .seconds(10), replyMode: .awaitReply)
+              if reply != [UInt8(truncatingIfNeeded: round)] { wrong.increment() }
+            }
+          }
+        }
+        for sender in senders { sender.join() }
+        stop.value = true
+        for loop in loops { loop.join() }
+        port.invalidate()
+        exit(wrong.count == 0 ? 0 : 1)
+      }
+    }
+  }
+
   @Test("serving one port from two places at once is misuse")
   func doubleServe() async {
     await #expect(processExitsWith: .failure) {

@@ -35,6 +35,49 @@ struct PortsSendAndLookupTests {
     #expect(remote.isValid, "a receive timeout leaves the port usable")
   }
 
+  @Test("one-way messages sent after a request timed out on a big reply are handled, not lost behind that reply")
+  func messagesAfterAnAbandonedBigReplyAreHandled() throws {
+    let name = uniquePortName("abandoned-reply")
+    let handled = Recorder<Int32>()
+    let release = Semaphore(value: 0)
+    let port = try MessagePort.local(name: name) { message in
+      if message.msgid == 1 {
+        // Answers after the requester gave up, with more than a socket buffer holds.
+        _ = release.wait(timeout: .seconds(10))
+        handled.append(message.msgid)
+        return [UInt8](repeating: 7, count: 1 << 20)
+      }
+      handled.append(message.msgid)
+      return [UInt8(truncatingIfNeeded: message.msgid)]
+    }
+    let rejections = Recorder<String>()
+    port.setPeerRejectionHandler { rejections.append($0) }
+    let server = portsServeInBackground(port)
+    defer {
+      release.signal()
+      port.invalidate()
+      precondition(pthread_join(server, nil) == 0)
+    }
+    let remote = try MessagePort.remote(name: name)
+    let timedOut = #expect(throws: PortError.self) {
+      try remote.send(msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .milliseconds(20), replyMode: .awaitReply)
+    }
+    #expect(timedOut?.status == .receiveTimeout)
+    release.signal()
+    waitUntil { handled.count == 1 }
+    // Each send returns once the kernel has the message: from then on it must be handled.
+    for msgid in Int32(2)...5 {
+      try remote.send(msgid: msgid, sendTimeout: .seconds(5), receiveTimeout: .zero, replyMode: .oneWay)
+    }
+    let giveUp = MonotonicInstant.after(.seconds(5))
+    while handled.count < 5 && !giveUp.hasPassed { sched_yield() }
+    #expect(handled.snapshot == [1, 2, 3, 4, 5], "one-way messages waited behind the reply nobody reads")
+    // The next request takes (and discards) the late reply, then gets its own.
+    #expect(
+      try remote.send(msgid: 6, sendTimeout: .seconds(5), receiveTimeout: .seconds(10), replyMode: .awaitReply) == [6])
+    #expect(rejections.snapshot == [])
+  }
+
   @Test("looking up a malformed or unregistered name leaves nothing allocated behind")
   func failedLookupsAllocateNothing() async throws {
     // The child prints what the lookups left allocated in each of three windows; the parent

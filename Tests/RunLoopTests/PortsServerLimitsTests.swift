@@ -247,6 +247,25 @@ struct PortsServerLimitsTests {
     }
   }
 
+  @Test("a peer that pipelines requests without reading is dropped at its limit, not answered for every request first")
+  func pipelinedRequestsStopAtTheLimit() throws {
+    let served = try PortsServedListener(
+      serverLimits: MessagePort.ServerLimits(maximumBufferedBytesPerPeer: 64 << 10)
+    ) { _ in [UInt8](repeating: 3, count: 16 << 10) }
+    try served.whileServing {
+      let nonReader = try served.rawPeer()
+      // 1,000 requests (24 KB) in one write: one read of the port takes them all.
+      let requests = (0..<1_000).flatMap { portsRequestBytes(Int32($0), sequence: UInt32($0) + 1) }
+      try nonReader.sendAll(requests, before: .after(.seconds(5)))
+      #expect(served.eventually { served.rejections.count == 1 })
+      #expect(served.rejections.snapshot.first?.contains("over the limit of 65536 per peer") == true)
+      // What the socket took, plus the limit, in 16 KiB replies: far fewer than 1,000.
+      #expect(served.handled.count < 100, "the port answered \(served.handled.count) requests before dropping the peer")
+      let client = try served.connect()
+      #expect(try client.request(3).count == 16 << 10)
+    }
+  }
+
   @Test("the peer that takes the port past maximumBufferedBytesTotal is dropped; the others keep their replies")
   func totalBufferLimit() throws {
     let served = try PortsServedListener(

@@ -6,9 +6,9 @@ extension MessagePort {
   /// unfinished exchange may take.
   ///
   /// A port serves every peer from one thread and never blocks on one of them: a reply the
-  /// peer does not read at once waits in that peer's output buffer (and the port reads
-  /// nothing more from that peer until the reply is taken), an incoming frame waits in its
-  /// input buffer until complete. A peer that breaks a limit is disconnected and reported to
+  /// peer does not read at once waits in that peer's output buffer (the port still reads
+  /// and handles the peer's messages meanwhile, and queues their replies behind it), an
+  /// incoming frame waits in its input buffer until complete. A peer that breaks a limit is disconnected and reported to
   /// the peer rejection handler (``MessagePort/setPeerRejectionHandler(_:)``); its sender
   /// sees ``PortStatus/becameInvalid``. Every other peer is served as before.
   ///

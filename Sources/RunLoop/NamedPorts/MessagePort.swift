@@ -37,7 +37,8 @@ import Sync
 /// thread's run loop with ``RunLoop/add(_:forMode:)-(MessagePort,_)``; its handler then runs
 /// on that thread while the loop runs in one of those modes. The port's sockets sit in one
 /// epoll set that the loop watches as one descriptor, so any number of senders costs the
-/// loop one member.
+/// loop one member. A port scheduled in the run loops of several threads is served by one
+/// of them at a time: each message is handled once, on whichever loop's thread takes it.
 ///
 /// A run loop does not keep a port alive (in Core Foundation the run-loop source retains
 /// it): keep a reference for as long as the port should serve; releasing the last one
@@ -141,6 +142,9 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     -> MessagePort
   {
     limits.checkPositive()
+    // First, as `remote(name:)` does: a malformed name is `invalid` whatever the state of the
+    // port directory, and costs no directory check.
+    try PortName.validate(name)
     return try LocalPortRegistry.shared.register(name: name) { () throws(PortError) -> MessagePort in
       let directory = try PortDirectory.prepare()
       let listener = try NamedPortListener(name: name, directory: directory, serverLimits: limits) { frame in
@@ -188,8 +192,24 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   }
 
   /// Whether the port still works: false after ``invalidate()``, or for a remote port once
-  /// its peer went away. Never blocks (not even while a send on the port is in flight).
+  /// its peer went away. A remote port that finds its peer gone here becomes invalid for
+  /// good and runs its invalidation handler, on the calling thread, before this returns
+  /// (as `CFMessagePortIsValid` does). Never blocks (not even while a send on the port is
+  /// in flight).
   public var isValid: Bool {
+    switch role {
+    case .local(let listener):
+      return listener.isValid
+    case .remote(let connection):
+      let (valid, invalidatedNow) = connection.checkValidity()
+      if invalidatedNow { fireInvalidation() }
+      return valid
+    }
+  }
+
+  /// ``isValid`` without its side effect (no invalidation, no handler): for the registries,
+  /// which ask under their locks, and for ``description``.
+  var isUsable: Bool {
     switch role {
     case .local(let listener): return listener.isValid
     case .remote(let connection): return connection.isValid
@@ -238,12 +258,16 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
         msgid: msgid, payload: data, replyPortName: replyPortName, by: listener)
     }
     let sendDeadline = MonotonicInstant.after(sendTimeout)
+    var invalidatedConnection = false
     do {
       return try connection.send(
         msgid: msgid, payload: data, replyPortName: replyPortName, sendDeadline: sendDeadline,
-        awaitReply: replyMode == .awaitReply, receiveTimeout: receiveTimeout)
+        awaitReply: replyMode == .awaitReply, receiveTimeout: receiveTimeout,
+        invalidatedConnection: &invalidatedConnection)
     } catch {
-      if !connection.isValid { fireInvalidation() }
+      // Only when this send's failure invalidated the port: an `invalidate()` (or an
+      // `isValid`) that ended it runs the handler itself, before it returns.
+      if invalidatedConnection { fireInvalidation() }
       throw error
     }
   }
@@ -265,12 +289,9 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     if ForkDetection.isInherited(listener.creatorProcess) {
       ForkDetection.reportInheritedUse("MessagePort", "message port", "serve", creator: listener.creatorProcess)
     }
-    do {
-      return try listener.serve(before: deadline)
-    } catch {
-      if !listener.isValid { fireInvalidation() }
-      throw error
-    }
+    // A failure does not run the invalidation handler: only `invalidate()` (or the release)
+    // invalidates a local port, and `invalidate()` runs the handler itself before it returns.
+    return try listener.serve(before: deadline)
   }
 
   /// Waits at most `timeout` (monotonic clock) for messages and handles them on the calling
@@ -305,7 +326,10 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
 
   /// Sets the function run once when the port becomes invalid, by ``invalidate()`` or
   /// because its peer went away (`CFMessagePortSetInvalidationCallBack`). It runs on the
-  /// thread that noticed. Setting it on an already invalid port runs it at once, on the
+  /// thread that noticed, before the call that noticed returns: ``invalidate()``; for a
+  /// remote port also ``isValid``, a send or ``remote(name:connectTimeout:)`` that finds the
+  /// peer gone. (A remote port learns that only then: nothing watches it in the background.)
+  /// Releasing the port does not run it. Setting it on an already invalid port runs it at once, on the
   /// calling thread, also when an earlier handler already ran for that invalidation. A
   /// handler it replaces is released before it returns, with no toolkit lock held.
   public func setInvalidationHandler(_ handler: (@Sendable (MessagePort) -> Void)?) {
@@ -345,14 +369,18 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     return runLoopMember.obtain { () -> DescriptorMember? in
       let descriptor = listener.readinessDescriptor
       if descriptor < 0 { return nil }
-      return DescriptorMember(descriptor: descriptor, interest: UInt32(TK_EPOLL_READABLE)) { [weak self] _ in
-        guard let self else { return }
-        do {
-          _ = try listener.serveOnce(before: .distantPast)
-        } catch {
-          if !listener.isValid { self.invalidate() }
-        }
-      }
+      return DescriptorMember(
+        handlingDescriptor: descriptor, interest: UInt32(TK_EPOLL_READABLE),
+        handler: { [weak self] _ in
+          guard let self else { return true }
+          do {
+            // Nil while another thread's run loop serves the port: left to that pass.
+            return try listener.serveOnceFromRunLoop() != nil
+          } catch {
+            if !listener.isValid { self.invalidate() }
+            return true
+          }
+        })
     }?.source
   }
 
@@ -372,7 +400,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
 
   /// `"MessagePort(local \"name\")"`, `"MessagePort(remote \"name\", invalid)"`...
   public var description: String {
-    "MessagePort(\(isRemote ? "remote" : "local") \"\(name)\"\(isValid ? "" : ", invalid"))"
+    "MessagePort(\(isRemote ? "remote" : "local") \"\(name)\"\(isUsable ? "" : ", invalid"))"
   }
 }
 

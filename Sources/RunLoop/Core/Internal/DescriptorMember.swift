@@ -76,11 +76,23 @@ final class DescriptorMember: @unchecked Sendable {
   /// Whether the process runs in checked mode (``/Sync/MisuseChecking``), read once.
   private let checksIdentity = MisuseChecking.mode == .checked
 
-  private let handler: @Sendable (_ ready: UInt32) -> Void
+  private let handler: @Sendable (_ ready: UInt32) -> Bool
 
   /// Creates a member for `descriptor`, initially interested in `interest`; `handler` gets
   /// the ready TK_EPOLL_* bits on the run-loop thread.
-  init(descriptor: Int32, interest: UInt32, handler: @escaping @Sendable (_ ready: UInt32) -> Void) {
+  convenience init(descriptor: Int32, interest: UInt32, handler: @escaping @Sendable (_ ready: UInt32) -> Void) {
+    self.init(handlingDescriptor: descriptor, interest: interest) { ready -> Bool in
+      handler(ready)
+      return true
+    }
+  }
+
+  /// Creates a member whose `handler` returns whether it handled the descriptor. When it
+  /// returns false (it left the descriptor to a handler running in another of the member's
+  /// loops), the member is not re-armed: that handler's own re-arm, which comes after it and
+  /// covers every loop, reports whatever is still ready. Re-arming here instead would report
+  /// the descriptor again at once, for as long as the other handler runs (a spin).
+  init(handlingDescriptor descriptor: Int32, interest: UInt32, handler: @escaping @Sendable (_ ready: UInt32) -> Bool) {
     self.descriptor = descriptor
     self.interest = interest
     self.handler = handler
@@ -236,7 +248,8 @@ final class DescriptorMember: @unchecked Sendable {
   }
 
   /// Calls the handler if the descriptor is still ready (it may have been drained since the
-  /// wait reported it) and re-arms it; returns whether the handler ran.
+  /// wait reported it) and re-arms it (not when the handler left it to another loop's, see
+  /// ``init(handlingDescriptor:interest:handler:)``); returns whether the handler handled it.
   private func perform() -> Bool {
     let hooks = lock.withLock { testHooks }
     hooks?.beforePoll?()
@@ -254,7 +267,7 @@ final class DescriptorMember: @unchecked Sendable {
       return count > 0 ? UInt32(UInt16(bitPattern: entry.revents)) : nil
     }
     // The handler runs without any lock.
-    if let ready { handler(ready) }
+    if let ready, !handler(ready) { return false }
     hooks?.beforeRearm?()
     // Re-arm after the handler, in every loop: whatever is still ready is reported again.
     // Not while disabled: epoll reports a hang-up or an error whatever the mask, so a

@@ -30,6 +30,8 @@ final class NamedPortConnection: @unchecked Sendable {
   private let requestMutex = Sync.Lock()
   private var decoder: FrameDecoder
   private var nextSequence: UInt32 = 1
+  /// Whether the request in flight invalidated the connection (see ``invalidate(because:)``).
+  private var requestInvalidated = false
   // Protected by `stateMutex`.
   private let stateMutex = Sync.Lock()
   private var socket: UnixSocket?
@@ -90,12 +92,37 @@ final class NamedPortConnection: @unchecked Sendable {
   /// ``isValid`` also asks whether the peer went away).
   var isOpen: Bool { stateMutex.withLock { socket != nil } }
 
-  /// Whether the connection can still carry messages. Never waits for a request in flight;
-  /// one zero-timeout `poll`.
+  /// Whether the connection can still carry messages, without changing it (for the
+  /// registry, which must not start an invalidation under its lock; see ``checkValidity()``).
+  /// Never waits for a request in flight; one zero-timeout `poll`.
   var isValid: Bool {
     guard let socket = stateMutex.withLock({ socket }) else { return false }
     // The peer invalidated its port or died: the connection can carry nothing more.
     return !socket.peerHasHungUp
+  }
+
+  /// Whether the connection can still carry messages; a connection whose peer hung up (it
+  /// invalidated its port or died) is invalidated here, for good, as the next send would
+  /// find it. `invalidatedNow` says whether this call did that, so that exactly one caller
+  /// reports the invalidation (Core Foundation's `CFMessagePortIsValid` invalidates a
+  /// remote port whose peer is gone, callout included). Never waits for a request in
+  /// flight (which keeps its own reference to the socket and ends on its own); one
+  /// zero-timeout `poll`.
+  func checkValidity() -> (valid: Bool, invalidatedNow: Bool) {
+    guard let current = stateMutex.withLock({ socket }) else { return (false, false) }
+    if !current.peerHasHungUp { return (true, false) }
+    let invalidatedNow = stateMutex.withLock { () -> Bool in
+      guard socket === current else { return false }
+      socket = nil
+      if invalidationReason == nil {
+        invalidationReason = PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection")
+      }
+      return true
+    }
+    // Released here, outside the state lock: the descriptor closes unless a request in flight
+    // still holds it.
+    withExtendedLifetime(current) {}
+    return (false, invalidatedNow)
   }
 
   /// Why the connection became invalid, once it has.
@@ -122,21 +149,41 @@ final class NamedPortConnection: @unchecked Sendable {
     if let replyPortName { try PortName.validate(replyPortName) }
   }
 
-  /// Sends one message. With `awaitReply`, then waits at most `receiveTimeout` for its reply,
-  /// counted from when the whole frame was handed to the kernel, and returns the reply
-  /// payload; otherwise returns nil once the frame is handed over. Blocks the calling thread
-  /// (and queues other senders on this connection).
+  /// ``send(msgid:payload:replyPortName:sendDeadline:awaitReply:receiveTimeout:invalidatedConnection:)``
+  /// for a caller with no invalidation to report.
   func send(
     msgid: Int32, payload: [UInt8], replyPortName: String?, sendDeadline: MonotonicInstant,
     awaitReply: Bool, receiveTimeout: Duration
   ) throws(PortError) -> [UInt8]? {
+    var invalidatedConnection = false
+    return try send(
+      msgid: msgid, payload: payload, replyPortName: replyPortName, sendDeadline: sendDeadline,
+      awaitReply: awaitReply, receiveTimeout: receiveTimeout, invalidatedConnection: &invalidatedConnection)
+  }
+
+  /// Sends one message. With `awaitReply`, then waits at most `receiveTimeout` for its reply,
+  /// counted from when the whole frame was handed to the kernel, and returns the reply
+  /// payload; otherwise returns nil once the frame is handed over. Blocks the calling thread
+  /// (and queues other senders on this connection). `invalidatedConnection` is set to
+  /// whether this request's failure invalidated the connection: then its caller, and no one
+  /// else, reports the invalidation (an ``invalidate()`` or a ``checkValidity()`` that came
+  /// first reports it itself).
+  func send(
+    msgid: Int32, payload: [UInt8], replyPortName: String?, sendDeadline: MonotonicInstant,
+    awaitReply: Bool, receiveTimeout: Duration, invalidatedConnection: inout Bool
+  ) throws(PortError) -> [UInt8]? {
+    invalidatedConnection = false
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
     // Waiting for the connection counts against the send deadline.
     guard requestMutex.lock(before: sendDeadline) else {
       throw PortError(
         .sendTimeout, detail: "another send on port \"\(name)\" held the connection past the send deadline")
     }
-    defer { requestMutex.unlock() }
+    requestInvalidated = false
+    defer {
+      invalidatedConnection = requestInvalidated
+      requestMutex.unlock()
+    }
     // A strong reference for the whole request: an `invalidate()` meanwhile shuts the
     // socket down (ending this request) but the descriptor stays ours until we let go.
     let (current, invalidationReason) = stateMutex.withLock { (self.socket, self.invalidationReason) }
@@ -259,6 +306,7 @@ final class NamedPortConnection: @unchecked Sendable {
       }
       socket = nil
       if invalidationReason == nil { invalidationReason = reason }
+      requestInvalidated = true
       return reason
     }
   }

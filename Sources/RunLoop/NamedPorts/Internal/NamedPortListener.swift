@@ -29,11 +29,12 @@ struct PeerRejection: Sendable, CustomStringConvertible {
 /// ``readinessDescriptor``.
 ///
 /// The serving thread never blocks on a peer (``MessagePort/ServerLimits``): a reply the
-/// peer does not take at once waits in the peer's output buffer, the peer's interest turns
-/// from readable to writable (nothing more is read from it until the reply is taken), and a
-/// deadline starts. Deadlines (an unfinished frame, an untaken reply, the end of an accept
-/// back-off) arm the timerfd for the earliest one, so a pass runs when one expires even if
-/// no peer moves. A pass that finds no deadline pending arms nothing: the usual exchange (a
+/// peer does not take at once waits in the peer's output buffer, the peer is watched for
+/// writability too, and a deadline starts. Its messages are still read and handled
+/// meanwhile (a requester that timed out reads no more replies until its next request),
+/// their replies queued behind the pending one. Deadlines (an unfinished frame, an untaken
+/// reply, the end of an accept back-off) arm the timerfd for the earliest one, so a pass
+/// runs when one expires even if no peer moves. A pass that finds no deadline pending arms nothing: the usual exchange (a
 /// whole request read, a whole reply written) touches no timer.
 ///
 /// Threading: one thread serves (``serve(before:)``, or a run loop that watches
@@ -72,6 +73,8 @@ final class NamedPortListener: @unchecked Sendable {
   private var serving = false
   /// The `tk_thread_identity()` of the thread in a serving pass (meaningful while `serving`).
   private var servingThread: UInt64 = 0
+  /// Whether the pass in progress was started by a run loop (meaningful while `serving`).
+  private var servingFromRunLoop = false
   private var closedAll = false
   private var handler: Handler?
   private var rejectionHandler: ((PeerRejection) -> Void)?
@@ -109,12 +112,13 @@ final class NamedPortListener: @unchecked Sendable {
     var decoder: FrameDecoder
     /// Where `recv` writes; allocated once per peer (not zeroed per read).
     let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
-    /// A reply the peer has not taken yet: `output[outputOffset...]`.
+    /// Replies the peer has not taken yet, in order: `output[outputOffset...]`.
     var output: [UInt8] = []
     var outputOffset = 0
     /// When the unfinished incoming frame must be complete.
     var inputDeadline: MonotonicInstant?
-    /// When the pending reply must have been taken.
+    /// When the pending replies must have been taken: set when a reply is left pending with
+    /// none before it, cleared once the buffer empties.
     var outputDeadline: MonotonicInstant?
     /// What this peer counts in the listener's `bufferedBytes`.
     var accounted = 0
@@ -397,17 +401,33 @@ final class NamedPortListener: @unchecked Sendable {
   /// became ready: new peers accepted, complete messages answered. Returns how many messages
   /// were handled (possibly 0: only a new connection); throws like ``serve(before:)``.
   func serveOnce(before deadline: MonotonicInstant) throws(PortError) -> Int {
+    // Never nil: only passes started by run loops are skipped.
+    try pass(before: deadline, fromRunLoop: false) ?? 0
+  }
+
+  /// ``serveOnce(before:)`` with a passed deadline, for a run loop the port is scheduled in.
+  /// A port may be scheduled in the run loops of several threads, which all see it ready at
+  /// once: while another thread's run loop is in a pass, this returns nil and serves nothing
+  /// (that pass handles what is ready, and the run-loop watch it re-arms when it ends
+  /// reports what is left).
+  func serveOnceFromRunLoop() throws(PortError) -> Int? {
+    try pass(before: .distantPast, fromRunLoop: true)
+  }
+
+  private func pass(before deadline: MonotonicInstant, fromRunLoop: Bool) throws(PortError) -> Int? {
     let epoll: Int32
     do {
       mutex.lock()
       defer { mutex.unlock() }
       if invalidated { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
       if serving {
+        if fromRunLoop && servingFromRunLoop && servingThread != tk_thread_identity() { return nil }
         // The port's own handler serving it again would re-enter a pass; another thread
-        // doing so would race it.
+        // doing so would race it (unless both are run loops, above).
         reportMisuse("MessagePort", "two threads serve port \"\(name)\" at once")
       }
       serving = true
+      servingFromRunLoop = fromRunLoop
       servingThread = tk_thread_identity()
       epoll = epollDescriptor
       passEpoll = epollDescriptor
@@ -584,19 +604,20 @@ final class NamedPortListener: @unchecked Sendable {
     }
   }
 
-  /// Serves `peer`: takes what it sent and answers every complete frame in order, or, while
-  /// it has a reply pending, writes more of that reply (and once it is all taken, answers
-  /// the frames already received). Drops the peer on end of stream, a transfer failure, a
-  /// malformed frame (after answering the frames that preceded it) or a broken limit.
+  /// Serves `peer`: writes more of its pending replies, if any, then takes what it sent and
+  /// answers every complete frame in order (replies queue behind those it has not taken).
+  /// Drops the peer on end of stream, a transfer failure, a malformed frame (after
+  /// answering the frames that preceded it) or a broken limit.
+  ///
+  /// A peer with replies pending is still read from: its requester may have stopped waiting
+  /// for them (a receive timeout), and a client reads only while it waits for a reply, so
+  /// the one-way messages it sends meanwhile would otherwise wait behind a reply that nobody
+  /// takes until the peer is dropped for it, and be lost with it. The buffer limits bound
+  /// what a peer that never reads can make the port hold.
   private func service(_ peer: Peer) -> Int {
     if peer.pendingOutput > 0 {
-      guard flush(peer) else {
-        settle(peer, completedFrames: false)
-        return 0
-      }
-      let (handled, completed) = drainFrames(of: peer)
-      settle(peer, completedFrames: completed)
-      return handled
+      _ = flush(peer)
+      if peer.isDropped { return 0 }
     }
     let received: Int?
     do {
@@ -609,7 +630,10 @@ final class NamedPortListener: @unchecked Sendable {
       drop(peer, reason: "receive failed: \(error)")
       return 0
     }
-    guard let received else { return 0 }
+    guard let received else {
+      settle(peer, completedFrames: false)
+      return 0
+    }
     peer.decoder.append(UnsafeRawBufferPointer(rebasing: peer.chunk[0..<received]))
     let (handled, completed) = drainFrames(of: peer)
     settle(peer, completedFrames: completed)
@@ -619,13 +643,13 @@ final class NamedPortListener: @unchecked Sendable {
     return handled
   }
 
-  /// Answers the complete frames buffered for `peer`, in order, until one's reply is left
-  /// pending (nothing more is answered until the peer takes it). Returns how many were
-  /// handled and whether any frame was completed.
+  /// Answers the complete frames buffered for `peer`, in order (a reply the peer cannot take
+  /// at once waits behind any it has not taken). Returns how many were handled and whether
+  /// any frame was completed.
   private func drainFrames(of peer: Peer) -> (handled: Int, completed: Bool) {
     var handled = 0
     var completed = false
-    while !peer.isDropped && peer.pendingOutput == 0 {
+    while !peer.isDropped {
       let frame: Frame?
       do {
         frame = try peer.decoder.nextFrame()
@@ -649,14 +673,28 @@ final class NamedPortListener: @unchecked Sendable {
         let answer = Frame(
           kind: .reply, msgid: frame.msgid, sequence: frame.sequence, replyPortName: nil, payload: reply ?? [])
         write(answer.encoded(), to: peer)
+        // A peer that sends requests without taking the replies is over its limit here:
+        // stop answering (`settle` drops it), so one read of tiny requests cannot make
+        // the port hold a reply for each of them first.
+        if peer.pendingOutput + peer.decoder.bufferedByteCount > serverLimits.maximumBufferedBytesPerPeer {
+          return (handled, completed)
+        }
       }
     }
     return (handled, completed)
   }
 
   /// Writes what the peer's socket takes now; the rest waits in the peer's output buffer
-  /// (the peer is then watched for writability only, with a deadline).
+  /// (the peer is then watched for writability too, with a deadline). Behind replies the
+  /// peer has not taken yet, `bytes` only join the buffer, in order.
   private func write(_ bytes: [UInt8], to peer: Peer) {
+    if peer.pendingOutput > 0 {
+      // Keeps the earlier deadline: the peer still has to take the first reply in time.
+      peer.output.removeFirst(peer.outputOffset)
+      peer.outputOffset = 0
+      peer.output += bytes
+      return
+    }
     let sent: Int
     do {
       sent = try peer.socket.sendAvailable(bytes, from: 0)
@@ -671,11 +709,12 @@ final class NamedPortListener: @unchecked Sendable {
     peer.output = bytes
     peer.outputOffset = sent
     peer.outputDeadline = .after(serverLimits.slowPeerTimeout)
-    setInterest(of: peer.socket.descriptor, token: peer.token, to: UInt32(TK_EPOLL_WRITABLE))
+    setInterest(
+      of: peer.socket.descriptor, token: peer.token, to: UInt32(TK_EPOLL_READABLE) | UInt32(TK_EPOLL_WRITABLE))
   }
 
-  /// Writes more of the peer's pending reply; returns true once all of it is taken (the
-  /// peer is then watched for input again).
+  /// Writes more of the peer's pending replies; returns true once all of them are taken (the
+  /// peer is then watched for input only).
   private func flush(_ peer: Peer) -> Bool {
     do {
       peer.outputOffset = try peer.socket.sendAvailable(peer.output, from: peer.outputOffset)
