@@ -32,8 +32,14 @@ extension RunLoop {
 /// loop neither spin nor lose anything.
 ///
 /// **Cancellation.** A waiting task that is cancelled stops waiting: `next()` returns nil and
-/// its waiter is removed. A report handed over as the task was cancelled is returned by the
+/// its waiter is removed. A report the loop handed to the waiter before the cancellation
+/// took effect is returned by that same call; one made while no task waits is kept for the
 /// next `next()` call (from any task).
+///
+/// **The descriptor** must stay open while the sequence exists, as for
+/// ``/RunLoop/FileDescriptorSource``: once it is closed (with no duplicate left) the kernel
+/// stops reporting it, so a waiting task waits until it is cancelled or the sequence ends.
+/// Release the sequence (or leave the loop) before closing the descriptor.
 ///
 /// **End.** The sequence does not end for the descriptor (a hang-up is reported as
 /// `.hangUp`); leave the loop when done. It ends (`next()` returns nil, for waiting tasks at

@@ -28,9 +28,10 @@ extension Port {
 ///
 /// **Cancellation.** A waiting task that is cancelled stops waiting: `next()` returns nil
 /// (ending that `for await` loop) and its waiter is removed. No message is lost: a message
-/// the loop had already handed over as the task was cancelled stays in the sequence and is
-/// returned by the next `next()` call (a new `for await` over the same sequence, from any
-/// task).
+/// the loop handed to the waiter before the cancellation took effect is returned by that
+/// same call (the task sees it and can check `Task.isCancelled` after); one that arrives
+/// while no task waits stays in the sequence for the next `next()` call (a new `for await`
+/// over the same sequence, from any task).
 ///
 /// **End.** The sequence ends (`next()` returns nil) once the port is invalidated and the
 /// messages already taken from it are returned; messages still queued in the port at its

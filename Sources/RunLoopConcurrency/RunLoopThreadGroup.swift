@@ -21,7 +21,10 @@ import Threads
 /// never contend on a shared queue). On each thread, higher `ExecutorJob.priority` first,
 /// first in, first out within a priority. A task executor promises no thread and no
 /// isolation: consecutive jobs of one task may run on different threads of the group, and
-/// actors keep their own executors (an actor's code runs where its executor runs it).
+/// actors keep their own executors (an actor's code runs where its executor runs it). For
+/// the same reason a job that runs its thread's loop nested (in the default mode) lets that
+/// run take further jobs of the group's queue for the thread, unlike a ``RunLoopExecutor``,
+/// whose nested runs take none of its jobs.
 ///
 /// **Sleeping tasks.** `Task.sleep` in a task that prefers the group is timed by the group's
 /// threads' run-loop timers (the toolchain's `SchedulingExecutor`, visible with

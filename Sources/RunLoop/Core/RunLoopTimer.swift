@@ -6,9 +6,12 @@ import Sync
 ///
 /// **Never early**: a timer fires only when `MonotonicInstant.now >= nextFireDate` (the
 /// loop's timerfd is armed on `CLOCK_MONOTONIC` with nanosecond precision, and the clock is
-/// compared again before firing). It may be late: by up to ``tolerance`` (the loop may delay
-/// the wake-up to coalesce timers, never beyond the fire date plus tolerance) plus whatever
-/// the loop was busy with.
+/// compared again before firing). It may be late: by up to ``tolerance`` plus whatever the
+/// loop was busy with. The loop sleeps until the earliest fire date plus tolerance of its
+/// timers and fires every timer due by then, so timers whose windows overlap share one
+/// wake-up: a timer with a tolerance on an otherwise idle loop fires at the end of its
+/// window (its fire date plus tolerance), earlier only when something else wakes the loop
+/// within it. Give a tolerance only to timers that may be that late.
 ///
 /// **Repeating** timers (``interval`` > 0) reschedule from their scheduled time, not from
 /// when they actually fired: after firing for `t`, the next fire date is the first instant
