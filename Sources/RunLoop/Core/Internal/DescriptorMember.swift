@@ -170,7 +170,7 @@ final class DescriptorMember: @unchecked Sendable {
 
   /// The live run loops whose epoll set holds the descriptor.
   private func liveRunLoops() -> [RunLoop] {
-    lock.withLock { loops.filter { $0.modes > 0 }.compactMap(\.runLoop.value) }
+    lock.withLock { loops.compactMap { $0.modes > 0 ? $0.runLoop.value : nil } }
   }
 
   // MARK: - Source callbacks
