@@ -5,10 +5,29 @@ import TestSupport
 import Testing
 import Threads
 
-/// The module's overview snippets, compiled and run: a thread group as a task executor, a
-/// block awaited on a loop's thread, a port's messages as a sequence.
+/// The module's overview snippets, compiled and run: an actor pinned to a run-loop thread, a
+/// thread group as a task executor, a block awaited on a loop's thread, a port's messages as
+/// a sequence.
 @Suite(.timeLimit(.minutes(1))) struct ConcurrencySnippetTests {
   struct StoreError: Error {}
+
+  actor Renderer {
+    let executor: RunLoopExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(on runLoop: RunLoop) { executor = RunLoopExecutor(runLoop: runLoop) }
+    func draw() -> Bool { RunLoop.current === executor.runLoop }  // always on the run loop's thread
+  }
+
+  @Test func anActorPinnedToARunLoopThread() async throws {
+    // Starting and stopping the thread block briefly (`noasync`): done in synchronous code.
+    let worker = try Self.startRenderThread()
+    let renderer = Renderer(on: worker.runLoop)
+    #expect(await renderer.draw())
+    Self.stopRenderThread(worker)
+  }
+
+  private static func startRenderThread() throws -> RunLoopThread { try RunLoopThread.start(name: "render") }
+  private static func stopRenderThread(_ worker: consuming RunLoopThread) { worker.stop() }
 
   @Test func aThreadGroupRunsAChildTaskTreeAndShutsDown() async throws {
     let files = ["a", "bb", "ccc"]
