@@ -65,4 +65,42 @@ struct PortsCallbackReleaseTests {
     #expect(releases.count == 1, "the released port kept its invalidation handler")
     #expect(runs.count == 0, "documented: there is no port left to pass to the handler")
   }
+
+  @Test("a Port whose queue holds a message replying to the port itself is released with its last reference")
+  func portQueuedAsItsOwnReplyPortIsReleased() throws {
+    let releases = PortsCounter()
+    weak var released: Port?
+    do {
+      let port = Port()
+      released = port
+      port.setHandler { [capture = OnDeinit { releases.increment() }] _ in withExtendedLifetime(capture) {} }
+      try port.send(PortMessage(msgid: 1, replyPort: .port(port)), timeout: .seconds(1))
+      try port.send(PortMessage(msgid: 2, replyPort: .port(port)), timeout: .seconds(1))
+    }
+    #expect(released == nil, "the queued message kept its own port alive")
+    #expect(releases.count == 1, "the released port kept its message handler")
+  }
+
+  @Test("a message replying to its own port is received with that port, directly and through a run loop")
+  func messageReplyingToItsOwnPortKeepsItsReplyPort() throws {
+    let port = Port()
+    defer { port.invalidate() }
+    let other = Port()
+    try port.send(PortMessage(msgid: 1, replyPort: .port(port)), timeout: .seconds(1))
+    try port.send(PortMessage(msgid: 2, replyPort: .port(other)), timeout: .seconds(1))
+    try port.send(PortMessage(msgid: 3, payload: [7], replyPort: .port(port)), timeout: .seconds(1))
+    let first = try port.receive(timeout: .seconds(1))
+    #expect(first.msgid == 1 && first.replyPort?.port === port)
+    let second = try port.tryReceive()
+    #expect(second?.msgid == 2 && second?.replyPort?.port === other)
+    let delivered = Box<[(Int32, [UInt8], Bool)]>([])
+    port.setHandler { message in
+      delivered.value.append((message.msgid, message.payload, message.replyPort?.port === port))
+    }
+    RunLoop.current.add(port, forMode: .default)
+    defer { RunLoop.current.remove(port, forMode: .default) }
+    _ = RunLoop.current.run(mode: .default, before: .after(.seconds(10)), returnAfterSourceHandled: true)
+    #expect(delivered.value.count == 1)
+    #expect(delivered.value.first?.0 == 3 && delivered.value.first?.1 == [7] && delivered.value.first?.2 == true)
+  }
 }

@@ -21,6 +21,8 @@ import Sync
 /// one difference: the invalidation handler is released without running, because it takes
 /// the port, which no longer exists then (nobody can observe the port by then either: a
 /// blocked sender or receiver holds a reference). Call ``invalidate()`` for it to run.
+/// Messages waiting in the port do not keep it alive, not even one whose reply port is the
+/// port itself: a port released with such a message queued is invalidated as any other.
 ///
 /// **Receiving in a run loop** (the guide's way): set a handler with ``setHandler(_:)`` and
 /// add the port to modes of the owning thread's run loop with
@@ -63,7 +65,9 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// thread drains. Larger capacities (and capacities below 1) are misuse.
   public static let maximumCapacity = 1 << 24
 
-  let queue: MessageQueue<PortMessage>
+  /// The mailbox. A message naming this port as its reply port is kept without that
+  /// reference (see ``QueuedPortMessage``), so queued messages never keep their port alive.
+  let queue: MessageQueue<QueuedPortMessage>
   let link = PortRunLoopLink()
 
   /// Creates a valid, empty port holding at most `capacity` messages. Opens no descriptor
@@ -109,7 +113,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   @available(*, noasync, message: "blocks while the port is full")
   public func send(_ message: PortMessage, before deadline: MonotonicInstant) throws(PortError) {
     checkNotInherited("send")
-    switch queue.send(message, before: deadline) {
+    switch queue.send(QueuedPortMessage(message, sentTo: self), before: deadline) {
     case .enqueued:
       link.messageArrived()
       return
@@ -139,7 +143,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     checkNotInherited("receive")
     switch queue.receive(before: deadline) {
     case .element(let message):
-      return message
+      return message.message(receivedBy: self)
     case .timedOut:
       throw PortError(.receiveTimeout, detail: "no message before the receive deadline")
     case .invalid:
@@ -162,7 +166,7 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     case nil:
       return nil
     case .element(let message)?:
-      return message
+      return message.message(receivedBy: self)
     case .invalid?, .timedOut?:
       throw PortError(.becameInvalid, detail: "port invalidated")
     }

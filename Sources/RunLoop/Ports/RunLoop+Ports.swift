@@ -13,7 +13,7 @@ extension RunLoop {
   /// send. (`-[NSRunLoop addPort:forMode:]`)
   @discardableResult
   public func add(_ port: Port, forMode mode: RunLoopMode) -> Bool {
-    guard let source = port.link.runLoopSource(draining: port.queue) else { return false }
+    guard let source = port.link.runLoopSource(for: port) else { return false }
     return add(source, forMode: mode)
   }
 

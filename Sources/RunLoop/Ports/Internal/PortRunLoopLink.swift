@@ -26,8 +26,10 @@ final class PortRunLoopLink: @unchecked Sendable {
   private let scheduledLoops = AtomicInteger<Int>(0)
 
   /// The source to add to run-loop modes, created on first use; nil once invalidated.
-  /// Stops the process for a port inherited through `fork()` (see ``Port``).
-  func runLoopSource(draining queue: MessageQueue<PortMessage>) -> RunLoopSource? {
+  /// Stops the process for a port inherited through `fork()` (see ``Port``). The source
+  /// holds `port` weakly (a run loop does not keep a port alive) and its queue strongly.
+  func runLoopSource(for port: Port) -> RunLoopSource? {
+    let queue = port.queue
     if ForkDetection.isInherited(queue.creatorProcess) {
       ForkDetection.reportInheritedUse("Port", "port", "RunLoop.add(port)", creator: queue.creatorProcess)
     }
@@ -39,7 +41,11 @@ final class PortRunLoopLink: @unchecked Sendable {
         schedule: { [weak self, queue] runLoop, _ in self?.scheduled(in: runLoop, holding: queue) },
         cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
         signalledByRunLoop: false,
-        reportingPerform: { [weak self, queue] in self?.deliver(from: queue) ?? false })
+        reportingPerform: { [weak self, weak port, queue] in
+          // A port being released delivers nothing: its deinit invalidates it.
+          guard let port else { return false }
+          return self?.deliver(from: queue, receivedBy: port) ?? false
+        })
       source = created
       return created
     }
@@ -124,7 +130,7 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// the sender's load (program order, then the mutex's release/acquire), so the sender sees
   /// a scheduled loop and signals; otherwise this read sees the message. Either way someone
   /// signals, on any architecture.
-  private func scheduled(in runLoop: RunLoop, holding queue: MessageQueue<PortMessage>) {
+  private func scheduled(in runLoop: RunLoop, holding queue: MessageQueue<QueuedPortMessage>) {
     let current: RunLoopSource? = lock.withLock {
       if let index = loops.firstIndex(where: { $0.runLoop === runLoop }) {
         loops[index].modes += 1
@@ -153,13 +159,15 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// Delivers the messages queued when the pass began (later ones signal again), in order,
   /// on the run-loop thread. Returns whether the handler ran: a signal whose messages a
   /// blocking `receive` took first, or a port without a handler, handles no source.
-  private func deliver(from queue: MessageQueue<PortMessage>) -> Bool {
+  private func deliver(from queue: MessageQueue<QueuedPortMessage>, receivedBy port: Port) -> Bool {
     guard let handler = lock.withLock({ handler }) else { return false }
     // One queue lock per message: the first take also says how many more were queued.
-    guard var budget = deliverNext(to: handler, from: queue) else { return false }
+    guard var budget = deliverNext(to: handler, from: queue, receivedBy: port) else { return false }
     // The handler is read again before each message: a handler cleared (or replaced) by the
     // previous one leaves the rest in the port, as `Port.setHandler` promises.
-    while budget > 0, let current = lock.withLock({ self.handler }), deliverNext(to: current, from: queue) != nil {
+    while budget > 0, let current = lock.withLock({ self.handler }),
+      deliverNext(to: current, from: queue, receivedBy: port) != nil
+    {
       budget -= 1
     }
     return true
@@ -168,11 +176,11 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// Takes one message and hands it to `handler`; returns how many remained queued after it,
   /// or nil when there was none. The message is released when this returns, before the next
   /// one is delivered (a later handler may run the loop nested, or for long).
-  private func deliverNext(to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<PortMessage>)
-    -> Int?
-  {
+  private func deliverNext(
+    to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<QueuedPortMessage>, receivedBy port: Port
+  ) -> Int? {
     guard case (.element(let message)?, let remaining) = queue.tryReceiveCounting() else { return nil }
-    handler(message)
+    handler(message.message(receivedBy: port))
     return remaining
   }
 }
