@@ -89,7 +89,7 @@ extension Thread {
     checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, currentValue), "pthread_setspecific")
     runWillExitHandlers()
     releaseExitRequestHandlers()
-    withLock { storedDictionary }?.removeAll()
+    withLock { storedDictionary }?.emptyAtThreadEnd()
     checkOrDie(pthread_setspecific(ThreadRegistry.currentThreadKey, nil), "pthread_setspecific")
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
   }

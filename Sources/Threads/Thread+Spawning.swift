@@ -237,7 +237,7 @@ extension Thread {
     releaseExitRequestHandlers()
 
     let dictionary = withLock { storedDictionary }
-    dictionary?.removeAll()
+    dictionary?.emptyAtThreadEnd()
     UInt32.atomicStore(Lifecycle.finished, at: lifecycleWord, ordering: .releasing)
     if plan.isCritical {
       // Still counted until here, so an exit() from the handlers or the dictionary's

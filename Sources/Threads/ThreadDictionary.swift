@@ -11,6 +11,12 @@ import Sync
 ///
 /// When the thread ends, the toolkit empties its dictionary before the thread's last
 /// moment, so values are released then (not when the last reference to the ``Thread`` goes).
+/// A released value's deinitializer may add entries (a value that registers another as it
+/// goes): they are released in a further round, up to four rounds in all (as POSIX runs
+/// thread-specific-data destructors at most `PTHREAD_DESTRUCTOR_ITERATIONS`, 4, times).
+/// Entries added by the fourth round's deinitializers, or by another thread after the thread
+/// ended, stay until the dictionary itself is released (with the last reference to the
+/// ``Thread``).
 ///
 /// ```swift
 /// Thread.current.threadDictionary["ThreadShouldExitNow"] = false
@@ -70,6 +76,25 @@ public final class ThreadDictionary: Sendable {
     }
     withExtendedLifetime(before) {}
     return result
+  }
+
+  /// How many times the dictionary is emptied when its thread ends (see the type's doc):
+  /// POSIX's `PTHREAD_DESTRUCTOR_ITERATIONS`. Bounded, so values that keep adding values
+  /// cannot keep the thread from ending.
+  static let endOfThreadRounds = 4
+
+  /// Empties the dictionary as its thread ends: ``removeAll()`` again while the values
+  /// released by the previous round added entries, at most ``endOfThreadRounds`` times.
+  func emptyAtThreadEnd() {
+    for _ in 0..<ThreadDictionary.endOfThreadRounds {
+      let old = storage.withLock { storage -> [String: any Sendable] in
+        let old = storage
+        storage = [:]
+        return old
+      }
+      if old.isEmpty { return }
+      // `old` is released here, outside the lock, before the next round looks again.
+    }
   }
 
   /// Removes every entry (releasing the values outside the lock, so their deinitializers may

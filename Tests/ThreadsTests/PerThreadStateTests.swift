@@ -43,6 +43,32 @@ struct ThreadDictionaryTests {
     #expect(thread.threadDictionary.count == 0)
   }
 
+  @Test("a value added by a value's deinitializer while the dictionary is emptied at thread end goes too")
+  func valueAddedWhileEmptyingAtThreadEndIsReleased() throws {
+    let released = AtomicInteger<Int>(0)
+    let worker = try Thread.spawn {
+      Thread.current.threadDictionary["chain"] = AddsAValueWhenReleased(depth: 2, released: released)
+    }
+    let thread = worker.thread
+    worker.join()
+    #expect(released.load(ordering: .full) == 2, "the value added while emptying outlived the thread")
+    #expect(thread.threadDictionary.count == 0)
+  }
+
+  @Test("the dictionary is emptied at thread end in at most four rounds; what the last one adds stays")
+  func emptyingAtThreadEndIsBounded() throws {
+    let released = AtomicInteger<Int>(0)
+    let worker = try Thread.spawn {
+      Thread.current.threadDictionary["chain"] = AddsAValueWhenReleased(depth: 10, released: released)
+    }
+    let thread = worker.thread
+    worker.join()
+    // Four rounds (POSIX's PTHREAD_DESTRUCTOR_ITERATIONS), as ThreadDictionary documents.
+    #expect(released.load(ordering: .full) == 4)
+    #expect(thread.threadDictionary.count == 1)
+    thread.threadDictionary.removeAll()
+  }
+
   @Test func anotherThreadCanWriteThroughTheThreadObject() throws {
     let started = TestLatch()
     let worker = try Thread.spawn { () -> Bool in
@@ -78,6 +104,24 @@ struct ThreadDictionaryTests {
       dictionary["value"] = ReadsTheDictionaryWhenReleased()
       dictionary.update { $0["value"] = nil }
       exit(0)
+    }
+  }
+}
+
+/// Counts its release and, while `depth` is above 1, adds a value of `depth - 1` to its
+/// thread's dictionary as it goes (a value whose deinitializer registers another one).
+final class AddsAValueWhenReleased: Sendable {
+  let depth: Int
+  let released: AtomicInteger<Int>
+  init(depth: Int, released: AtomicInteger<Int>) {
+    self.depth = depth
+    self.released = released
+  }
+  deinit {
+    _ = released.increment(ordering: .full)
+    if depth > 1 {
+      Thread.current.threadDictionary["chain-\(depth - 1)"] = AddsAValueWhenReleased(
+        depth: depth - 1, released: released)
     }
   }
 }
