@@ -61,14 +61,30 @@ extension Thread {
   /// The kernel's id for this thread (what `gettid()` returns on it, shown by `top -H` and
   /// `/proc/<pid>/task`), once the thread is running; nil before. Kernel ids are reused after
   /// a thread ends; use ``id`` as a stable key.
+  ///
+  /// In the child of `fork()` the forking thread's object reports its id there (the child's
+  /// pid); when a thread other than the main one forked, ``main`` reports nil (the parent's
+  /// main thread does not exist in the child, and its id is a thread of the parent).
   public var kernelThreadID: Int32? {
-    withLock { storedKernelThreadID }
+    if kind == .main { return isMainThreadGoneAfterFork ? nil : getpid() }
+    return withLock { storedKernelThreadID }
   }
 
   /// Whether the thread is running its body (always true for the main and adopted threads
-  /// until they end).
-  public var isExecuting: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.running }
+  /// until they end). False for ``main`` in the child of a `fork()` made by another thread.
+  public var isExecuting: Bool {
+    UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.running && !isMainThreadGoneAfterFork
+  }
 
-  /// Whether the thread's body has returned (or thrown).
-  public var isFinished: Bool { UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished }
+  /// Whether the thread's body has returned (or thrown). True for ``main`` in the child of a
+  /// `fork()` made by another thread (the parent's main thread does not exist there).
+  public var isFinished: Bool {
+    UInt32.atomicLoad(at: lifecycleWord, ordering: .acquiring) == Lifecycle.finished || isMainThreadGoneAfterFork
+  }
+
+  /// Whether this is ``main`` in a process forked by another thread (see
+  /// `ThreadRegistry.mainThreadIsGone`).
+  private var isMainThreadGoneAfterFork: Bool {
+    kind == .main && ThreadRegistry.mainThreadIsGone.load(ordering: .relaxed) != 0
+  }
 }

@@ -32,6 +32,33 @@ struct ForkTests {
         } == 0 ? 0 : 1)
     }
   }
+
+  @Test(
+    "in a child forked from a toolkit thread, the parent's main thread is gone and the forking thread has the child's id"
+  )
+  func childForkedFromASecondaryThread() async {
+    await #expect(processExitsWith: .success) {
+      exit(forkFromAToolkitThread() == 0 ? 0 : 1)
+    }
+  }
+
+  @Test("in a forked child, the forking thread's kernelThreadID is the child's pid, and Thread.main still runs there")
+  func forkingThreadReportsTheChildsID() async {
+    await #expect(processExitsWith: .success) {
+      // Thread.main made before the fork; the forking thread is the main thread or one never
+      // seen by the toolkit, so either way it is Thread.main in the child.
+      _ = Thread.main.kernelThreadID
+      exit(
+        inForkedChild { () -> Int32 in
+          let current = Thread.current
+          var failures: Int32 = 0
+          if current !== Thread.main { failures |= 1 }
+          if current.kernelThreadID != getpid() { failures |= 2 }
+          if !Thread.main.isExecuting || Thread.main.isFinished { failures |= 4 }
+          return failures
+        } == 0 ? 0 : 1)
+    }
+  }
 }
 
 /// Forks; the child arms a 20-second alarm, runs `body` and leaves with `exit(body())`
@@ -66,4 +93,26 @@ func forkWhileACriticalThreadRuns() -> Int32 {
   release.open()
   worker.join()
   return status
+}
+
+/// Makes `Thread.main`, then forks from a toolkit thread; the child checks what the parent's
+/// main thread and the forking thread report there. Returns the child's wait status.
+func forkFromAToolkitThread() -> Int32 {
+  let main = Thread.main
+  _ = main.kernelThreadID
+  guard
+    let worker = try? Thread.spawn({ () -> Int32 in
+      let forking = Thread.current
+      return inForkedChild { () -> Int32 in
+        var failures: Int32 = 0
+        if main.isExecuting { failures |= 1 }
+        if !main.isFinished { failures |= 2 }
+        if main.kernelThreadID != nil { failures |= 4 }
+        if forking.kernelThreadID != getpid() { failures |= 8 }
+        if !forking.isExecuting || Thread.current !== forking { failures |= 16 }
+        return failures
+      }
+    })
+  else { return -1 }
+  return worker.join()
 }

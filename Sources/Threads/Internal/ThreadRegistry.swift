@@ -12,6 +12,14 @@ enum ThreadRegistry {
   /// thread exit, ending adopted threads (the main thread and threads the toolkit did not
   /// create) on the way: their exit handlers run there.
   static let currentThreadKey: pthread_key_t = {
+    // Made before the fork handler can read it (no lazy initialization in a forked child).
+    _ = mainThreadIsGone
+    let forkHandler = pthread_atfork(nil, nil, { ThreadRegistry.processDidFork() })
+    if forkHandler != 0 {
+      fatalError(
+        "pthread_atfork failed: \(SystemCallError(call: "pthread_atfork", code: SystemErrorCode(rawValue: forkHandler)))"
+      )
+    }
     var key = pthread_key_t()
     checkOrDie(
       pthread_key_create(&key) { value in
@@ -22,6 +30,29 @@ enum ThreadRegistry {
       }, "pthread_key_create")
     return key
   }()
+
+  /// 1 in the child of a `fork()` made by a thread with a `Thread` object other than
+  /// ``Thread/main`` (and in its descendants): the parent's main thread does not exist there,
+  /// so `Thread.main` reports itself finished, with no kernel id (see ``processDidFork()``).
+  static let mainThreadIsGone = AtomicInteger<UInt32>(0)
+
+  /// In the child of `fork()`, whose only thread is the forking one: the kernel now counts
+  /// that thread as the child's main thread (its id is the child's pid). A forking thread
+  /// with an object of its own keeps it (``Thread/current`` does not change) and it reports
+  /// its new kernel id; the parent's main thread is gone. A forking thread with no object yet
+  /// becomes ``Thread/main`` when it asks for ``Thread/current`` (its id is the pid), as does
+  /// the main thread itself. Runs before `fork()` returns in the child, where no other thread
+  /// exists: the plain store cannot race, and no lock is taken (one may have been copied
+  /// held by a thread that is not there).
+  static func processDidFork() {
+    let forking = pthread_getspecific(currentThreadKey).map { Unmanaged<Thread>.fromOpaque($0).takeUnretainedValue() }
+    guard let thread = forking, thread.kind != .main else {
+      mainThreadIsGone.store(0, ordering: .relaxed)
+      return
+    }
+    thread.storedKernelThreadID = tk_gettid()
+    mainThreadIsGone.store(1, ordering: .relaxed)
+  }
 
   /// The next thread id; 1 is the main thread's.
   static let idCounter = AtomicInteger<UInt64>(1)
