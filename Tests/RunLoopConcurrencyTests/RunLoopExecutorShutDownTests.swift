@@ -1,10 +1,15 @@
 import RunLoop
-@_spi(ExperimentalScheduling) import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
 import Threads
 @_spi(ExperimentalScheduling) import _Concurrency
+
+@_spi(ExperimentalScheduling) @testable import RunLoopConcurrency
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 @Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorShutDownTests {
   @Test func shutDownReturnsOnceEveryQueuedJobHasRun() async {
@@ -24,6 +29,23 @@ import Threads
     #expect(executor.queuedJobCount == 0)
     for call in calls { #expect(await call.value == 42) }
     held.stop()
+  }
+
+  @Test("awaiting shutDown() on the loop's own thread (a group task) completes when no helper thread can start")
+  func awaitedShutDownOnTheLoopsThreadWithoutAHelperThread() async {
+    await #expect(processExitsWith: .success) {
+      let group = try! await RunLoopThreadGroup.start(threadCount: 1)
+      let executor = RunLoopExecutor(runLoop: group.runLoops[0])
+      let actor = Pinned(executor: executor)
+      _ = await actor.answer()
+      let onLoopThread = await withTaskExecutorPreference(group) { () async -> Bool in
+        let onLoopThread = group.runLoops[0] === RunLoop.current
+        await OffPoolTesting.$refusesHelperThreads.withValue(true) { await executor.shutDown() }
+        return onLoopThread
+      }
+      await group.shutDown()
+      exit(onLoopThread ? 0 : 3)
+    }
   }
 
   @Test func shutDownWaitsForADelayedJob() async {
