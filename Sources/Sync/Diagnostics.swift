@@ -414,7 +414,8 @@ public enum Diagnostics {
     /// Non-zero once the lock-order graph has had a node: destroyed locks are then
     /// forgotten (before, a destroyed lock costs one relaxed load).
     case graphUsed = 4
-    /// Non-zero once the deadlock watchdog's thread was started (or tried to start).
+    /// Non-zero once the deadlock watchdog's thread was started (or is being started; a
+    /// failed start sets it back to zero).
     case watchdogStarted = 5
     /// The contention dump at exit: 1 text, 2 JSON (set once, with the atexit handler).
     case contentionDump = 6
@@ -428,6 +429,9 @@ public enum Diagnostics {
     /// contention table's cache of entries by lock (before, a destroyed lock costs one
     /// relaxed load).
     case contentionUsed = 9
+    /// Test seam, zero outside tests: a nonzero value is the error the next watchdog start
+    /// takes as `pthread_create`'s result instead of creating the thread.
+    case watchdogStartFailureForTesting = 10
 
     var pointer: UnsafeMutablePointer<UInt64> { tk_diagnostics_option(rawValue) }
   }
@@ -459,7 +463,7 @@ public enum Diagnostics {
         if current & lockKindsMask != 0 && desired & lockKindsMask == 0 {
           _ = UInt64.atomicFetchAdd(1, at: OptionSlot.lockEpoch.pointer, ordering: .relaxed)
         }
-        if desired & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog() }
+        if desired & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog(for: desired) }
         wakeWatchers()
         return
       }
@@ -507,7 +511,7 @@ public enum Diagnostics {
       expected: undecidedBit, desired: decided, at: tk_diagnostics_switches(), ordering: .relaxed)
     if previous != undecidedBit { return previous }
     if let dump { LockDiagnostics.dumpContentionAtExit(as: dump) }
-    if decided & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog() }
+    if decided & LockDiagnostics.watchdogKindsMask != 0 { LockDiagnostics.startWatchdog(for: decided) }
     return decided
   }
 }

@@ -11,22 +11,36 @@ extension LockDiagnostics {
 
   /// Starts the watchdog's thread (``Diagnostics/Kind/deadlocks``,
   /// ``Diagnostics/Kind/blockingInTask``) once per process, the first time one of its kinds
-  /// is switched on. It sleeps while both are off. A failing
-  /// `pthread_create` is reported as a finding of the kind (the detector cannot run).
-  static func startWatchdog() {
+  /// is switched on (`switches`, the switches word that asked). It sleeps while both are off.
+  /// A failing `pthread_create` is reported as a finding of each of those kinds that is on in
+  /// `switches` (the detector cannot run), and is not final: the next setting that has one of
+  /// them on tries again (the usual failure, `EAGAIN`, passes as threads end).
+  static func startWatchdog(for switches: UInt32) {
     let started = Diagnostics.OptionSlot.watchdogStarted.pointer
     guard UInt64.atomicCompareAndSwap(expected: 0, desired: 1, at: started, ordering: .relaxed) else { return }
     var thread = pthread_t()
-    let result = pthread_create(
-      &thread, nil,
-      { _ in
-        LockDiagnostics.watchdogMain()
-        return nil
-      }, nil)
+    // Zero outside tests (see the slot).
+    var result = Int32(
+      truncatingIfNeeded: UInt64.atomicLoad(
+        at: Diagnostics.OptionSlot.watchdogStartFailureForTesting.pointer, ordering: .relaxed))
+    if result == 0 {
+      result = pthread_create(
+        &thread, nil,
+        { _ in
+          LockDiagnostics.watchdogMain()
+          return nil
+        }, nil)
+    }
     if result != 0 {
-      Diagnostics.report(
-        Diagnostics.Finding(
-          kind: .deadlocks, summary: "the deadlock watchdog could not start: pthread_create failed (error \(result))"))
+      // Cleared before reporting (a report may stop the process), so a later setting retries.
+      UInt64.atomicStore(0, at: started, ordering: .relaxed)
+      let failure = SystemCallError(call: "pthread_create", code: SystemErrorCode(rawValue: result))
+      for kind in [Diagnostics.Kind.deadlocks, .blockingInTask] where Diagnostics.isOn(kind, in: switches) {
+        Diagnostics.report(
+          Diagnostics.Finding(
+            kind: kind,
+            summary: "the diagnostics watchdog (deadlocks, blocking-in-task) could not start: \(failure)"))
+      }
       return
     }
     // Never joined: the watchdog lives as long as the process.

@@ -2,6 +2,8 @@ import Glibc
 import Sync
 import Testing
 
+@testable import Sync
+
 /// Standard error of an exit test, as text.
 private func standardError(_ result: ExitTest.Result?) -> String {
   result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
@@ -60,6 +62,30 @@ struct BlockingInTaskTests {
     } else {
       Issue.record("blocking-ms=0 was accepted")
     }
+  }
+
+  @Test(
+    "a watchdog that cannot start is reported under blocking-in-task when only that kind asked for it, and is retried")
+  func watchdogStartFailureIsReportedUnderTheKindThatAskedForIt() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      onlyDetector(nil)
+      Diagnostics.reportHandler = Diagnostics.standardErrorHandler
+      let started = Diagnostics.OptionSlot.watchdogStarted.pointer
+      let failure = Diagnostics.OptionSlot.watchdogStartFailureForTesting.pointer
+      // As in a process whose watchdog never started (the environment may have started one).
+      UInt64.atomicStore(0, at: started, ordering: .relaxed)
+      UInt64.atomicStore(UInt64(EAGAIN), at: failure, ordering: .relaxed)
+      Diagnostics.setMode(.report, for: .blockingInTask)
+      let retryable = UInt64.atomicLoad(at: started, ordering: .relaxed) == 0
+      UInt64.atomicStore(0, at: failure, ordering: .relaxed)
+      // The next switching-on tries again, and starts it.
+      Diagnostics.setMode(.report, for: .blockingInTask)
+      let startedNow = UInt64.atomicLoad(at: started, ordering: .relaxed) == 1
+      exit(retryable ? (startedNow ? 0 : 4) : 3)
+    }
+    let output = standardError(result)
+    #expect(output.contains("blocking-in-task"), "\(output)")
+    #expect(output.contains("could not start"), "\(output)")
   }
 
   @Test("a task blocked in a Lock longer than the threshold is reported once, while blocked, naming the lock")
