@@ -180,7 +180,7 @@ extension RunLoopThreadGroup: SchedulingExecutor {
       let platform = RunLoopThreadGroup.platformScheduling
       // The platform's timers trap on a deadline whose nanoseconds do not fit in Int64 (a
       // sleep of `.seconds(Int64.max)`): such a job is handed on for the farthest delay they
-      // take instead (about 146 years, beyond any process's life).
+      // take instead (about 68 years, beyond any process's life).
       let farthest = RunLoopThreadGroup.farthestPlatformDelay
       if let remaining = clock.now.duration(to: instant) as? Duration, remaining > farthest,
         let capped = farthest as? C.Duration
@@ -204,9 +204,11 @@ extension RunLoopThreadGroup: SchedulingExecutor {
     scheduleDelayed(delayed, deadline: deadline, tolerance: slack)
   }
 
-  /// The longest delay a job is handed on to the platform's timers for: half of Int64's
-  /// nanoseconds, so their deadline (now plus the delay, in nanoseconds) cannot overflow.
-  private static let farthestPlatformDelay = Duration.nanoseconds(Int64.max / 2)
+  /// The longest delay a job is handed on to the platform's timers for: 2^31 seconds (about
+  /// 68 years, 2.1e18 ns), so their deadline (now plus the delay) stays a plain nanosecond
+  /// count; Dispatch's timers, for one, take no deadline from 2^62 ns on (they drop the job,
+  /// as "never").
+  private static let farthestPlatformDelay = Duration.seconds(Int64(1) << 31)
 
   /// The global concurrent executor's own timers, which take the jobs the group cannot time.
   private static var platformScheduling: any SchedulingExecutor {

@@ -200,6 +200,8 @@ struct ThreadLocalTests {
     let destroyed = TestBox<[Int]>([])
     final class Holder: @unchecked Sendable { var local: ThreadLocal<(Int, ReleaseProbe)>? }
     let holder = Holder()
+    // The initial value's closure holds the holder, which holds the thread-local.
+    defer { holder.local = nil }
     holder.local = ThreadLocal<(Int, ReleaseProbe)>(
       initialValue: {
         holder.local!.value = (1, ReleaseProbe(released))
