@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -71,4 +72,9 @@ int bench_pin_thread(int tid, const int *cpus, int count) {
     CPU_SET(cpus[index], &set);
   }
   return sched_setaffinity(tid, sizeof set, &set) == 0 ? 0 : -errno;
+}
+
+int bench_flush_stdout(void) {
+  if (fflush(stdout) != 0) return errno;
+  return ferror(stdout) ? EIO : 0;
 }

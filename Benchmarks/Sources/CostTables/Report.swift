@@ -44,21 +44,25 @@ struct ReportTable {
 
   /// GitHub-flavoured Markdown.
   func markdown() -> String {
-    func escape(_ cell: String) -> String { cell.replacingAll("|", with: "\\|") }
-    var out = "\n### " + title + "\n\n"
-    if !intro.isEmpty { out += intro + "\n\n" }
+    func escape(_ cell: String) -> String { cell.markdownEscaped.replacingAll("|", with: "\\|") }
+    var out = "\n### " + title.markdownEscaped + "\n\n"
+    if !intro.isEmpty { out += intro.markdownEscaped + "\n\n" }
     out += "| " + columns.map(escape).joined(separator: " | ") + " |\n"
     out += "|" + columns.enumerated().map { $0.offset == 0 ? "---" : "---:" }.joined(separator: "|") + "|\n"
     for row in rows { out += "| " + row.map(escape).joined(separator: " | ") + " |\n" }
     if !notes.isEmpty {
       out += "\n"
-      for note in notes { out += "- " + note + "\n" }
+      for note in notes { out += "- " + note.markdownEscaped + "\n" }
     }
     return out
   }
 }
 
 extension String {
+  /// The text with `<` escaped, so a subject such as "Sync.LockedValue<Int>" renders as
+  /// written instead of as an HTML tag that Markdown viewers drop.
+  var markdownEscaped: String { replacingAll("<", with: "\\<") }
+
   /// Foundation-free replacement of every occurrence of `target`.
   func replacingAll(_ target: Character, with replacement: String) -> String {
     var out = ""
@@ -94,6 +98,8 @@ enum Format {
     var scale = 1.0
     for _ in 0..<digits { scale *= 10 }
     let rounded = (abs(value) * scale).rounded()
+    // Past Int's range (a file read back may hold any number) `Int(_:)` would trap.
+    if rounded >= 9.0e18 { return String(value) }
     let sign = value < 0 && rounded != 0 ? "-" : ""
     let whole = Int(rounded / scale)
     let fraction = Int(rounded - Double(whole) * scale)
@@ -572,7 +578,7 @@ struct Report {
   }
 
   func markdown() -> String {
-    "## Cost tables\n\n" + header().map { $0 + "  " }.joined(separator: "\n") + "\n"
+    "## Cost tables\n\n" + header().map { $0.markdownEscaped + "  " }.joined(separator: "\n") + "\n"
       + tables().map { $0.markdown() }.joined()
   }
 }

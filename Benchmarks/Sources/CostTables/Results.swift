@@ -112,7 +112,7 @@ struct RunInfo {
 }
 
 enum ResultsFile {
-  static func write(_ rows: [BenchmarkRow], run: RunInfo, to path: String) throws {
+  static func write(_ rows: [BenchmarkRow], run: RunInfo?, to path: String) throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     // NaN (a row with no samples) is not JSON; write it as a string rather than fail.
@@ -129,6 +129,9 @@ enum ResultsFile {
   /// The rows of a file and the run it records (nil for files written before runs were
   /// recorded).
   static func readRun(_ path: String) throws -> (rows: [BenchmarkRow], run: RunInfo?) {
+    // Foundation reports reading a directory only as "error 256".
+    var info = stat()
+    if stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { throw Problem("it is a directory") }
     let data = try Data(contentsOf: URL(fileURLWithPath: path))
     let decoder = JSONDecoder()
     decoder.nonConformingFloatDecodingStrategy = .convertFromString(
@@ -146,6 +149,70 @@ enum ResultsFile {
 
   static func writeText(_ text: String, to path: String) throws {
     try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+  }
+
+  /// Why `path` cannot be written as an output file, or nil when it can. Checked before
+  /// measuring, so a mistyped path fails at once instead of losing a whole run's results.
+  static func outputFileProblem(_ path: String) -> String? {
+    var info = stat()
+    if stat(path, &info) == 0 {
+      if info.st_mode & S_IFMT == S_IFDIR { return "it is a directory" }
+      return access(path, W_OK) == 0 ? nil : String(cString: strerror(errno))
+    }
+    let slash = path.lastIndex(of: "/")
+    let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+    guard stat(directory, &info) == 0 else { return directory + ": " + String(cString: strerror(errno)) }
+    guard info.st_mode & S_IFMT == S_IFDIR else { return directory + " is not a directory" }
+    return access(directory, W_OK | X_OK) == 0 ? nil : directory + ": " + String(cString: strerror(errno))
+  }
+
+  /// Creates the chart directory `path` (and its parents) and checks it is writable; returns
+  /// why not, or nil. Done before measuring, for the same reason as `outputFileProblem`.
+  static func outputDirectoryProblem(_ path: String) -> String? {
+    do {
+      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    } catch {
+      return describe(error)
+    }
+    return access(path, W_OK | X_OK) == 0 ? nil : String(cString: strerror(errno))
+  }
+
+  /// A reason found before Foundation was asked.
+  struct Problem: Error {
+    let reason: String
+    init(_ reason: String) { self.reason = reason }
+  }
+
+  /// A short reason for a failed read, write or decode, instead of Foundation's error dump.
+  static func describe(_ error: any Error) -> String {
+    if let error = error as? Problem { return error.reason }
+    if let error = error as? DecodingError {
+      let context: DecodingError.Context
+      switch error {
+      case .dataCorrupted(let value): context = value
+      case .keyNotFound(_, let value): context = value
+      case .typeMismatch(_, let value): context = value
+      case .valueNotFound(_, let value): context = value
+      @unknown default: return "not a cost-tables --json file"
+      }
+      let location = context.codingPath.map(\.stringValue).joined(separator: ".")
+      return "not a cost-tables --json file (a JSON array of rows with benchmark, subject and median_ns): "
+        + (location.isEmpty ? "" : location + ": ") + context.debugDescription
+    }
+    let error = error as NSError
+    if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+      return String(cString: strerror(Int32(underlying.code)))
+    }
+    // The file errors that come without a POSIX error underneath.
+    if error.domain == NSCocoaErrorDomain {
+      switch CocoaError.Code(rawValue: error.code) {
+      case .fileNoSuchFile, .fileReadNoSuchFile: return String(cString: strerror(ENOENT))
+      case .fileReadNoPermission, .fileWriteNoPermission: return String(cString: strerror(EACCES))
+      case .fileWriteFileExists: return "a file of that name exists"
+      default: break
+      }
+    }
+    return error.localizedDescription
   }
 }
 

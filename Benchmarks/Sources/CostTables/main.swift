@@ -1,5 +1,7 @@
 // cost-tables: the guide's cost tables on this machine, beside the peers, in one run.
 
+import CBenchmarkShims
+
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -75,14 +77,16 @@ let costTablesUsage = """
   options:
     --quick              few iterations and samples: the whole run takes seconds (for CI);
                          the figures prove the benchmarks run, not speed
-    --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended)
-    --json FILE          also write the rows as JSON: benchmark, subject, group, unit,
-                         median_ns, min_ns, max_ns, samples, method, values, and the
-                         run's machine, load_before, load_after, mode and placements
-                         on every row
+    --filter SUBSTRING   run only benchmark ids containing SUBSTRING (e.g. mutex, contended);
+                         fails when no id contains it
+    --json FILE          also write the rows as JSON: benchmark, subject, role (toolkit or
+                         peer), group, unit, median_ns, min_ns, max_ns, samples, method,
+                         values, and the run's machine, load_before, load_after, mode and
+                         placements on every row
     --markdown FILE      also write the tables as Markdown (for the README)
     --svg DIR            also write SVG charts to DIR: one per scaling series (e.g. lock
-                         contention over 1-16 threads), Table 4-2 bars, timer lateness
+                         contention over 1-16 threads), bars per group (Table 4-2 among
+                         them), timer lateness (DIR is created if missing)
     --compare OLD.json   print the change per row against an earlier --json run
     --from-json FILE     do not measure: report (and chart) the rows of an earlier run
     --progress           print each benchmark id on stderr as it finishes (default when
@@ -95,7 +99,10 @@ let costTablesUsage = """
                          (ids ending "@two-cpus") and to one CPU ("@one-cpu", where the
                          toolkit's own overhead weighs most); any other value measures only
                          that placement
-    --help               this text
+    --help, -h           this text
+
+  Files named are read, and output paths checked, before anything is measured. Exit status:
+  0 done, 1 a file could not be read or written or no row ran, 2 a bad command line.
 
   Build and run in release mode:  scripts/cost-tables (swift run -c release --package-path Benchmarks cost-tables)
   """
@@ -159,6 +166,27 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   _ = PingPongPlacement.allowed  // read the process's CPUs before any thread is pinned
   let harness = Harness(quick: options.quick, filter: options.filter)
   if options.progress { harness.showsProgress = true }
+  // Every file named is read, and every output checked, before anything is measured: a
+  // mistyped path must not cost a full run (or its results).
+  var oldRows: [BenchmarkRow]? = nil
+  if let comparePath = options.comparePath {
+    do {
+      oldRows = try ResultsFile.read(comparePath)
+    } catch {
+      printError("cost-tables: cannot read \(comparePath): \(ResultsFile.describe(error))")
+      return 1
+    }
+  }
+  for path in [options.jsonPath, options.markdownPath].compactMap({ $0 }) {
+    if let problem = ResultsFile.outputFileProblem(path) {
+      printError("cost-tables: cannot write \(path): \(problem)")
+      return 1
+    }
+  }
+  if let svgDirectory = options.svgDirectory, let problem = ResultsFile.outputDirectoryProblem(svgDirectory) {
+    printError("cost-tables: cannot write charts to \(svgDirectory): \(problem)")
+    return 1
+  }
   var readRun: RunInfo? = nil
   if let fromJSONPath = options.fromJSONPath {
     do {
@@ -166,13 +194,22 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
       readRun = file.run
       harness.load(file.rows.filter { harness.wants($0.benchmark) })
     } catch {
-      printError("cost-tables: cannot read \(fromJSONPath): \(error)")
+      printError("cost-tables: cannot read \(fromJSONPath): \(ResultsFile.describe(error))")
       return 1
     }
   } else {
     // glibc's locks skip their atomics until a second thread has existed.
     BenchThreads.makeProcessMultithreaded()
     for register in registrations { register(harness) }
+  }
+  // An empty report is a mistake (a mistyped --filter, an empty file), not a result.
+  if harness.rows.isEmpty {
+    if let filter = options.filter {
+      printError("cost-tables: no benchmark id contains \"\(filter)\" (Benchmarks/Results/latest.txt lists them)")
+    } else {
+      printError("cost-tables: \(options.fromJSONPath ?? "the run") has no rows")
+    }
+    return 1
   }
 
   var report = Report(results: RunResults(rows: harness.rows), quick: options.quick, sampleCount: harness.sampleCount)
@@ -186,27 +223,23 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
   print(report.text())
 
   var failed = false
-  if let comparePath = options.comparePath {
-    do {
-      let old = try ResultsFile.read(comparePath)
-      print(compareTable(old: old, new: harness.rows, oldPath: comparePath).text())
-    } catch {
-      printError("cost-tables: cannot read \(comparePath): \(error)")
-      failed = true
-    }
+  if let comparePath = options.comparePath, let oldRows {
+    print(compareTable(old: oldRows, new: harness.rows, oldPath: comparePath).text())
   }
   if let jsonPath = options.jsonPath {
     do {
-      // A file re-written from another keeps the run it records.
+      // A file re-written from another keeps the run it records, or records none when that
+      // file has none: its rows were not measured on this machine.
       let run =
-        readRun
-        ?? RunInfo(
+        options.fromJSONPath != nil
+        ? readRun
+        : RunInfo(
           machine: Report.machineDescription(), loadBefore: report.loadBefore, loadAfter: report.loadAfter,
           mode: report.modeLine, placements: PingPongPlacement.summary)
       try ResultsFile.write(harness.rows, run: run, to: jsonPath)
       print("Wrote \(harness.rows.count) rows to \(jsonPath)")
     } catch {
-      printError("cost-tables: cannot write \(jsonPath): \(error)")
+      printError("cost-tables: cannot write \(jsonPath): \(ResultsFile.describe(error))")
       failed = true
     }
   }
@@ -215,7 +248,7 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
       try ResultsFile.writeText(report.markdown(), to: markdownPath)
       print("Wrote the Markdown tables to \(markdownPath)")
     } catch {
-      printError("cost-tables: cannot write \(markdownPath): \(error)")
+      printError("cost-tables: cannot write \(markdownPath): \(ResultsFile.describe(error))")
       failed = true
     }
   }
@@ -224,7 +257,7 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
       let written = try Charts(results: report.results).write(to: svgDirectory)
       print("Wrote \(written.count) SVG charts to \(svgDirectory): " + written.joined(separator: ", "))
     } catch {
-      printError("cost-tables: cannot write charts to \(svgDirectory): \(error)")
+      printError("cost-tables: cannot write charts to \(svgDirectory): \(ResultsFile.describe(error))")
       failed = true
     }
   }
@@ -234,4 +267,11 @@ func runCostTables(_ options: CostTablesOptions) -> Int32 {
 // The cross-process port row starts this program again to serve its port (see
 // `servePortIfAsked`); that run does nothing else.
 servePortIfAsked()
-exit(runCostTables(CostTablesOptions(CommandLine.arguments)))
+var status = runCostTables(CostTablesOptions(CommandLine.arguments))
+// A report that could not be printed (a full disk, a closed pipe) is a failure too.
+let flushError = bench_flush_stdout()
+if flushError != 0 {
+  printError("cost-tables: cannot write the report to standard output: " + String(cString: strerror(flushError)))
+  status = 1
+}
+exit(status)

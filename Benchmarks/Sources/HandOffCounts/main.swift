@@ -77,7 +77,8 @@ final class Side: @unchecked Sendable {
   if !condition { fatalError("\(what) failed: errno \(errno)") }
 }
 
-/// The CPU each side is pinned to (`two-cpus`: 0 and 1, `one-cpu`: both 0), or nil.
+/// The CPU each side is pinned to (`two-cpus`: the first two the process may use, `one-cpu`:
+/// both on the first), or nil.
 nonisolated(unsafe) var pins: (main: Int, partner: Int)? = nil
 
 func pin(_ cpu: Int?) {
@@ -270,8 +271,7 @@ func measure(_ subject: String, _ roundTrips: Int) {
     server.join()
 
   default:
-    print("unknown subject \(subject)")
-    exit(2)
+    fatalError("unknown subject \(subject)")  // the command line was checked before
   }
   let elapsed = start.duration(to: .now)
 
@@ -288,18 +288,49 @@ func measure(_ subject: String, _ roundTrips: Int) {
       + "elapsed \(elapsed) (informational)")
 }
 
-let arguments = CommandLine.arguments
-guard arguments.count >= 2 else {
-  print("usage: handoff-counts eventfd|semaphore|runloop-wake|perform|port [roundTrips] [unpinned|two-cpus|one-cpu]")
+let usage =
+  "usage: handoff-counts eventfd|semaphore|runloop-wake|perform|port [roundTrips] [unpinned|two-cpus|one-cpu]\n"
+  + "  roundTrips: a positive integer (default 1000); two-cpus pins the sides to the first two CPUs\n"
+  + "  the process may use, one-cpu both to the first (default unpinned)"
+
+/// Prints `message` and the usage on stderr and exits with 2 (a bad command line).
+func usageError(_ message: String) -> Never {
+  var text = "handoff-counts: " + message + "\n" + usage + "\n"
+  text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
   exit(2)
 }
+
+let arguments = CommandLine.arguments
+if arguments.count >= 2, arguments[1] == "--help" || arguments[1] == "-h" {
+  print(usage)
+  exit(0)
+}
+guard (2...4).contains(arguments.count) else { usageError(arguments.count < 2 ? "no subject" : "too many arguments") }
 let subject = arguments[1]
-let roundTrips = arguments.count >= 3 ? Int(arguments[2]) ?? 1000 : 1000
+guard ["eventfd", "semaphore", "runloop-wake", "perform", "port"].contains(subject) else {
+  usageError("unknown subject \(subject)")
+}
+let roundTrips: Int
+if arguments.count >= 3 {
+  guard let count = Int(arguments[2]), count > 0 else {
+    usageError("roundTrips must be a positive integer, not \(arguments[2])")
+  }
+  roundTrips = count
+} else {
+  roundTrips = 1000
+}
 let placement = arguments.count >= 4 ? arguments[3] : "unpinned"
+// Pinned to CPUs this process may use (under `taskset` CPU 0 may not be one of them).
+let allowed = (try? Thread.currentCPUAffinity()) ?? []
 switch placement {
-case "two-cpus": pins = (0, 1)
-case "one-cpu": pins = (0, 0)
-default: pins = nil
+case "unpinned": pins = nil
+case "two-cpus":
+  guard allowed.count >= 2 else { usageError("two-cpus needs two usable CPUs; this process may use \(allowed)") }
+  pins = (allowed[0], allowed[1])
+case "one-cpu":
+  guard let first = allowed.first else { usageError("one-cpu: the CPUs this process may use are unknown") }
+  pins = (first, first)
+default: usageError("unknown placement \(placement)")
 }
 pin(pins?.main)
 measure(subject, roundTrips)

@@ -38,4 +38,8 @@ int bench_thread_id(void);
 /// or -errno.
 int bench_pin_thread(int tid, const int *cpus, int count);
 
+/// Flushes stdout and returns 0 when everything written to it arrived, or the errno of the
+/// failure (Swift 6 cannot name C's `stdout` global).
+int bench_flush_stdout(void);
+
 #endif
