@@ -17,7 +17,8 @@ import Threads
 /// The `on: Thread` statics (``perform(on:inModes:_:)``, ``performAndWakeUp(on:inModes:_:)``,
 /// ``performAndWait(on:inModes:before:_:)``, ...) are the same three shapes for the run loop
 /// of a thread, and also throw ``PerformError/noRunLoop`` when that thread has none
-/// (``RunLoopThread`` is a thread that always has one). ``perform(afterDelay:inModes:_:)``
+/// (``RunLoopThread`` is a thread that always has one), except that a waiting request naming
+/// the calling thread runs at once, run loop or not. ``perform(afterDelay:inModes:_:)``
 /// runs a block on this loop after a delay and returns a handle that cancels it.
 ///
 /// Requests to one loop run in the order they were queued, and every queued request runs in
@@ -132,16 +133,26 @@ extension RunLoop {
   }
 
   /// Runs `block` on `thread` through its run loop and waits until it ran or `deadline`
-  /// passed (as ``performAndWait(inModes:before:_:)``; at once when `thread` is the caller).
+  /// passed (as ``performAndWait(inModes:before:_:)``; at once when `thread` is the caller,
+  /// also when the caller has no run loop yet).
   ///
-  /// - Throws: ``PerformError/noRunLoop``, ``PerformError/timedOut`` or
-  ///   ``PerformError/targetExited``.
+  /// - Throws: ``PerformError/noRunLoop`` (another thread without a run loop),
+  ///   ``PerformError/timedOut`` or ``PerformError/targetExited``.
   @available(*, noasync, message: "blocks until the target run loop runs the block")
   public static func performAndWait(
     on thread: Thread, inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
+    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else {
+      // The caller naming itself: the block runs at once whatever its run loop would do
+      // (the guide's rule for waiting on one's own thread), so it needs no run loop.
+      guard thread === Thread.current else { throw .noRunLoop }
+      if modes.isEmpty {
+        reportMisuse("RunLoop", "performAndWait with no mode (inModes: []): the block could never run")
+      }
+      block()
+      return
+    }
     try runLoop.performAndWait(inModes: modes, before: deadline, block)
   }
 
