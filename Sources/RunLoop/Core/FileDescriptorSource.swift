@@ -17,6 +17,11 @@ import Sync
 /// for good. The source does not own the descriptor: invalidate it before closing the
 /// descriptor (see ``invalidate()`` for when closing is safe).
 ///
+/// A run loop does not keep the source alive (as for ``Port``; in Core Foundation the
+/// run-loop source retains its `CFFileDescriptor`, and GLib's context owns an fd source):
+/// keep a reference for as long as the descriptor should be watched. Releasing the last one
+/// invalidates the source (a readiness already reported is then not delivered).
+///
 /// **Closing a watched descriptor** (before ``invalidate()``) is misuse. epoll watches the
 /// open file, not the number: while a duplicate of the descriptor (`dup`, `fork`, a
 /// descriptor passed to another process) keeps the file open, the kernel goes on reporting

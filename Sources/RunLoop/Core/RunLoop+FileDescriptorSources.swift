@@ -4,7 +4,9 @@
 /// Each behaves like adding a source: a source may be in several modes
 /// (``RunLoopMode/common`` for every common mode) and several run loops; adding twice is
 /// harmless; removing what was never added is harmless; adding an invalid source adds
-/// nothing and returns false. Every method may be called from any thread.
+/// nothing and returns false. Unlike a ``RunLoopSource``, a ``FileDescriptorSource`` is not
+/// kept alive by the run loops it is in: releasing its last reference invalidates it. Every
+/// method may be called from any thread.
 extension RunLoop {
   /// Watches `source`'s descriptor while the loop runs in `mode`. Returns false when the
   /// source is invalid. Stops the process if the descriptor cannot be watched (closed:
