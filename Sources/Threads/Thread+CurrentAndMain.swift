@@ -22,7 +22,7 @@ extension Thread {
   /// In the child of a `fork()` made by another thread that has a `Thread` object, this is
   /// still the parent's main thread, which does not exist there: it reports
   /// ``isExecuting`` false, ``isFinished`` true and no ``kernelThreadID``. The forking thread
-  /// keeps its own object (``current``, with ``isMainThread`` false) and reports the child's
+  /// keeps its own object (``current``, with ``isMainThread-property`` false) and reports the child's
   /// pid as its kernel id. A forking thread that never asked for ``current`` becomes this
   /// object in the child, as the main thread itself does.
   public static let main = Thread(mainThreadOfProcess: getpid())
