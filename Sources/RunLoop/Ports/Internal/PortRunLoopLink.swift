@@ -41,10 +41,8 @@ final class PortRunLoopLink: @unchecked Sendable {
         schedule: { [weak self, queue] runLoop, _ in self?.scheduled(in: runLoop, holding: queue) },
         cancel: { [weak self] runLoop, _ in self?.cancelled(in: runLoop) },
         signalledByRunLoop: false,
-        reportingPerform: { [weak self, weak port, queue] in
-          // A port being released delivers nothing: its deinit invalidates it.
-          guard let port else { return false }
-          return self?.deliver(from: queue, receivedBy: port) ?? false
+        reportingPerform: { [weak self, receiver = WeakPort(port), queue] in
+          self?.deliver(from: queue, receivedBy: receiver) ?? false
         })
       source = created
       return created
@@ -159,7 +157,7 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// Delivers the messages queued when the pass began (later ones signal again), in order,
   /// on the run-loop thread. Returns whether the handler ran: a signal whose messages a
   /// blocking `receive` took first, or a port without a handler, handles no source.
-  private func deliver(from queue: MessageQueue<QueuedPortMessage>, receivedBy port: Port) -> Bool {
+  private func deliver(from queue: MessageQueue<QueuedPortMessage>, receivedBy port: WeakPort) -> Bool {
     guard let handler = lock.withLock({ handler }) else { return false }
     // One queue lock per message: the first take also says how many more were queued.
     guard var budget = deliverNext(to: handler, from: queue, receivedBy: port) else { return false }
@@ -177,7 +175,7 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// or nil when there was none. The message is released when this returns, before the next
   /// one is delivered (a later handler may run the loop nested, or for long).
   private func deliverNext(
-    to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<QueuedPortMessage>, receivedBy port: Port
+    to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<QueuedPortMessage>, receivedBy port: WeakPort
   ) -> Int? {
     guard case (.element(let message)?, let remaining) = queue.tryReceiveCounting() else { return nil }
     handler(message.message(receivedBy: port))

@@ -25,10 +25,29 @@ struct QueuedPortMessage: Sendable {
   }
 
   /// The message as it was sent, taken out of `receiver`'s queue.
-  func message(receivedBy receiver: Port) -> PortMessage {
+  consuming func message(receivedBy receiver: Port) -> PortMessage {
     guard repliesToReceiver else { return stored }
     var message = stored
     message.replyPort = .port(receiver)
     return message
   }
+
+  /// The message as it was sent, taken out of the queue of `receiver`'s port by a run loop
+  /// (which holds the port weakly). The reference is loaded only for a message that named
+  /// the port as its reply port; while the port is being released there is none, and the
+  /// message keeps no reply port.
+  consuming func message(receivedBy receiver: WeakPort) -> PortMessage {
+    guard repliesToReceiver, let port = receiver.port else { return stored }
+    var message = stored
+    message.replyPort = .port(port)
+    return message
+  }
+}
+
+/// A port held weakly by its run-loop source (a run loop does not keep a port alive), in a
+/// box the source's callback holds, so a delivery pays no weak-reference copy.
+final class WeakPort: @unchecked Sendable {
+  // @unchecked: written once in init; weak loads are atomic in the Swift runtime.
+  weak var port: Port?
+  init(_ port: Port) { self.port = port }
 }
