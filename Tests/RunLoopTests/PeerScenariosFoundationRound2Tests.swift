@@ -512,6 +512,7 @@ struct PeerFoundationPortsAndQueuedWorkRound2Tests {
     let loopBox = Box<RunLoop?>(nil)
     let queued = Box(0)
     let served = Box(0)
+    let runsEnded = Box(0)
     let timerFired = Box(false)
     let thread = TestThread.spawn {
       let runLoop = RunLoop.current
@@ -522,6 +523,7 @@ struct PeerFoundationPortsAndQueuedWorkRound2Tests {
         waitUntil { queued.value == round }
         _ = runLoop.run(mode: .default, timeout: .seconds(30), returnAfterSourceHandled: true)
         #expect(served.value == round)
+        runsEnded.value = round
       }
       runLoop.remove(keepAlive, forMode: .default)
       let fireDate = MonotonicInstant.after(.milliseconds(50))
@@ -538,7 +540,9 @@ struct PeerFoundationPortsAndQueuedWorkRound2Tests {
         RunLoop.current.stop()
       }
       queued.value = round
-      waitUntil { served.value == round }
+      // The next block is queued once this round's run has returned: queued while the run
+      // still ends its pass, it could run there, before the stop takes effect.
+      waitUntil { runsEnded.value == round }
     }
     thread.join()
     #expect(timerFired.value)
