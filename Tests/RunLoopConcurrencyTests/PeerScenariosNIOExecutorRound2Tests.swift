@@ -1,0 +1,98 @@
+import RunLoop
+import RunLoopConcurrency
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+// A second round of SwiftNIO event-loop scenarios (the testSchedule* family of
+// EventLoopTest, and its serial-executor tests), asked of the toolkit's executors. NIO's
+// `loop.scheduleTask(in:)` is a `Task.sleep` in a task that prefers a ``RunLoopThreadGroup``
+// (the group's scheduling, documented on its `SchedulingExecutor` extension), its
+// `Scheduled.cancel()` the cancellation of that task, and `loop.execute` a task created with
+// the group as its executor preference.
+
+@Suite("SwiftNIO event-loop scheduling scenarios, round 2", .timeLimit(.minutes(1)))
+struct PeerScenariosNIOExecutorRound2Tests {
+  @Test func sleepsOfDifferentLengthsOnAOneThreadGroupEndInDeadlineOrderOnItsThread() async {
+    // NIO's testScheduledTasksAreOrdered: tasks scheduled with different delays run in the
+    // order of their deadlines.
+    let group = makeGroup(threadCount: 1)
+    let groupThread = group.threads[0]
+    let order = Recorder<Int>()
+    let misplaced = AtomicInteger<Int>(0)
+    // 50 ms apart: the tasks start one after another on the group's thread, a little apart.
+    let delays = [200, 50, 150, 0, 100]
+    let done = Latch(count: delays.count)
+    for delay in delays {
+      Task(executorPreference: group) {
+        let start = ContinuousClock.now
+        try? await Task.sleep(for: .milliseconds(delay))
+        if ContinuousClock.now - start < .milliseconds(delay) || Thread.current !== groupThread {
+          misplaced.increment(ordering: .relaxed)
+        }
+        order.append(delay)
+        done.countDown()
+      }
+    }
+    await offPool { blockingWait(done) }
+    #expect(order.snapshot == delays.sorted())
+    #expect(misplaced.load(ordering: .relaxed) == 0)
+    await shutDownOffPool(group)
+  }
+
+  @Test func aCancelledLongSleepEndsAtOnceWithCancellationAndTheGroupShutsDownWithoutWaitingForIt() async {
+    // NIO's testScheduleCancelled: a cancelled scheduled task never runs its work, and the
+    // loop's shutdown does not wait for its deadline. The group hands a timer still armed to
+    // the platform's timers as it shuts down (its "Shutting down" documentation).
+    let group = makeGroup(threadCount: 1)
+    let groupThread = group.threads[0]
+    let sleeping = Latch(count: 1)
+    let sleeper = Task(executorPreference: group) { () -> (cancelled: Bool, onGroup: Bool) in
+      sleeping.countDown()
+      do {
+        try await Task.sleep(for: .seconds(30))
+        return (false, Thread.current === groupThread)
+      } catch {
+        return (error is CancellationError, Thread.current === groupThread)
+      }
+    }
+    await offPool { blockingWait(sleeping) }
+    let start = ContinuousClock.now
+    sleeper.cancel()
+    let outcome = await sleeper.value
+    #expect(outcome.cancelled)
+    #expect(outcome.onGroup)
+    await shutDownOffPool(group)
+    #expect(ContinuousClock.now - start < .seconds(15), "the shutdown waited for the cancelled sleep's deadline")
+    #expect(group.isShutDown)
+  }
+
+  @Test func aRepeatedlyReschedulingTaskRunsItsStepsInOrderUntilItStops() async {
+    // NIO's testScheduleRepeatedTask: a task rescheduling itself every few milliseconds runs
+    // each step after the previous one, on the loop, until it stops after N steps.
+    let group = makeGroup(threadCount: 2)
+    let groupThreads = group.threads
+    let steps = 10
+    let done = Latch(count: 1)
+    let recorded = Recorder<Int>()
+    let offGroup = AtomicInteger<Int>(0)
+    Task(executorPreference: group) {
+      var previous = ContinuousClock.now
+      for step in 0..<steps {
+        try? await Task.sleep(for: .milliseconds(2))
+        let now = ContinuousClock.now
+        if now - previous < .milliseconds(2) || !groupThreads.contains(where: { $0 === Thread.current }) {
+          offGroup.increment(ordering: .relaxed)
+        }
+        previous = now
+        recorded.append(step)
+      }
+      done.countDown()
+    }
+    await offPool { blockingWait(done) }
+    #expect(recorded.snapshot == Array(0..<steps))
+    #expect(offGroup.load(ordering: .relaxed) == 0)
+    await shutDownOffPool(group)
+  }
+}
