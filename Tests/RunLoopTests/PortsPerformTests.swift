@@ -175,6 +175,21 @@ struct PortsPerformTests {
     #expect(outcome.value == .targetExited)
   }
 
+  @Test("a request that does not wait, naming the calling thread before it has a run loop, queues on its current one")
+  func performOnTheCallingThreadWithoutARunLoopQueuesOnItsCurrentLoop() {
+    TestThread.run {
+      #expect(RunLoop.runLoop(of: Thread.current) == nil)
+      let ran = Box(0)
+      #expect(throws: Never.self) { try RunLoop.performAndWakeUp(on: Thread.current) { ran.value += 1 } }
+      #expect(throws: Never.self) { try RunLoop.perform(on: Thread.current) { ran.value += 1 } }
+      let runLoop = RunLoop.current
+      #expect(RunLoop.runLoop(of: Thread.current) === runLoop)
+      #expect(ran.value == 0, "queued, not run at once")
+      #expect(runLoop.run(mode: .default, timeout: .seconds(10)) == .finished)
+      #expect(ran.value == 2)
+    }
+  }
+
   @Test("a thread without a run loop is refused by every on: Thread request")
   func performOnAThreadWithoutARunLoopThrowsNoRunLoop() {
     let threadBox = Box<Thread?>(nil)

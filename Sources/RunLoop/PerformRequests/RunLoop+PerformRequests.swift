@@ -17,8 +17,9 @@ import Threads
 /// The `on: Thread` statics (``perform(on:inModes:_:)``, ``performAndWakeUp(on:inModes:_:)``,
 /// ``performAndWait(on:inModes:before:_:)``, ...) are the same three shapes for the run loop
 /// of a thread, and also throw ``PerformError/noRunLoop`` when that thread has none
-/// (``RunLoopThread`` is a thread that always has one), except that a waiting request naming
-/// the calling thread runs at once, run loop or not. ``perform(afterDelay:inModes:_:)``
+/// (``RunLoopThread`` is a thread that always has one), except for the calling thread: a
+/// waiting request naming it runs at once, run loop or not, and the others queue on its
+/// ``current`` run loop (created if needed, as in Foundation). ``perform(afterDelay:inModes:_:)``
 /// runs a block on this loop after a delay and returns a handle that cancels it.
 ///
 /// Requests to one loop run in the order they were queued, and every queued request runs in
@@ -109,27 +110,36 @@ extension RunLoop {
   // MARK: On a given thread
 
   /// Queues `block` on `thread`'s run loop for `modes` without waking it (as
-  /// ``perform(inModes:_:)``): it runs at the loop's next pass. Never blocks.
+  /// ``perform(inModes:_:)``): it runs at the loop's next pass. Never blocks. When `thread`
+  /// is the caller, its run loop is ``RunLoop/current`` (created if it had none, as in
+  /// Foundation: the caller runs it to run the block).
   ///
-  /// - Throws: ``PerformError/noRunLoop`` when the thread has no run loop (it never asked
-  ///   for ``RunLoop/current``, or it has ended).
+  /// - Throws: ``PerformError/noRunLoop`` when another thread has no run loop (it never
+  ///   asked for ``RunLoop/current``, or it has ended), or the caller's cannot be created.
   public static func perform(
     on thread: Thread, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
-    runLoop.perform(inModes: modes, block)
+    try queueingRunLoop(of: thread).perform(inModes: modes, block)
   }
 
   /// Queues `block` on `thread`'s run loop for `modes` and wakes it (as
-  /// ``performAndWakeUp(inModes:_:)``). Never blocks.
+  /// ``performAndWakeUp(inModes:_:)``). Never blocks. When `thread` is the caller, its run
+  /// loop is ``RunLoop/current`` (created if it had none, as in Foundation).
   ///
-  /// - Throws: ``PerformError/noRunLoop`` when the thread has no run loop.
-  ///   (`performSelector:onThread:withObject:waitUntilDone:NO modes:`)
+  /// - Throws: ``PerformError/noRunLoop`` when another thread has no run loop, or the
+  ///   caller's cannot be created. (`performSelector:onThread:withObject:waitUntilDone:NO modes:`)
   public static func performAndWakeUp(
     on thread: Thread, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    guard let runLoop = ThreadRunLoops.runLoop(of: thread) else { throw .noRunLoop }
-    runLoop.performAndWakeUp(inModes: modes, block)
+    try queueingRunLoop(of: thread).performAndWakeUp(inModes: modes, block)
+  }
+
+  /// The run loop a request that does not wait queues on: `thread`'s, or the caller's own
+  /// (``RunLoop/current``, created if needed) when `thread` is the caller.
+  private static func queueingRunLoop(of thread: Thread) throws(PerformError) -> RunLoop {
+    if let runLoop = ThreadRunLoops.runLoop(of: thread) { return runLoop }
+    guard thread === Thread.current, let runLoop = try? RunLoop.currentOrThrow() else { throw .noRunLoop }
+    return runLoop
   }
 
   /// Runs `block` on `thread` through its run loop and waits until it ran or `deadline`
