@@ -140,7 +140,7 @@ struct PeerScenariosNIOConditionLockRound2Tests {
     let start = MonotonicInstant.now
     #expect(!lock.lock(whenCondition: 4, timeout: .zero))
     #expect(!lock.lock(whenCondition: 4, timeout: .seconds(-1)))
-    #expect(MonotonicInstant.now - start < .seconds(1))
+    #expect(MonotonicInstant.now - start < .seconds(10), "no wait (a loaded machine may pause the thread)")
     #expect(!lock.isHeldByCurrentThread)
     #expect(lock.lock(whenCondition: 3, timeout: .zero))
     #expect(lock.isHeldByCurrentThread)
@@ -221,7 +221,7 @@ struct PeerWebKitSyncRound2Tests {
     #expect(!condition.wait(timeout: .zero))
     #expect(!condition.wait(until: { false }, timeout: .zero))
     #expect(condition.isHeldByCurrentThread)
-    #expect(MonotonicInstant.now - start < .seconds(1))
+    #expect(MonotonicInstant.now - start < .seconds(10), "no wait (a loaded machine may pause the thread)")
     condition.unlock()
   }
 
