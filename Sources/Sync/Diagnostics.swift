@@ -61,6 +61,12 @@ import CThreadingShims
 /// thread, and the detectors' internal locks may have been copied while another thread held
 /// them, so using them there could hang the child. The run-loop kinds keep their settings
 /// (run loops themselves are not usable in the child; see the run loop's fork rule).
+/// While the watchdog thread (``Kind/deadlocks``, ``Kind/blockingInTask``) is awake and
+/// scanning, a `fork()` waits for it to go back to sleep (a scan takes microseconds): the
+/// scan makes the Swift runtime instantiate types under the runtime's own locks, and a child
+/// copied in the middle of one would hang at its own first use of a new type. The program's
+/// other threads are the program's to quiesce: a child of a multithreaded process should do
+/// little more than `exec` or `_exit` (POSIX allows only async-signal-safe calls there).
 ///
 /// Run-loop metrics (`RunLoop.metrics` in the RunLoop module) are not findings: each loop
 /// switches them on with `metricsEnabled`; ``collectsRunLoopMetrics`` switches them on for

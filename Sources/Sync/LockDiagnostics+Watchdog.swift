@@ -52,27 +52,32 @@ extension LockDiagnostics {
   /// ``Diagnostics/deadlockCheckInterval``; while ``Diagnostics/Kind/blockingInTask`` is on,
   /// a look at the waits inside tasks every quarter of ``Diagnostics/blockingInTaskThreshold``
   /// (so a wait is reported at most about a quarter of the threshold late).
+  ///
+  /// Everything between two sleeps except the reports runs inside the watchdog gate (see
+  /// `tk_diagnostics_watchdog_work_begin`), which a fork waits for: the work makes the Swift
+  /// runtime instantiate types, under runtime locks that a child copied mid-work would find
+  /// held for ever. The reports run outside it: they call the report handler, user code that
+  /// may itself fork.
   static func watchdogMain() {
     if tk_thread_set_name("tk-deadlocks") != 0 {}
+    enterWatchdogGate()
     var watchdog = Watchdog()
     // When the last deadlock scan ran (nil: none since the kind was switched on); the next is
     // due an interval later, with the interval read anew at each wake-up.
     var lastDeadlockScan: MonotonicInstant? = nil
+    var findings: [Diagnostics.Finding] = []
     while true {
       let settings = Diagnostics.settings()
       let deadlocks = Diagnostics.isOn(.deadlocks, in: settings)
       let blocking = Diagnostics.isOn(.blockingInTask, in: settings)
-      guard deadlocks || blocking else {
-        watchdog = Watchdog()
-        lastDeadlockScan = nil
-        Diagnostics.waitForChange(since: settings, before: .distantFuture)
-        continue
-      }
       var wakeUp = MonotonicInstant.distantFuture
+      if !deadlocks && !blocking {
+        watchdog = Watchdog()
+      }
       if deadlocks {
         let interval = Diagnostics.deadlockCheckInterval
         if (lastDeadlockScan.map { $0 + interval } ?? .distantPast).hasPassed {
-          for finding in watchdog.scan() { Diagnostics.report(finding) }
+          findings += watchdog.scan()
           lastDeadlockScan = .now
         }
         wakeUp = (lastDeadlockScan ?? .now) + interval
@@ -81,11 +86,32 @@ extension LockDiagnostics {
       }
       if blocking {
         let threshold = Diagnostics.blockingInTaskThreshold
-        for finding in watchdog.scanBlockingInTasks(threshold: threshold) { Diagnostics.report(finding) }
+        findings += watchdog.scanBlockingInTasks(threshold: threshold)
         let next = MonotonicInstant.after(threshold / 4)
         if next < wakeUp { wakeUp = next }
       }
+      leaveWatchdogGate()
+      // By index: an iterator's type would be one more first use outside the gate.
+      var index = 0
+      while index < findings.count {
+        Diagnostics.report(findings[index])
+        index += 1
+      }
       Diagnostics.waitForChange(since: settings, before: wakeUp)
+      enterWatchdogGate()
+      findings.removeAll(keepingCapacity: true)
+    }
+  }
+
+  private static func enterWatchdogGate() {
+    mustSucceed("Diagnostics: the watchdog gate") { () throws(SystemCallError) in
+      try pthreadCall("pthread_mutex_lock") { tk_diagnostics_watchdog_work_begin() }
+    }
+  }
+
+  private static func leaveWatchdogGate() {
+    mustSucceed("Diagnostics: the watchdog gate") { () throws(SystemCallError) in
+      try pthreadCall("pthread_mutex_unlock") { tk_diagnostics_watchdog_work_end() }
     }
   }
 }

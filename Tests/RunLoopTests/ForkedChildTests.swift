@@ -61,6 +61,7 @@ struct ForkedChildTests {
         runLoop.add(timer, forMode: .default)
         let child = fork()
         if child == 0 {
+          armAlarm(seconds: 20)
           // The child's copies go: epoll_ctl(DEL), timerfd re-arms and wake-ups would all
           // reach the parent's kernel objects.
           source.invalidate()

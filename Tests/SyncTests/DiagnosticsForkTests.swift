@@ -45,6 +45,59 @@ struct DiagnosticsForkTests {
       exit(status == 0 ? 0 : 1)
     }
   }
+
+  // Forks a process with a thread (the watchdog): not under the sanitizers, as above.
+  @Test(
+    "children forked while the watchdog makes its first scans can use types the parent never used",
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
+    .disabled(
+      if: isRunningUnderAddressSanitizer,
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"),
+    arguments: 0..<4)
+  func childrenForkedDuringWatchdogScansAreNotStuckInTheRuntime(run: Int) async {
+    await #expect(processExitsWith: .success) {
+      blocking { exit(forkWhileTheWatchdogStartsScanning()) }
+    }
+  }
+}
+
+/// A value of a type nothing in the parent uses, so each child instantiates its metadata and
+/// conformances for the first time (through the Swift runtime's caches and their locks).
+private struct FreshInChild: Hashable {
+  let value: Int
+}
+
+/// Exit-test body: the deadlock and blocking-in-task detectors on with 1 ms periods, so the
+/// watchdog thread starts and makes its first scans (instantiating its types through the
+/// Swift runtime's locks) while this thread forks 30 children. Each child uses generic types
+/// the parent never made. A fork that copied the watchdog in the middle of a scan would
+/// leave a runtime lock held in the child for ever; an alarm ends such a child. Returns 0 if
+/// every child exited 0, 2 if one hung, 3 otherwise.
+private func forkWhileTheWatchdogStartsScanning() -> Int32 {
+  onlyDetector(nil)
+  let lock = Lock(name: "held while forking")
+  Diagnostics.deadlockCheckInterval = .milliseconds(1)
+  Diagnostics.blockingInTaskThreshold = .milliseconds(1)
+  Diagnostics.setMode(.report, for: .deadlocks)
+  Diagnostics.setMode(.report, for: .blockingInTask)
+  var worst: Int32 = 0
+  for index in 0..<30 {
+    // Held across the fork: the watchdog's scans walk this thread's held locks.
+    lock.lock()
+    let child = fork()
+    if child == 0 {
+      armAlarm(seconds: 10)
+      let values = [FreshInChild(value: index), FreshInChild(value: index + 1)]
+      let set = Set(values)
+      let lookup = Dictionary(uniqueKeysWithValues: values.map { ($0, [$0]) })
+      _exit(set.count == 2 && lookup.count == 2 && (set as Any) is any Collection ? 0 : 4)
+    }
+    lock.unlock()
+    precondition(child > 0, "fork failed: \(errno)")
+    let status = waitForChild(child)
+    if status != 0 { worst = max(worst, status & 0x7F != 0 ? 2 : 3) }
+  }
+  return worst
 }
 
 /// Forks; the child arms an alarm, runs `body` and leaves with `_exit(body())`. Returns the

@@ -151,6 +151,7 @@ struct PriorityInheritanceLockTests {
         before.unlock()
         let child = fork()
         if child == 0 {
+          armAlarm(seconds: 20)
           guard let lock = try? PriorityInheritanceLock() else { _exit(2) }
           lock.lock()
           let ownedByMe = lock.ownerThreadID == kernelThreadID() && lock.isHeldByCurrentThread

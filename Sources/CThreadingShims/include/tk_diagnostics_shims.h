@@ -81,6 +81,14 @@ static inline int tk_diagnostics_fork_handler_status(void) {
   return __atomic_load_n(&tk_diagnostics_fork_handler_result, __ATOMIC_RELAXED);
 }
 
+/// Enters the diagnostics watchdog's working section (`pthread_mutex_lock`'s result): the
+/// watchdog holds it from each wake-up to its next sleep, and a fork waits for it in its
+/// prepare handler, so no child is a copy of the watchdog in the middle of its work.
+int tk_diagnostics_watchdog_work_begin(void);
+
+/// Leaves the watchdog's working section (`pthread_mutex_unlock`'s result).
+int tk_diagnostics_watchdog_work_end(void);
+
 /// Whether this process is the child of a fork of a process that loaded the toolkit.
 static inline int tk_diagnostics_in_forked_child(void) {
   return __atomic_load_n(&tk_diagnostics_in_forked_child_flag, __ATOMIC_RELAXED);
