@@ -29,7 +29,7 @@ extension RunLoop {
   /// Stops the process when `modes` is empty: a block or request for no mode could never
   /// run, and a caller waiting for it would wait for ever. (Foundation's perform requests
   /// return without performing; an empty list is a mistake worth naming.)
-  func checkModesNotEmpty(_ modes: [RunLoopMode], _ call: String) {
+  static func checkModesNotEmpty(_ modes: [RunLoopMode], _ call: String) {
     if modes.isEmpty { reportMisuse("RunLoop", "\(call) with no mode (inModes: []): the block could never run") }
   }
 
@@ -45,7 +45,7 @@ extension RunLoop {
   /// withdrawn before it was queued (its waiter found it in no queue to take it out of).
   func enqueue(_ item: QueuedBlock) {
     let modes = item.modes
-    checkModesNotEmpty(modes, "perform")
+    RunLoop.checkModesNotEmpty(modes, "perform")
     let refused: QueuedBlock? = lock.withLock {
       if threadHasEnded || item.isWithdrawn { return item }
       // Like Core Foundation, naming a mode creates it, so a run in it sees the block.

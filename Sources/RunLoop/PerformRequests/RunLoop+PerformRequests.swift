@@ -58,7 +58,7 @@ extension RunLoop {
     inModes modes: [RunLoopMode] = [.common], before deadline: MonotonicInstant,
     _ block: @escaping @Sendable () -> Void
   ) throws(PerformError) {
-    checkModesNotEmpty(modes, "performAndWait")
+    RunLoop.checkModesNotEmpty(modes, "performAndWait")
     if isOwnedByCurrentThread {
       block()
       return
@@ -157,9 +157,7 @@ extension RunLoop {
       // The caller naming itself: the block runs at once whatever its run loop would do
       // (the guide's rule for waiting on one's own thread), so it needs no run loop.
       guard thread === Thread.current else { throw .noRunLoop }
-      if modes.isEmpty {
-        reportMisuse("RunLoop", "performAndWait with no mode (inModes: []): the block could never run")
-      }
+      checkModesNotEmpty(modes, "performAndWait")
       block()
       return
     }
@@ -296,7 +294,7 @@ extension RunLoop {
   public func perform(
     afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], _ block: @escaping @Sendable () -> Void
   ) -> DelayedPerform {
-    checkModesNotEmpty(modes, "perform(afterDelay:)")
+    RunLoop.checkModesNotEmpty(modes, "perform(afterDelay:)")
     let timer = RunLoopTimer(after: delay) { _ in block() }
     timer.lock.withLock { timer.endsWithItsRunLoop = true }
     for mode in modes { add(timer, forMode: mode) }
@@ -314,7 +312,7 @@ extension RunLoop {
     afterDelay delay: Duration, inModes modes: [RunLoopMode] = [.common], target: AnyObject,
     action: String? = nil, argument: AnyHashable? = nil, _ block: @escaping @Sendable () -> Void
   ) -> RunLoopTimer {
-    checkModesNotEmpty(modes, "perform(afterDelay:)")
+    RunLoop.checkModesNotEmpty(modes, "perform(afterDelay:)")
     let slot = DelayedEntrySlot()
     let timer = RunLoopTimer(after: delay) { _ in
       if let entry = slot.entry { DelayedPerformRegistry.remove(entry) }
