@@ -329,11 +329,13 @@ struct PeerFoundationTimerRound2Tests {
   }
 
   /// TestTimer: a fire date moved later from another thread while the loop sleeps for the old
-  /// one is honoured: the timer does not fire at the old date.
+  /// one is honoured: the timer does not fire at the old date. (When a loaded machine moves
+  /// it only after the old date, the loop may rightly have fired it then: checks skipped.)
   @Test func aFireDateMovedLaterFromAnotherThreadIsNotFiredEarly() {
     let loopBox = Box<RunLoop?>(nil)
     let firedAt = Box<MonotonicInstant?>(nil)
-    let timer = RunLoopTimer(after: .milliseconds(50)) { _ in firedAt.value = .now }
+    let timer = RunLoopTimer(after: .milliseconds(300)) { _ in firedAt.value = .now }
+    let oldFireDate = timer.nextFireDate
     let loopThread = TestThread.spawn {
       let runLoop = RunLoop.current
       runLoop.add(timer, forMode: .default)
@@ -341,10 +343,13 @@ struct PeerFoundationTimerRound2Tests {
       _ = runLoop.run(mode: .default, timeout: .seconds(30))
     }
     waitUntil { loopBox.value?.isWaiting == true }
-    let later = MonotonicInstant.after(.milliseconds(150))
+    let later = MonotonicInstant.after(.milliseconds(400))
     timer.setNextFireDate(later)
-    #expect(timer.nextFireDate == later)
+    let readBack = timer.nextFireDate
+    let movedInTime = MonotonicInstant.now < oldFireDate
     loopThread.join()
+    guard movedInTime else { return }
+    #expect(readBack == later)
     #expect(firedAt.value != nil)
     #expect(firedAt.value! >= later)
   }
