@@ -38,8 +38,10 @@ extension RunLoop {
   /// - ``wakeUp()`` is called (and with it every call that wakes the loop: a source's
   ///   ``RunLoopSource/signalAndWakeUp()``, ``performAndWakeUp(inModes:_:)``, the perform
   ///   requests, a message sent to a port, a job for an executor on the loop, an exit
-  ///   request for its thread; not ``stop()``: between two calls no run is active, so a stop
-  ///   does nothing, as for any loop that is not running);
+  ///   request for its thread, also one made during a ``runDueWork(mode:)`` call, which
+  ///   then leaves the descriptor readable for the call that answers
+  ///   ``RunLoopRunResult/stopped``; not ``stop()``: between two calls no run is active, so a
+  ///   stop does nothing, as for any loop that is not running);
   /// - a timer of the mode passed to the last ``runDueWork(mode:)`` is due (fire date plus
   ///   tolerance reached; the descriptor includes the loop's `CLOCK_MONOTONIC` timerfd,
   ///   re-armed when another thread adds or changes a timer).
@@ -104,10 +106,14 @@ extension RunLoop {
     if outermost { collectReadyEvents() }
     let result = run(mode: mode, before: .distantPast)
     let next: MonotonicInstant
-    // An exit request ends every run: the descriptor is not armed again (stop calling).
+    // An exit request ends every run: the loop is not handed to the descriptor again (stop
+    // calling). One that arrived during this pass, after the run's check (its wake-up found
+    // the loop busy, so it wrote nothing), has not been reported by `result`: the descriptor
+    // is left readable, so the foreign loop calls once more and gets `stopped`.
     if outermost && !isExitRequested {
       next = parkForForeignLoop(mode)
     } else {
+      if outermost && result != .stopped { backend.signalWakeUp() }
       next = lock.withLock { (mode == .default ? defaultItems : modes[mode])?.earliestWakeDeadline() ?? .distantFuture }
     }
     return RunLoopDueWorkResult(result: result, nextTimerDeadline: next == .distantFuture ? nil : next)
