@@ -281,7 +281,8 @@ extension RunLoop {
   /// Runs `block` on this run loop's thread after `delay` (never earlier), when the loop runs
   /// in one of `modes`. Never blocks, never wakes the loop beyond what its timer needs, and
   /// cannot fail; a loop that does not run in one of `modes` never runs it, and when the
-  /// loop's thread ends first the request is withdrawn (`block` released unrun). Returns a
+  /// loop's thread ends first, or had already ended (a loop kept from a stopped thread), the
+  /// request is withdrawn (`block` released unrun, the handle no longer pending). Returns a
   /// handle whose ``DelayedPerform/cancel()`` withdraws the request and releases `block` at
   /// once.
   /// (`performSelector:withObject:afterDelay:inModes:`)
@@ -298,6 +299,10 @@ extension RunLoop {
     let timer = RunLoopTimer(after: delay) { _ in block() }
     timer.lock.withLock { timer.endsWithItsRunLoop = true }
     for mode in modes { add(timer, forMode: mode) }
+    // Made after the loop's thread ended (the loop was kept from it): the request can never
+    // run, so it is withdrawn at once, as the thread's end withdraws the requests made
+    // before it (which it finds in the loop's modes, under the lock this check takes).
+    if hasThreadEnded { timer.invalidate() }
     return DelayedPerform(timer: timer)
   }
 
