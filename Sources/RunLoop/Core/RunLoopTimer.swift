@@ -191,8 +191,11 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     // Clamp to what Duration and the monotonic clock can hold (about 292 years).
     let limit = 9.0e9
     func duration(_ seconds: Double) -> Duration { .seconds(Swift.min(Swift.max(seconds, -limit), limit)) }
+    // A positive interval below an attosecond converts to a zero Duration: it stays positive
+    // (a repeating timer, rounded up to a nanosecond like any sub-nanosecond interval).
+    let period = interval > 0 ? Swift.max(duration(interval), .nanoseconds(1)) : duration(interval)
     self.init(
-      after: duration(delay), interval: duration(interval), tolerance: duration(tolerance), name: name, fileID: fileID,
+      after: duration(delay), interval: period, tolerance: duration(tolerance), name: name, fileID: fileID,
       line: line, block)
   }
 
