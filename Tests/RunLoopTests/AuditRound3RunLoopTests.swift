@@ -214,6 +214,45 @@ struct AuditRound3RunLoopTests {
     handle.cancel()
   }
 
+  /// A loop kept from a stopped thread never runs again: adding a source, timer, observer,
+  /// port, message port or descriptor source to it adds nothing and returns false (Core
+  /// Foundation ignores additions to a finished run loop), calls no `schedule` or `cancel`
+  /// callback, and leaves the timer and observer free for a live loop.
+  @Test func addingToALoopWhoseThreadEndedAddsNothing() throws {
+    let worker = try RunLoopThread.start(name: "audit3-ended-add")
+    let loop = worker.runLoop
+    worker.stop()
+    let calls = Recorder<String>()
+    let source = RunLoopSource(
+      schedule: { _, _ in calls.append("schedule") }, cancel: { _, _ in calls.append("cancel") }, perform: {})
+    #expect(!loop.add(source, forMode: .default))
+    #expect(!loop.add(source, forMode: .common))
+    #expect(!loop.contains(source, inMode: .default))
+    let timer = RunLoopTimer(after: .milliseconds(1)) { _ in calls.append("timer") }
+    #expect(!loop.add(timer, forMode: .default))
+    let observer = RunLoopObserver(activities: .entry, repeats: true) { _, _ in calls.append("observer") }
+    #expect(!loop.add(observer, forMode: .default))
+    let port = Port()
+    #expect(!loop.add(port, forMode: .default))
+    var ends: [Int32] = [0, 0]
+    #expect(pipe(&ends) == 0)
+    let descriptorSource = FileDescriptorSource(descriptor: ends[0]) { _, _ in }
+    #expect(!loop.add(descriptorSource, forMode: .default))
+    descriptorSource.invalidate()
+    #expect(close(ends[0]) == 0 && close(ends[1]) == 0)
+    source.invalidate()
+    #expect(calls.snapshot.isEmpty, "callbacks ran for a loop whose thread ended: \(calls.snapshot)")
+    // Neither the timer nor the observer was claimed by the ended loop.
+    TestThread.run {
+      let live = RunLoop.current
+      #expect(live.add(timer, forMode: .default))
+      #expect(live.add(observer, forMode: .default))
+      #expect(live.run(mode: .default, timeout: .seconds(10)) != .timedOut)
+      observer.invalidate()
+    }
+    #expect(calls.snapshot.contains("timer"))
+  }
+
   /// "It wakes exactly when the loop would wake": once `runDueWork` handled what made the
   /// descriptor readable (a wake-up, a due timer, a ready descriptor source), the descriptor
   /// is quiet again, so a level-triggered foreign loop does not spin.

@@ -6,12 +6,16 @@ extension RunLoop {
   /// Adds `source` to `mode` (to every common mode for ``RunLoopMode/common``) and calls its
   /// `schedule` callback for each mode it entered, on the calling thread. Adding a source
   /// twice to a mode is harmless. Returns false, adding nothing, when the source was
-  /// invalidated. Does not wake the loop. (`CFRunLoopAddSource`)
+  /// invalidated or the loop's thread has ended (the loop never runs again; its `schedule`
+  /// and `cancel` callbacks are not called). Does not wake the loop. (`CFRunLoopAddSource`)
   @discardableResult
   public func add(_ source: RunLoopSource, forMode mode: RunLoopMode) -> Bool {
     checkNotInherited("add(source)")
     var entered: [RunLoopMode] = []
     let added: Bool = lock.withLock {
+      // A loop whose thread has ended never runs again (Core Foundation ignores additions to
+      // a finished run loop): nothing is added, so nothing waits there for ever.
+      if threadHasEnded { return false }
       guard source.register(in: self) else { return false }
       if mode == .common && !commonSources.contains(where: { $0 === source }) {
         commonSources.append(source)
@@ -64,7 +68,8 @@ extension RunLoop {
   // MARK: Timers
 
   /// Adds `timer` to `mode` (to every common mode for ``RunLoopMode/common``). Returns false,
-  /// adding nothing, when the timer was invalidated. A timer belongs to one run loop: adding
+  /// adding nothing, when the timer was invalidated or the loop's thread has ended (the loop
+  /// never runs again; the timer stays free for another loop). A timer belongs to one run loop: adding
   /// it to a second one stops the process with a message (Core Foundation ignores that add
   /// silently, leaving a timer that never fires where the caller expects it; here the
   /// mistake is reported). If the loop sleeps in that mode its timerfd is re-armed at once
@@ -73,6 +78,7 @@ extension RunLoop {
   public func add(_ timer: RunLoopTimer, forMode mode: RunLoopMode) -> Bool {
     checkNotInherited("add(timer)")
     let outcome: Int = lock.withLock {
+      if threadHasEnded { return 0 }
       let claim: Int = timer.lock.withLock {
         guard timer.valid else { return 0 }
         if let owner = timer.runLoop, owner !== self { return -1 }
@@ -218,12 +224,13 @@ extension RunLoop {
   // MARK: Observers
 
   /// Adds `observer` to `mode` (every common mode for ``RunLoopMode/common``). Returns false,
-  /// adding nothing, when it was invalidated; adding it to a second run loop stops the process
+  /// adding nothing, when it was invalidated or the loop's thread has ended; adding it to a second run loop stops the process
   /// with a message (Core Foundation ignores that add silently). (`CFRunLoopAddObserver`)
   @discardableResult
   public func add(_ observer: RunLoopObserver, forMode mode: RunLoopMode) -> Bool {
     checkNotInherited("add(observer)")
     let outcome: Int = lock.withLock {
+      if threadHasEnded { return 0 }
       let claim: Int = observer.lock.withLock {
         guard observer.valid else { return 0 }
         if let owner = observer.runLoop, owner !== self { return -1 }

@@ -8,7 +8,7 @@
 extension RunLoop {
   /// Serves the local message port `port` (its handler runs on this loop's thread) while the
   /// loop runs in `mode`. Returns false for a remote or invalid port, which has nothing to
-  /// serve. (`CFMessagePortCreateRunLoopSource` + `CFRunLoopAddSource`)
+  /// serve, and when the loop's thread has ended. (`CFMessagePortCreateRunLoopSource` + `CFRunLoopAddSource`)
   @discardableResult
   public func add(_ port: MessagePort, forMode mode: RunLoopMode) -> Bool {
     guard let source = port.runLoopSource() else { return false }

@@ -7,7 +7,8 @@
 /// ``add(_:forMode:)-(Port,_)``). Every method may be called from any thread.
 extension RunLoop {
   /// Delivers `port`'s messages to its handler (``Port/setHandler(_:)``) on this loop's
-  /// thread while the loop runs in `mode`. Returns false when the port is invalid.
+  /// thread while the loop runs in `mode`. Returns false when the port is invalid or the
+  /// loop's thread has ended.
   /// Messages sent before the add (or while it happens) are delivered too: when some wait,
   /// the add signals the port's source and wakes the loop, so they do not wait for a later
   /// send. (`-[NSRunLoop addPort:forMode:]`)
