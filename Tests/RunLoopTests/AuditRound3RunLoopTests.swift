@@ -51,6 +51,27 @@ struct AuditRound3RunLoopTests {
     #expect(outcome.value?.2 == .stopped)
   }
 
+  /// A callback that calls `stop()` during a `runDueWork` pass ends that pass early, but the
+  /// call does not report `stopped`, which tells the foreign loop to stop calling (it is kept
+  /// for exit requests): it reports `timedOut`, and the loop keeps working from the next call.
+  @Test func aStopDuringADueWorkPassIsNotReportedAsStopped() {
+    let outcome = Box<(RunLoopRunResult, RunLoopRunResult, Int)?>(nil)
+    TestThread.run {
+      let loop = RunLoop.current
+      let ran = AtomicInteger<Int>(0)
+      loop.add(RunLoopSource(perform: {}), forMode: .default)
+      loop.perform(inModes: [.default]) { RunLoop.current.stop() }
+      let first = loop.runDueWork()
+      loop.perform(inModes: [.default]) { ran.increment(ordering: .relaxed) }
+      #expect(Self.isReadable(loop.pollDescriptor, within: 5_000))
+      let second = loop.runDueWork()
+      outcome.value = (first.result, second.result, ran.load(ordering: .relaxed))
+    }
+    #expect(outcome.value?.0 == .timedOut)
+    #expect(outcome.value?.1 == .timedOut)
+    #expect(outcome.value?.2 == 1)
+  }
+
   /// The same request made by another thread while the loop is handed to its descriptor
   /// (between two calls) makes the descriptor readable, and the next call says `stopped`.
   @Test func anExitRequestedBetweenDueWorkCallsMakesTheDescriptorReadable() {
