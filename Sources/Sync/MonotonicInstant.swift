@@ -90,14 +90,14 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
     MonotonicInstant(nanoseconds: Self.saturated(Int128(nanoseconds) + duration.attoseconds / 1_000_000_000))
   }
 
-  /// The duration from this instant to `other` (negative when `other` is earlier).
+  /// The duration from this instant to `other` (negative when `other` is earlier). Exact
+  /// for any two instants, ``distantPast`` and ``distantFuture`` included, so
+  /// `advanced(by: duration(to: other)) == other` always holds.
   @inlinable
   public func duration(to other: MonotonicInstant) -> Duration {
-    let (difference, overflow) = other.nanoseconds.subtractingReportingOverflow(nanoseconds)
-    if overflow {
-      return other.nanoseconds > nanoseconds ? .seconds(Int64.max / 1_000_000_000) : .seconds(Int64.min / 1_000_000_000)
-    }
-    return .nanoseconds(difference)
+    // In 128 bits: the difference of two Int64s (up to 2^64 ns) does not fit in an Int64,
+    // but is far inside a Duration's range.
+    Duration(attoseconds: (Int128(other.nanoseconds) - Int128(nanoseconds)) * 1_000_000_000)
   }
 
   /// The time left until this instant, or zero when it has passed.
@@ -120,7 +120,10 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStrin
   /// The instant `duration` before `instant`, saturating.
   @inlinable
   public static func - (instant: MonotonicInstant, duration: Duration) -> MonotonicInstant {
-    instant.advanced(by: .zero - duration)
+    // Subtracted in 128 bits, not by advancing by `.zero - duration`: negating the most
+    // negative Duration overflows. Truncating division is symmetric, so this is the same
+    // rounding as `advanced(by:)`.
+    MonotonicInstant(nanoseconds: saturated(Int128(instant.nanoseconds) - duration.attoseconds / 1_000_000_000))
   }
 
   /// The duration from `earlier` to `later`.
