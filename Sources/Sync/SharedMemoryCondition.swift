@@ -121,7 +121,8 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
 
   /// Releases `lock`, waits until signalled or `deadline` (monotonic clock) passes, and
   /// re-acquires `lock`. A deadline already passed returns at once, still holding the lock
-  /// (the caller must hold it then too). Misuse as ``wait(_:)``.
+  /// (the caller must hold it then too). Misuse as ``wait(_:)``, whatever the deadline: a
+  /// passed one also stops the process for a lock not yet marked consistent.
   ///
   /// - Throws: ``SharedMemoryLockError`` as ``SharedMemoryLock/lock()`` does.
   @available(*, noasync, message: "blocks the thread")
@@ -157,12 +158,13 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   // alike). The futex is process-shared, so the kernel's compare and wake-up meet across
   // processes at the word's physical page.
   func wait(_ lock: SharedMemoryLock, deadline: MonotonicInstant) throws(SharedMemoryLockError) -> WaitResult {
-    if deadline != .distantFuture, deadline.hasPassed {
-      if !RobustMutex.isHeldByCurrentThread(lock.mutex) {
-        reportMisuse("SharedMemoryCondition", "wait without holding the lock")
-      }
-      return WaitResult(timedOut: true, acquisition: .acquired)
+    let passed = deadline != .distantFuture && deadline.hasPassed
+    // A passed deadline releases nothing, so `unlock()` below does not check the holder.
+    if passed, !RobustMutex.isHeldByCurrentThread(lock.mutex) {
+      reportMisuse("SharedMemoryCondition", "wait without holding the lock")
     }
+    // Checked whatever the deadline: a wait that only gives up at once now would release
+    // the lock, and break it, once its deadline is later.
     if lock.mutex.pointee.__data.__owner == Int32.max {  // PTHREAD_MUTEX_INCONSISTENT
       // Releasing an inconsistent robust mutex makes it ENOTRECOVERABLE for every process.
       reportMisuse(
@@ -170,6 +172,7 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
         "wait() on a lock acquired with previousOwnerDied before markConsistent() (the wait's release would make the lock unrecoverable for good)"
       )
     }
+    if passed { return WaitResult(timedOut: true, acquisition: .acquired) }
     let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
     _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)
     lock.unlock()  // stops the process if the caller did not hold it
