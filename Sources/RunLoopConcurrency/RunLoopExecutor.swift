@@ -47,8 +47,8 @@ import Threads
 /// the loop's timers: never early, at most their tolerance late; see that extension.
 ///
 /// **Shutting down** drains: `shutDown()` waits until the loop's thread has run every
-/// queued job (and those they queue meanwhile), then closes the executor; an enqueue after
-/// that stops the process with a message naming the misuse. Stop a ``/RunLoop/RunLoopThread``
+/// queued job (and those they queue meanwhile) and no job runs, then closes the executor; an
+/// enqueue after that stops the process with a message naming the misuse. Stop a ``/RunLoop/RunLoopThread``
 /// after shutting down the executors of its loop:
 ///
 /// ```swift
@@ -98,6 +98,10 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// True while `drain` runs jobs. Touched only on the loop's thread (the source's perform
   /// callback), so it needs no lock.
   @exclusivity(unchecked) private var isDraining = false
+  /// Opened when the running `drain` ends: set by a shutdown's check that ran inside one of
+  /// the jobs (a job running the loop nested). Touched only on the loop's thread, as
+  /// `isDraining`.
+  @exclusivity(unchecked) private var drainEnded: Latch?
   /// Set by `shutDown` once the queue was empty. Protected by `lock`.
   @exclusivity(unchecked) private var isShutDown = false
   /// Delayed jobs whose timers have not fired yet. Protected by `lock`.
@@ -187,7 +191,13 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   private func drain() {
     if isDraining { return }
     isDraining = true
-    defer { isDraining = false }
+    defer {
+      isDraining = false
+      if let latch = drainEnded {
+        drainEnded = nil
+        latch.countDown()
+      }
+    }
     if owner.load(ordering: .relaxed) == 0 {
       owner.store(tk_thread_identity(), ordering: .releasing)
     }
@@ -224,7 +234,9 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// Shuts the executor down once its queue is empty: blocks until the loop's thread has run
   /// every queued job and every delayed job (see the scheduling extension), including jobs
   /// those jobs enqueue meanwhile (a steady stream of
-  /// enqueues delays the return), then closes the executor. Any later enqueue stops the
+  /// enqueues delays the return), and until no job runs (a job that runs the loop nested,
+  /// where the loop's thread serves the shutdown, may still queue jobs: the call waits for it
+  /// to return), then closes the executor. Any later enqueue stops the
   /// process (misuse: its task could never resume). Returns at once when already shut down.
   ///
   /// The loop must make passes in one of ``modes`` for the call to return (it waits for the
@@ -242,6 +254,9 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
 
   /// The shutdown's waiting (see `shutDown()`), meant for a thread other than the loop's.
   private func shutDownBlocking() {
+    // Already closed: nothing can be queued any more, so there is nothing to ask the loop
+    // (which may be busy, or running in another mode, and would keep this call waiting).
+    if lock.withLock({ isShutDown }) { return }
     let caller = tk_thread_identity()
     while true {
       let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
@@ -255,6 +270,14 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
           // Waiting here would never end: the queued jobs cannot run while this block runs.
           if tk_thread_identity() == caller {
             outcome.withLock { $0 = .calledOnLoopThread }
+            return
+          }
+          // Nested in a job (one that runs the loop): it may still queue jobs, so the executor
+          // stays open until that job, and the drain running it, have returned.
+          if isDraining {
+            let latch = drainEnded ?? Latch(count: 1)
+            drainEnded = latch
+            outcome.withLock { $0 = .jobRunning(latch) }
             return
           }
           let check: ShutDownCheck = lock.withLock {
@@ -280,7 +303,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
         concurrencyMisuse(
           "RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
       case .jobsQueued: continue
-      case .delayedJobsPending(let latch): latch.wait()
+      case .delayedJobsPending(let latch), .jobRunning(let latch): latch.wait()
       }
     }
   }
@@ -309,6 +332,8 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     /// The check ran on the caller's own thread: the caller is the loop's thread.
     case calledOnLoopThread
     case jobsQueued
+    /// The check ran nested in a job; opens when the drain running that job returns.
+    case jobRunning(Latch)
     /// Opens when the last delayed job has been enqueued.
     case delayedJobsPending(Latch)
   }
