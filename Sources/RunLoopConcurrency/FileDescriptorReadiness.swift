@@ -15,7 +15,8 @@ extension RunLoop {
   ///
   /// Watching a descriptor the kernel cannot poll, or one another source of this loop already
   /// watches, stops the process when the sequence is created (as for
-  /// ``/RunLoop/FileDescriptorSource``).
+  /// ``/RunLoop/FileDescriptorSource``); so does an empty `modes` (misuse: nothing would ever
+  /// report the descriptor, and the sequence would not end with the loop's thread).
   public func readiness(
     of descriptor: Int32, events: FileDescriptorSource.Events = .readable, inModes modes: [RunLoopMode] = [.common]
   ) -> FileDescriptorReadiness {
@@ -65,6 +66,11 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   private let loopEnd: LoopEndWatch
 
   init(descriptor: Int32, events: FileDescriptorSource.Events, runLoop: RunLoop, modes: [RunLoopMode]) {
+    if modes.isEmpty {
+      concurrencyMisuse(
+        "FileDescriptorReadiness",
+        "created with no mode (inModes: []): nothing would report the descriptor, nor end the sequence")
+    }
     self.descriptor = descriptor
     self.events = events
     let box = WeakReadiness()

@@ -12,7 +12,9 @@ extension Port {
   /// ```
   ///
   /// The sequence owns the port's handler and invalidation handler (see
-  /// ``PortMessages``); keep one sequence per port.
+  /// ``PortMessages``); keep one sequence per port. An empty `modes` stops the process
+  /// (misuse: nothing would take messages from the port, and the sequence would not end with
+  /// the loop's thread).
   public func messages(on runLoop: RunLoop, inModes modes: [RunLoopMode] = [.common]) -> PortMessages {
     PortMessages(port: self, runLoop: runLoop, modes: modes)
   }
@@ -64,6 +66,10 @@ public final class PortMessages: AsyncSequence, Sendable {
   private let loopEnd: LoopEndWatch
 
   init(port: Port, runLoop: RunLoop, modes: [RunLoopMode]) {
+    if modes.isEmpty {
+      concurrencyMisuse(
+        "PortMessages", "created with no mode (inModes: []): nothing would take its messages, nor end the sequence")
+    }
     self.port = port
     self.runLoop = runLoop
     self.modes = modes
