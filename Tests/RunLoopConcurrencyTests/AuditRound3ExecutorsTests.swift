@@ -12,26 +12,22 @@ import Threads
 /// Promises of the executors' doc comments that no other test checks.
 @Suite(.timeLimit(.minutes(1))) struct AuditRound3ExecutorsTests {
   /// `RunLoopExecutor.shutDown()`: "Returns at once when already shut down." The loop's
-  /// thread is held in a block, so a call that waits for the loop cannot return.
+  /// thread is held in a run of another mode, so a call that waits for the loop cannot
+  /// return.
   @Test func aSecondBlockingShutDownReturnsAtOnceWhileTheLoopIsBusy() async {
     let loop = LoopThread()
     let executor = RunLoopExecutor(runLoop: loop.runLoop)
     await offPool { shutDownInPlace(executor) }
-    let entered = Latch(count: 1)
-    let gate = Latch(count: 1)
-    loop.runLoop.performAndWakeUp {
-      entered.countDown()
-      gate.wait()
-    }
+    let occupied = OccupiedInPrivateMode(loop.runLoop)
     let returned = await offPool { () -> Bool in
-      entered.wait()
+      occupied.entered.wait()
       let done = Latch(count: 1)
       let caller = TestThread.spawn {
         shutDownInPlace(executor)
         done.countDown()
       }
       let returnedWhileBusy = blockingWait(done, timeout: .seconds(5))
-      gate.countDown()
+      occupied.release()
       caller.join()
       return returnedWhileBusy
     }
@@ -44,20 +40,15 @@ import Threads
     let loop = LoopThread()
     let executor = RunLoopExecutor(runLoop: loop.runLoop)
     await executor.shutDown()
-    let entered = Latch(count: 1)
-    let gate = Latch(count: 1)
-    loop.runLoop.performAndWakeUp {
-      entered.countDown()
-      gate.wait()
-    }
-    await offPool { entered.wait() }
+    let occupied = OccupiedInPrivateMode(loop.runLoop)
+    await offPool { occupied.entered.wait() }
     let done = Latch(count: 1)
     let second = Task {
       await executor.shutDown()
       done.countDown()
     }
     let returned = await offPool { blockingWait(done, timeout: .seconds(5)) }
-    gate.countDown()
+    occupied.release()
     await second.value
     #expect(returned)
     loop.stop()
@@ -436,4 +427,30 @@ actor NestedLoopRunner {
 
   /// The run loop of the thread this job runs on.
   func onWhichLoop() -> RunLoop { RunLoop.current }
+}
+
+/// Keeps a loop's thread in a run nested in a private mode (busy for every other mode) until
+/// `release()`. Nested runs serve the loop, so the stall detector of a diagnostics run does
+/// not count the wait as one long callback, as it would a block that simply blocks.
+private struct OccupiedInPrivateMode: Sendable {
+  static let mode = RunLoopMode("audit3-occupied")
+  let entered = Latch(count: 1)
+  private let runLoop: RunLoop
+
+  init(_ runLoop: RunLoop) {
+    self.runLoop = runLoop
+    runLoop.performAndWakeUp { [entered] in
+      let current = RunLoop.current
+      let keepAlive = RunLoopSource(perform: {})
+      current.add(keepAlive, forMode: Self.mode)
+      entered.countDown()
+      while current.run(mode: Self.mode, timeout: .seconds(30)) != .stopped {}
+      keepAlive.invalidate()
+    }
+  }
+
+  /// Ends the nested run (from any thread).
+  func release() {
+    runLoop.performAndWakeUp(inModes: [Self.mode]) { RunLoop.current.stop() }
+  }
 }
