@@ -83,7 +83,12 @@ struct AuditRound3ThreadsTests {
 
   /// `ThreadLocal`: "a destructor that sets its own thread-local runs 4 times, then leaks
   /// that copy".
-  @Test func aDestructorThatSetsItsOwnThreadLocalRunsFourTimes() throws {
+  // Not under ThreadSanitizer: its runtime ends a thread's state in a key destructor of its
+  // own, and the later destructor rounds this test needs then crash in instrumented code.
+  @Test(
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer's thread state is gone in the late destructor rounds")
+  )
+  func aDestructorThatSetsItsOwnThreadLocalRunsFourTimes() throws {
     let calls = AtomicInteger<Int>(0)
     let holder = LockedValue<ThreadLocal<Int>?>(nil)
     let local = ThreadLocal<Int>(
