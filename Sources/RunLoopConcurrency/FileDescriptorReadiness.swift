@@ -66,11 +66,7 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   private let loopEnd: LoopEndWatch
 
   init(descriptor: Int32, events: FileDescriptorSource.Events, runLoop: RunLoop, modes: [RunLoopMode]) {
-    if modes.isEmpty {
-      concurrencyMisuse(
-        "FileDescriptorReadiness",
-        "created with no mode (inModes: []): nothing would report the descriptor, nor end the sequence")
-    }
+    checkModesNotEmpty(modes, "FileDescriptorReadiness", "nothing would report the descriptor, nor end the sequence")
     self.descriptor = descriptor
     self.events = events
     let box = WeakReadiness()

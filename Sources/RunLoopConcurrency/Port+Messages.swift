@@ -66,10 +66,7 @@ public final class PortMessages: AsyncSequence, Sendable {
   private let loopEnd: LoopEndWatch
 
   init(port: Port, runLoop: RunLoop, modes: [RunLoopMode]) {
-    if modes.isEmpty {
-      concurrencyMisuse(
-        "PortMessages", "created with no mode (inModes: []): nothing would take its messages, nor end the sequence")
-    }
+    checkModesNotEmpty(modes, "PortMessages", "nothing would take its messages, nor end the sequence")
     self.port = port
     self.runLoop = runLoop
     self.modes = modes

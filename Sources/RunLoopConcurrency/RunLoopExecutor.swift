@@ -124,7 +124,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// Stops the process (misuse) when `runLoop`'s thread has already ended, or `modes` is
   /// empty.
   public init(runLoop: RunLoop, modes: [RunLoopMode] = [.common]) {
-    if modes.isEmpty { concurrencyMisuse("RunLoopExecutor", "created with no mode (its jobs could never run)") }
+    checkModesNotEmpty(modes, "RunLoopExecutor", "its jobs could never run")
     self.runLoop = runLoop
     self.modes = modes
     // The source's callbacks reach the executor through a weak box: the run loop holds the
