@@ -298,11 +298,12 @@ extension RunLoop {
     RunLoop.checkModesNotEmpty(modes, "perform(afterDelay:)")
     let timer = RunLoopTimer(after: delay) { _ in block() }
     timer.lock.withLock { timer.endsWithItsRunLoop = true }
-    for mode in modes { add(timer, forMode: mode) }
-    // Made after the loop's thread ended (the loop was kept from it): the request can never
-    // run, so it is withdrawn at once, as the thread's end withdraws the requests made
-    // before it (which it finds in the loop's modes, under the lock this check takes).
-    if hasThreadEnded { timer.invalidate() }
+    var added = false
+    for mode in modes { added = add(timer, forMode: mode) || added }
+    // Refused by every mode: the loop's thread had ended (the loop was kept from it), so the
+    // request can never run and is withdrawn at once. One added before the thread's end is
+    // withdrawn by that end, as the requests made earlier.
+    if !added { timer.invalidate() }
     return DelayedPerform(timer: timer)
   }
 
