@@ -9,8 +9,8 @@
 /// method may be called from any thread.
 extension RunLoop {
   /// Watches `source`'s descriptor while the loop runs in `mode`. Returns false when the
-  /// source is invalid or the loop's thread has ended. Stops the process if the descriptor cannot be watched (closed:
-  /// `EBADF`; a regular file: `EPERM`). (`CFRunLoopAddSource`)
+  /// source is invalid or the loop's thread has ended. Stops the process if the descriptor
+  /// cannot be watched (closed: `EBADF`; a regular file: `EPERM`). (`CFRunLoopAddSource`)
   @discardableResult
   public func add(_ source: FileDescriptorSource, forMode mode: RunLoopMode) -> Bool {
     add(source.member.source, forMode: mode)

@@ -69,11 +69,11 @@ extension RunLoop {
 
   /// Adds `timer` to `mode` (to every common mode for ``RunLoopMode/common``). Returns false,
   /// adding nothing, when the timer was invalidated or the loop's thread has ended (the loop
-  /// never runs again; the timer stays free for another loop). A timer belongs to one run loop: adding
-  /// it to a second one stops the process with a message (Core Foundation ignores that add
-  /// silently, leaving a timer that never fires where the caller expects it; here the
-  /// mistake is reported). If the loop sleeps in that mode its timerfd is re-armed at once
-  /// (no wake-up needed). (`CFRunLoopAddTimer`)
+  /// never runs again; the timer stays free for another loop). A timer belongs to one run
+  /// loop: adding it to a second one stops the process with a message (Core Foundation
+  /// ignores that add silently, leaving a timer that never fires where the caller expects
+  /// it; here the mistake is reported). If the loop sleeps in that mode its timerfd is
+  /// re-armed at once (no wake-up needed). (`CFRunLoopAddTimer`)
   @discardableResult
   public func add(_ timer: RunLoopTimer, forMode mode: RunLoopMode) -> Bool {
     checkNotInherited("add(timer)")
@@ -224,8 +224,9 @@ extension RunLoop {
   // MARK: Observers
 
   /// Adds `observer` to `mode` (every common mode for ``RunLoopMode/common``). Returns false,
-  /// adding nothing, when it was invalidated or the loop's thread has ended; adding it to a second run loop stops the process
-  /// with a message (Core Foundation ignores that add silently). (`CFRunLoopAddObserver`)
+  /// adding nothing, when it was invalidated or the loop's thread has ended; adding it to a
+  /// second run loop stops the process with a message (Core Foundation ignores that add
+  /// silently). (`CFRunLoopAddObserver`)
   @discardableResult
   public func add(_ observer: RunLoopObserver, forMode mode: RunLoopMode) -> Bool {
     checkNotInherited("add(observer)")
