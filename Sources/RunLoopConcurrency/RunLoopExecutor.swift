@@ -1,4 +1,3 @@
-import CThreadingShims
 import RunLoop
 import Sync
 import Threads
@@ -34,8 +33,8 @@ import Threads
 /// from the calling thread: the loop's thread is isolated to this executor, every other
 /// thread is not. So `actor.assumeIsolated { ... }` (and `preconditionIsolated`) pass on the
 /// loop's thread, inside a job or in any callback of the loop, and stop the process with a
-/// message elsewhere. (On the loop's thread, before the loop's first pass after the
-/// executor was created, the check may have to ask ``/RunLoop/RunLoop/currentOrThrow()``.)
+/// message elsewhere. The answer is known from the executor's creation (the run loop knows
+/// its thread), before the loop's first pass, and asking never creates a run loop.
 ///
 /// **Cost.** An enqueue takes the executor's lock once and allocates nothing once each
 /// priority in use has seen its peak queue length (its ring doubles when full and never
@@ -78,7 +77,7 @@ import Threads
 /// released.
 public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
   // @unchecked: `queue`, `hasEnded`, `isShutDown` and the delayed-job state are protected
-  // by `lock`; `owner` is atomic; `isDraining` is the loop thread's alone; the rest is
+  // by `lock`; `isDraining` is the loop thread's alone; the rest is
   // immutable. The fields a job's path touches skip the runtime's dynamic exclusivity check
   // (`@exclusivity(unchecked)`): the lock, or the loop's thread, already makes each access
   // exclusive, and the check's thread-local lookup per access is a measurable part of a hop.
@@ -109,9 +108,6 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// Set by a `shutDown` waiting for the delayed jobs; opened when the last one is enqueued.
   /// Protected by `lock`.
   private var delayedJobsDone: Latch?
-  /// The loop thread's `tk_thread_identity()` (never reused by a later thread), or 0 until
-  /// the loop's thread first ran a job or the start-up probe.
-  private let owner = AtomicInteger<UInt64>(0)
   /// The executor the jobs run as (`runSynchronously(on:)`): nil for this one; the main
   /// executor that forwards its jobs here sets itself, so the runtime sees the jobs on the
   /// main actor's executor. Written once, before the first job is enqueued (the enqueue's
@@ -137,13 +133,12 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       perform: { box.executor?.drain() })
     box.executor = self
     for mode in modes { runLoop.add(source, forMode: mode) }
-    // Learns the loop's thread from its next pass, and finds out whether that thread has
-    // already ended: such a loop drops a queued block at once, unrun. Queued after the
-    // source was added, so a thread ending in between either drops this block or cancels
-    // the source (both under the loop's lock, in one step).
+    // Finds out whether the loop's thread has already ended: such a loop drops a queued
+    // block at once, unrun. Queued after the source was added, so a thread ending in between
+    // either drops this block or cancels the source (both under the loop's lock, in one
+    // step).
     let probe = StartProbe()
-    runLoop.perform(inModes: modes) { [owner, token = StartProbe.Token(probe)] in
-      owner.store(tk_thread_identity(), ordering: .releasing)
+    runLoop.perform(inModes: modes) { [token = StartProbe.Token(probe)] in
       token.probe.ran.store(true, ordering: .releasing)
     }
     if probe.isDroppedUnrun {
@@ -197,9 +192,6 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
         drainEnded = nil
         latch.countDown()
       }
-    }
-    if owner.load(ordering: .relaxed) == 0 {
-      owner.store(tk_thread_identity(), ordering: .releasing)
     }
     let unownedExecutor = jobExecutor ?? asUnownedSerialExecutor()
     JobSourceQueue.drainPass(
@@ -257,21 +249,12 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     // Already closed: nothing can be queued any more, so there is nothing to ask the loop
     // (which may be busy, or running in another mode, and would keep this call waiting).
     if lock.withLock({ isShutDown }) { return }
-    let caller = tk_thread_identity()
     while true {
       let outcome = LockedValue<ShutDownCheck>(.jobsQueued)
       do throws(PerformError) {
         // Runs at the loop's block step; when jobs are still queued, the source step of the
         // same or the next pass drains them and the next request checks again.
         try runLoop.performAndWait(inModes: modes) { [self] in
-          // Run at once when the caller is the loop's thread (a wait on one's own loop does
-          // not wait): the misuse `shutDown()` checks for, not caught there while the loop
-          // has made no pass since the executor was created (its thread was not known yet).
-          // Waiting here would never end: the queued jobs cannot run while this block runs.
-          if tk_thread_identity() == caller {
-            outcome.withLock { $0 = .calledOnLoopThread }
-            return
-          }
           // Nested in a job (one that runs the loop): it may still queue jobs, so the executor
           // stays open until that job, and the drain running it, have returned.
           if isDraining {
@@ -299,9 +282,6 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
       }
       switch outcome.withLock({ $0 }) {
       case .closed: return
-      case .calledOnLoopThread:
-        concurrencyMisuse(
-          "RunLoopExecutor", "shutDown() called on the run loop's own thread (it would wait for itself)")
       case .jobsQueued: continue
       case .delayedJobsPending(let latch), .jobRunning(let latch): latch.wait()
       }
@@ -329,8 +309,6 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
   /// What a shutdown's check on the loop's thread found.
   private enum ShutDownCheck: Sendable {
     case closed
-    /// The check ran on the caller's own thread: the caller is the loop's thread.
-    case calledOnLoopThread
     case jobsQueued
     /// The check ran nested in a job; opens when the drain running that job returns.
     case jobRunning(Latch)
@@ -369,24 +347,16 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     latch?.countDown()
   }
 
-  /// Whether the calling thread is the loop's thread: nil while that is not known yet (the
-  /// loop has made no pass since the executor was created; ``checkIsolated()`` then decides).
+  /// Whether the calling thread is the loop's thread (never nil: the run loop knows its
+  /// thread from its creation). Never blocks, never creates a run loop.
   public func isIsolatingCurrentContext() -> Bool? {
-    // Acquiring pairs with the loop thread's releasing store; the value is the only data read.
-    let owner = owner.load(ordering: .acquiring)
-    if owner == 0 { return nil }
-    return owner == tk_thread_identity()
+    runLoop.isOwnedByCurrentThread
   }
 
   /// Returns when the calling thread is the loop's thread; otherwise stops the process with a
   /// message (what `assumeIsolated` and `preconditionIsolated` call).
   public func checkIsolated() {
-    if let isolated = isIsolatingCurrentContext() {
-      if isolated { return }
-    } else if let current = try? RunLoop.currentOrThrow(), current === runLoop {
-      owner.store(tk_thread_identity(), ordering: .releasing)
-      return
-    }
+    if runLoop.isOwnedByCurrentThread { return }
     concurrencyMisuse(
       "RunLoopExecutor",
       "code isolated to the executor of \(runLoop) ran on another thread (\(Thread.current)); it runs only on that run loop's thread"

@@ -179,14 +179,14 @@ struct PeerScenariosSwiftSerialExecutorRound2Tests {
   @Test func anExecutorCreatedOnTheLoopThreadIsAssumedIsolatedThereBeforeItsFirstPass() async throws {
     let loop = LoopThread()
     let outcome = try await loop.runLoop.performAndAwait { () -> (before: Bool?, value: Int) in
-      // No pass of the loop has run since the executor was created: it cannot know its
-      // thread yet (documented), so the runtime asks `checkIsolated()`, which asks the loop.
+      // No pass of the loop has run since the executor was created: the executor answers
+      // from its run loop's thread all the same.
       let resident = OrderResident(executor: RunLoopExecutor(runLoop: RunLoop.current), loopThread: Thread.current)
       let before = resident.executor.isIsolatingCurrentContext()
       let value = resident.assumeIsolated { $0.value + 1 }
       return (before, value)
     }
-    #expect(outcome.before == nil)
+    #expect(outcome.before == true)
     #expect(outcome.value == 1)
     loop.stop()
   }
@@ -328,9 +328,9 @@ struct PeerScenariosSwiftIsolatedDeinitRound2Tests {
   }
 
   @Test func anActorReleasedOffTheLoopBeforeItsExecutorsFirstPassRunsItsIsolatedDeinitThere() async {
-    // The executor does not know its thread yet (documented: `isIsolatingCurrentContext()`
-    // answers nil until the loop's first pass), so the release must not be mistaken for one
-    // on the loop's thread, nor stop the process: the deinit is queued and runs there.
+    // The loop has made no pass since the executor was created; the release must not be
+    // mistaken for one on the loop's thread, nor stop the process: the deinit is queued and
+    // runs there.
     let held = HeldLoop()
     let executor = RunLoopExecutor(runLoop: held.runLoop)
     let log = Recorder<(index: Int, thread: Thread, isolated: Bool?)>()
@@ -342,7 +342,7 @@ struct PeerScenariosSwiftIsolatedDeinitRound2Tests {
     // Released on a plain thread too, not only on a thread of the cooperative pool.
     let other = LockedValue<ChainLink?>(ChainLink(index: 1, next: nil, executor: executor, log: log, done: done))
     await offPool { _ = other.withLock { $0.take() } }
-    #expect(executor.isIsolatingCurrentContext() == nil)
+    #expect(executor.isIsolatingCurrentContext() == false)
     held.release()
     await offPool { blockingWait(done) }
     let entries = log.snapshot

@@ -242,8 +242,9 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
     _ = ownerTag.compareAndSwap(expected: 0, desired: tk_thread_identity(), ordering: .full)
   }
 
-  /// Whether the calling thread owns this run loop.
-  var isOwnedByCurrentThread: Bool {
+  /// Whether the calling thread owns this run loop (the thread it was created for; the main
+  /// thread for ``main``). Never creates a run loop.
+  package var isOwnedByCurrentThread: Bool {
     let owner = ownerTag.load(ordering: .acquiring)
     if owner == tk_thread_identity() { return true }
     if owner == 0 && CurrentRunLoopStorage.isMainThread {
