@@ -4,7 +4,8 @@
 //
 //   executor.actor.roundtrip      an actor awaits a method of an actor on another thread
 //                                 (run-loop thread / Dispatch queue / default actor, which
-//                                 the runtime may run on the caller's thread)
+//                                 the runtime may run on the caller's thread); a ping-pong
+//                                 row, unpinned and with the whole process on one CPU
 //   executor.hop.roundtrip        the same call to an actor on a sleeping run-loop thread,
 //                                 beside the raw eventfd ping-pong between two plain
 //                                 threads (two wake-ups), the same round trip built from
@@ -18,11 +19,12 @@
 //   executor.enqueue.throughput   jobs enqueued from two threads to one executor, until all ran
 //   executor.enqueue.bytes-per-job  bytes allocated per enqueue (glibc's mallinfo2)
 //
-// The actor round-trip and enqueue rows are unpinned. The hop row is a ping-pong row,
-// measured in every placement (see `PingPongPlacement`): pinned, every subject's own thread
-// is on the partner side's CPU and every other thread of the process, the runtime's pool
-// included, on the measuring side's (the pool's threads cannot pin themselves, so the row
-// pins them by their kernel ids before each sample).
+// The enqueue rows are unpinned. The hop row is a ping-pong row, measured in every
+// placement (see `PingPongPlacement`): pinned, every subject's own thread is on the partner
+// side's CPU and every other thread of the process, the runtime's pool included, on the
+// measuring side's (the pool's threads cannot pin themselves, so the row pins them by their
+// kernel ids before each sample). The actor round-trip row is a ping-pong row too, but
+// unpinned and on one CPU only (see `registerExecutorActorBenchmarks`).
 
 import CBenchmarkAllocationStats
 import CBenchmarkShims
@@ -37,7 +39,6 @@ import Threads
 #endif
 
 func registerExecutorBenchmarks(_ harness: Harness) {
-  executorActorRows(harness)
   executorEnqueueRows(harness)
 }
 
@@ -427,8 +428,17 @@ private func startLoopThread(_ name: String) -> RunLoopThread {
 
 // MARK: - Actor round trips
 
+/// Registers the actor round-trip row as a ping-pong row (main.swift measures it in each
+/// placement): unpinned (the headline, many runs) and with every thread of the process on
+/// one CPU. Not in the two-CPU placement: the Dispatch-backed actor's jobs run on the
+/// runtime's pool threads, which that placement keeps on the measuring side's CPU while the
+/// run-loop actor's thread is on the partner's, so the subjects would not be placed alike.
+func registerExecutorActorBenchmarks(_ harness: Harness) {
+  guard harness.wants("executor.actor.roundtrip"), PingPongPlacement.mode != .twoCPUs else { return }
+  executorActorRows(harness)
+}
+
 private func executorActorRows(_ harness: Harness) {
-  guard harness.wants("executor.actor.roundtrip") else { return }
   let worker = startLoopThread("cost-tables-actor")
   let loopExecutor = RunLoopExecutor(runLoop: worker.runLoop)
   let loopActor = LoopActor(executor: loopExecutor)
@@ -443,24 +453,37 @@ private func executorActorRows(_ harness: Harness) {
       (
         .toolkit("RunLoopExecutor actor"),
         { iterations in
-          timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
+          placeAll()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: loopActor) }
         }
       ),
       (
         .peer("DispatchQueue executor actor"),
         { iterations in
-          timeInPoolTask { await caller.roundTrips(iterations, to: queueActor) }
+          placeAll()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: queueActor) }
         }
       ),
       (
         .peer("default actor"),
         { iterations in
-          timeInPoolTask { await caller.roundTrips(iterations, to: defaultActor) }
+          placeAll()
+          return timeInPoolTask { await caller.roundTrips(iterations, to: defaultActor) }
         }
       ),
     ])
 
+  loopExecutor.shutDown()
   worker.stop()
+  PingPongPlacement.unpinProcessThreads()
+}
+
+/// Before each actor round-trip sample: in the one-CPU placement, every thread of the
+/// process (the run-loop actor's, the pool's, Dispatch's) on that CPU, so every subject runs
+/// placed alike (the pool starts threads as it likes, hence before each sample); nothing
+/// when unpinned.
+private func placeAll() {
+  PingPongPlacement.pinProcessThreads(excluding: [])
 }
 
 // MARK: - Hop latency

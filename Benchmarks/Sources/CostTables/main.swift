@@ -42,6 +42,7 @@ func registerPingPongBenchmarks(_ harness: Harness) {
     registerEmbeddingBenchmarks,
     registerPortBenchmarks,
     registerExecutorHopBenchmarks,
+    registerExecutorActorBenchmarks,
   ]
   for placement in PingPongPlacement.placements {
     PingPongPlacement.mode = placement
