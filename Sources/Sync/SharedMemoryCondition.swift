@@ -159,8 +159,10 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   // processes at the word's physical page.
   func wait(_ lock: SharedMemoryLock, deadline: MonotonicInstant) throws(SharedMemoryLockError) -> WaitResult {
     let passed = deadline != .distantFuture && deadline.hasPassed
-    // A passed deadline releases nothing, so `unlock()` below does not check the holder.
-    if passed, !RobustMutex.isHeldByCurrentThread(lock.mutex) {
+    // Checked before anything shared changes: a non-holder stopped after raising `waiters`
+    // would leave the count raised in the mapping for good (every later notify, in every
+    // process, would then make a system call).
+    if !RobustMutex.isHeldByCurrentThread(lock.mutex) {
       reportMisuse("SharedMemoryCondition", "wait without holding the lock")
     }
     // Checked whatever the deadline: a wait that only gives up at once now would release
@@ -175,7 +177,7 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
     if passed { return WaitResult(timedOut: true, acquisition: .acquired) }
     let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
     _ = UInt32.atomicFetchAdd(1, at: waiters, ordering: .full)
-    lock.unlock()  // stops the process if the caller did not hold it
+    lock.unlock()
     var timedOut = false
     let result: Int32
     if deadline == .distantFuture {

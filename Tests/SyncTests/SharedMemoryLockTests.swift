@@ -414,13 +414,18 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 
-  @Test("waiting on the condition without holding the lock stops the process")
+  @Test("waiting on the condition without holding the lock stops the process before it counts as a waiter")
   func waitWithoutLock() async {
-    await #expect(processExitsWith: .failure) {
+    // The condition's own check names the misuse: it runs before the wait raises the shared
+    // waiter count, which a stop after it would leave raised in the mapping for good.
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
         let state = try! SharedState()
         _ = try? state.condition.wait(state.lock, timeout: .seconds(5))
       }
+    }.map { result in
+      let message = String(decoding: result.standardErrorContent, as: UTF8.self)
+      #expect(message.contains("SharedMemoryCondition") && message.contains("wait without holding the lock"))
     }
   }
 
