@@ -315,10 +315,11 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
     lock.withLock { valid }
   }
 
-  /// Stops the timer for good, removes it from every mode of its run loop and releases its
-  /// block (and what the block captures) before returning, or, when called from the block
-  /// itself, as soon as the block returns; never with a lock held, so a deinit it triggers
-  /// may use the run loop. Callable from any thread; idempotent. (`CFRunLoopTimerInvalidate`)
+  /// Stops the timer (it never fires again unless ``rearm(fireAt:_:)`` gives it a new block),
+  /// removes it from every mode of its run loop and releases its block (and what the block
+  /// captures) before returning, or, when called from the block itself, as soon as the block
+  /// returns; never with a lock held, so a deinit it triggers may use the run loop. Callable
+  /// from any thread; idempotent. (`CFRunLoopTimerInvalidate`)
   public func invalidate() {
     let (loop, block): (RunLoop?, (@Sendable (RunLoopTimer) -> Void)?) = lock.withLock {
       guard valid else { return (nil, nil) }
