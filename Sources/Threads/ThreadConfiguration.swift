@@ -147,8 +147,15 @@ public struct ThreadConfiguration: Sendable, Hashable {
     return result
   }
 
-  /// The nice value ``relativePriority`` maps to: `round((0.5 - p) * 40)` clamped to -20...19.
+  /// The nice value ``relativePriority`` maps to: `round((0.5 - p) * 40)` clamped to -20...19
+  /// (values beyond 0...1, the infinities included, clamp to an end). NaN stands for no
+  /// priority and stops the process (misuse) instead of mapping to an arbitrary end.
   public static func niceValue(forRelativePriority priority: Double) -> Int32 {
+    // NaN compares false with everything: the clamps below would turn it into -20, the
+    // highest priority.
+    if priority.isNaN {
+      reportMisuse("ThreadConfiguration", "niceValue(forRelativePriority:) called with NaN (use a value in 0...1)")
+    }
     let nice = ((0.5 - priority) * 40).rounded()
     return Int32(Swift.min(19, Swift.max(-20, nice)))
   }

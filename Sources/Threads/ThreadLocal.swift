@@ -68,14 +68,16 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
   }
 
   /// The calling thread's copy, created from `initialValue` on first access. Assigning
-  /// replaces it; the replaced value is not passed to `destructor` (see the notes above).
+  /// replaces it; the replaced value is not passed to `destructor` (see the notes above). It
+  /// is released once the new value is in place, so its deinitializer may use this
+  /// thread-local (it sees the new value).
   public var value: Value {
     get { slot().value }
     set {
       // A thread without a copy gets `newValue` as its copy: `initialValue` does not run
       // for a value that would be thrown away (as `g_private_set`, which calls nothing).
       if let existing = existingSlot() {
-        existing.value = newValue
+        existing.replaceValue(with: newValue)
       } else {
         _ = install(TypedThreadLocalSlot(value: newValue, destructor: destructor))
       }
@@ -110,7 +112,7 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
     // initial value replaces that copy, as any later assignment would, instead of a second
     // slot taking the key and leaking the first one (never released, never destroyed).
     if let existing = existingSlot() {
-      existing.value = initial
+      existing.replaceValue(with: initial)
       return existing
     }
     return install(TypedThreadLocalSlot(value: initial, destructor: destructor))

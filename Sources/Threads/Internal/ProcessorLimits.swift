@@ -122,7 +122,9 @@ enum ProcessorLimits {
   /// `ceil(quota / period)`, at least 1; `nil` for a non-positive quota or period.
   private static func processorCount(quota: Int, period: Int) -> Int? {
     guard quota > 0, period > 0 else { return nil }
-    return max(1, (quota + period - 1) / period)
+    // Not `(quota + period - 1) / period`: that sum overflows for numbers near `Int.max`,
+    // which a damaged or unusual file may hold.
+    return max(1, quota / period + (quota % period == 0 ? 0 : 1))
   }
 
   /// A small text file's contents, at most `limit` bytes (`/proc` and `/sys` files report a

@@ -15,6 +15,16 @@ final class TypedThreadLocalSlot<Value>: ThreadLocalSlot {
     self.destructor = destructor
   }
 
+  /// Stores `newValue` and releases the replaced value after the store's access has ended:
+  /// a plain assignment releases it inside that access, where a deinitializer reading the
+  /// same thread-local (this slot's `value`) would be a simultaneous access, which stops
+  /// the process.
+  func replaceValue(with newValue: Value) {
+    var replaced = newValue
+    swap(&value, &replaced)
+    // `replaced` (the old value) is released here, outside any access to `value`.
+  }
+
   override func destroy() {
     destructor?(value)
   }
