@@ -16,7 +16,10 @@ extension RunLoop {
   /// Watching a descriptor the kernel cannot poll, or one another source of this loop already
   /// watches, stops the process when the sequence is created (as for
   /// ``/RunLoop/FileDescriptorSource``); so does an empty `modes` (misuse: nothing would ever
-  /// report the descriptor, and the sequence would not end with the loop's thread).
+  /// report the descriptor, and the sequence would not end with the loop's thread), and so
+  /// do `events` without `.readable` or `.writable` (`[]`, or only `.error`/`.hangUp`, which
+  /// are reported with those, never requested alone: misuse, as every `next()` would wait
+  /// until its task is cancelled).
   public func readiness(
     of descriptor: Int32, events: FileDescriptorSource.Events = .readable, inModes modes: [RunLoopMode] = [.common]
   ) -> FileDescriptorReadiness {
@@ -67,6 +70,14 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
 
   init(descriptor: Int32, events: FileDescriptorSource.Events, runLoop: RunLoop, modes: [RunLoopMode]) {
     checkModesNotEmpty(modes, "FileDescriptorReadiness", "nothing would report the descriptor, nor end the sequence")
+    // The source is enabled only for `.readable`/`.writable`; without either it is never
+    // called, not even for a hang-up, so every `next()` would wait until cancelled.
+    if events.intersection([.readable, .writable]).isEmpty {
+      concurrencyMisuse(
+        "FileDescriptorReadiness",
+        "created with no event of interest (events: \(events.rawValue)): nothing would ever be reported; request .readable or .writable (.error and .hangUp are reported with them, never requested alone)"
+      )
+    }
     self.descriptor = descriptor
     self.events = events
     let box = WeakReadiness()

@@ -75,7 +75,11 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
   ///   - threadCount: How many threads; at least 1 (fewer stops the process: misuse).
   ///   - name: The group's name; thread `i` is named `"<name>-<i>"`.
   ///   - configuration: Stack, priority, affinity and the other settings of every thread
-  ///     (its `name` is replaced as above).
+  ///     (its `name` is replaced as above). ``/Threads/ThreadConfiguration/finishBeforeExit``
+  ///     must stay false (setting it stops the process: misuse): the threads run their loops
+  ///     until the group is shut down, so `exit()` would wait for them for ever; to have
+  ///     queued jobs finish before the process ends, call `shutDown()` first (as for a
+  ///     ``/Threads/ThreadPool``).
   /// - Throws: ``/Threads/ThreadStartError``, as ``/RunLoop/RunLoopThread/start(name:configuration:)``
   ///   throws it; the threads already started are then stopped and joined.
   @available(*, noasync, message: "blocks until the group's threads run their loops")
@@ -84,6 +88,12 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
   ) throws(ThreadStartError) {
     if threadCount < 1 {
       concurrencyMisuse("RunLoopThreadGroup", "created with \(threadCount) threads (at least one is needed)")
+    }
+    if configuration.finishBeforeExit {
+      concurrencyMisuse(
+        "RunLoopThreadGroup",
+        "configuration.finishBeforeExit is not supported (the threads run until shutDown(), so exit() would wait for ever); call shutDown() before exiting to finish queued jobs"
+      )
     }
     self.name = name
     var workers: [GroupWorker] = []
