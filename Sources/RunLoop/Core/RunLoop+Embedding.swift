@@ -147,19 +147,21 @@ extension RunLoop {
   /// readable at once.
   func parkForForeignLoop(_ modeName: RunLoopMode) -> MonotonicInstant {
     let (state, workLeft, wakeAt): (UInt32, Bool, MonotonicInstant) = lock.withLock {
-      let mode = modeItems(modeName)
+      // Looked up, not created: a mode that does not exist stays so, as for a run in it
+      // (`rearmIfSleeping` finds it by name once something is added to it).
+      let mode = modeName == .default ? defaultItems : modes[modeName]
       // Full: its trailing fence keeps the checks below after the clear (pairs with the
       // leading fence of `wakeUp()`'s `.full` load; arm64 included).
       let state = wakeState.fetchAnd(~(RunLoop.ignoringWakeUps | RunLoop.wakeUpDropped), ordering: .full)
       let workLeft =
         blocks.contains { $0.runs(in: modeName, commonModes: commonModeNames) }
-        || mode.scannedSources.contains { $0.isSignalled }
-      let wakeAt = mode.earliestWakeDeadline()
+        || (mode?.scannedSources.contains { $0.isSignalled } ?? false)
+      let wakeAt = mode?.earliestWakeDeadline() ?? .distantFuture
       if wakeAt != armedDeadline {
         backend.armTimer(at: wakeAt)
         armedDeadline = wakeAt
       }
-      parkedMode = mode
+      parkedMode = modeName
       isSleeping = true
       sleepsOnFutex = false
       return (state, workLeft, wakeAt)

@@ -201,13 +201,20 @@ extension RunLoop {
     }
   }
 
+  /// The items of the mode handed to the `pollDescriptor` (see `parkedMode`), if it exists.
+  /// Called with `lock` held.
+  var parkedModeItems: ModeItems? {
+    guard let name = parkedMode else { return nil }
+    return name == .default ? defaultItems : modes[name]
+  }
+
   /// While the loop sleeps, moves the timerfd to the new wake instant of the mode it sleeps
   /// in, so timer changes from other threads take effect without a wake-up. Called with
   /// `lock` held.
   func rearmIfSleeping() {
     // Asleep in a run, or handed to the `pollDescriptor` between `runDueWork` calls (no run
     // active, so `currentRunDeadline` is the distant future).
-    guard isSleeping, let mode = activations.last?.mode ?? parkedMode else { return }
+    guard isSleeping, let mode = activations.last?.mode ?? parkedModeItems else { return }
     let wakeAt = min(mode.earliestWakeDeadline(), currentRunDeadline)
     if sleepsOnFutex {
       // A futex sleep has no instant to wake at: if there is one now, the loop must wake

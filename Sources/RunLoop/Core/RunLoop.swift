@@ -153,9 +153,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// How the loop sleeps right now (meaningful while `isSleeping`). Protected by `lock`.
   @exclusivity(unchecked) var sleepsOnFutex = false
   /// The mode whose timers arm the timerfd while the loop is handed to its `pollDescriptor`
-  /// between two `runDueWork` calls (asleep in epoll with no run active); nil otherwise.
-  /// Protected by `lock`.
-  var parkedMode: ModeItems?
+  /// between two `runDueWork` calls (asleep in epoll with no run active); nil otherwise. A
+  /// name, not the mode's items: `runDueWork` in a mode that does not exist creates nothing,
+  /// and items added to that mode later are found by it. Protected by `lock`.
+  var parkedMode: RunLoopMode?
   /// What the timerfd is armed to (`.distantFuture`: disarmed; `.distantPast`: expired or
   /// unknown, so the next arming always happens). Protected by `lock`.
   @exclusivity(unchecked) var armedDeadline: MonotonicInstant = .distantFuture
