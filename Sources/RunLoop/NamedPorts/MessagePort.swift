@@ -85,7 +85,10 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
   /// Answers one message on the serving thread. The returned bytes are the reply to a
   /// request (nil replies with no bytes); for a one-way message the result is ignored. The
   /// message's ``PortMessage/replyPort-swift.property`` is the sender's `.name(...)` when it
-  /// gave one.
+  /// gave one. A reply over the 1 MiB payload limit is not delivered: the request throws
+  /// ``PortStatus/transportError`` (over a connection the sender's side refuses it as a
+  /// malformed reply and invalidates its remote port; answered on the calling thread, with
+  /// ``PortError/Reason/payloadTooLarge``).
   public typealias Handler = @Sendable (PortMessage) -> [UInt8]?
 
   /// Whether a send waits for the reply.
@@ -254,8 +257,25 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
     if replyMode == .awaitReply, connection.isOpen, let local = LocalPortRegistry.shared.lookup(name: name),
       case .local(let listener) = local.role, local.isServedOnlyByCallingThread(listener)
     {
-      return try connection.answerLocally(
-        msgid: msgid, payload: data, replyPortName: replyPortName, by: listener)
+      // Only while the connection still reaches a live port: that is then this local port
+      // (a live port holds its name). A connection whose port was invalidated reaches no
+      // port, even if a new local port took the name since: the request fails as it would
+      // over the socket, and this remote port becomes invalid.
+      let (reachesPort, invalidatedNow) = connection.checkValidity()
+      if !reachesPort {
+        if invalidatedNow { fireInvalidation() }
+        throw connection.failure ?? PortError(.becameInvalid, detail: "port \"\(name)\" closed the connection")
+      }
+      do {
+        return try connection.answerLocally(
+          msgid: msgid, payload: data, replyPortName: replyPortName, by: listener)
+      } catch {
+        // The handler (or another thread) invalidated the port meanwhile: its connections
+        // are shut, and as after a request over the socket this remote port finds its peer
+        // gone and becomes invalid, running its invalidation handler.
+        if error.status == .becameInvalid && connection.checkValidity().invalidatedNow { fireInvalidation() }
+        throw error
+      }
     }
     let sendDeadline = MonotonicInstant.after(sendTimeout)
     var invalidatedConnection = false

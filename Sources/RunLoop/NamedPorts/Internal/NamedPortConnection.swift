@@ -135,8 +135,17 @@ final class NamedPortConnection: @unchecked Sendable {
     msgid: Int32, payload: [UInt8], replyPortName: String?, by listener: NamedPortListener
   ) throws(PortError) -> [UInt8] {
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
-    return try listener.answerOnCallingThread(
+    let reply = try listener.answerOnCallingThread(
       Frame(kind: .request, msgid: msgid, sequence: 0, replyPortName: replyPortName, payload: payload))
+    // The limit a reply over the socket is held to (the receiving side refuses it there),
+    // so the outcome does not depend on which thread serves the port. The connection is
+    // untouched: nothing was sent on it.
+    if reply.count > limits.maximumPayload {
+      throw PortError(
+        .transportError, reason: .payloadTooLarge,
+        detail: "port \"\(name)\" replied with \(reply.count) bytes, over the limit of \(limits.maximumPayload)")
+    }
+    return reply
   }
 
   /// The checks every outgoing message passes: payload size, reply port name.

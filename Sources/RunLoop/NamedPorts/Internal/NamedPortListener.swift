@@ -424,6 +424,9 @@ final class NamedPortListener: @unchecked Sendable {
         if fromRunLoop && servingFromRunLoop && servingThread != tk_thread_identity() { return nil }
         // The port's own handler serving it again would re-enter a pass; another thread
         // doing so would race it (unless both are run loops, above).
+        if servingThread == tk_thread_identity() {
+          reportMisuse("MessagePort", "port \"\(name)\" served again from its own handler, inside its serving pass")
+        }
         reportMisuse("MessagePort", "two threads serve port \"\(name)\" at once")
       }
       serving = true
@@ -493,11 +496,17 @@ final class NamedPortListener: @unchecked Sendable {
 
   /// Answers a request on the calling thread without the socket, as a serving pass would:
   /// for a request that only the calling thread could ever serve. Throws
-  /// ``PortStatus/becameInvalid`` when the port is invalid.
+  /// ``PortStatus/becameInvalid`` when the port is invalid, also when it became invalid
+  /// while the handler ran (by the handler or another thread): as a serving pass does, the
+  /// reply is then discarded.
   func answerOnCallingThread(_ frame: Frame) throws(PortError) -> [UInt8] {
     let current: Handler? = mutex.withLock { invalidated ? nil : handler }
     guard let current else { throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated") }
-    return current(frame) ?? []
+    let reply = current(frame)
+    if mutex.withLock({ invalidated }) {
+      throw PortError(.becameInvalid, detail: "port \"\(name)\" invalidated while answering")
+    }
+    return reply ?? []
   }
 
   /// An epoll descriptor that is readable while the port has work (a new peer, a message,
