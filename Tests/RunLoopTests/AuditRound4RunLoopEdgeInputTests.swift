@@ -647,4 +647,27 @@ struct AuditRound4RunLoopEdgeInputTests {
     #expect(outcome.value?.2 == true)
     #expect(outcome.value?.3 == 1)
   }
+
+  // MARK: Run-loop threads
+
+  /// A run-loop thread runs until `stop()`, so one that is `finishBeforeExit` would make
+  /// `exit()` wait for ever (as a pool's idle workers, which `ThreadPool` refuses for that
+  /// reason): refused at start (misuse, with a message naming the setting), not left to hang
+  /// the process's exit.
+  @Test func aFinishBeforeExitRunLoopThreadIsRefused() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      alarm(10)
+      blocking {
+        var configuration = ThreadConfiguration()
+        configuration.finishBeforeExit = true
+        let thread = try? RunLoopThread.start(name: "audit4-critical", configuration: configuration)
+        withExtendedLifetime(thread) {}
+      }
+      exit(0)
+    }
+    if let result {
+      let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+      #expect(text.contains("RunLoopThread") && text.contains("finishBeforeExit"), "\(text)")
+    }
+  }
 }

@@ -55,6 +55,10 @@ public struct RunLoopThread: ~Copyable, Sendable {
   /// - Parameters:
   ///   - name: The thread's name; overrides `configuration.name` when not nil.
   ///   - configuration: Stack, priority, affinity and the other thread settings.
+  ///     ``/Threads/ThreadConfiguration/finishBeforeExit`` must stay false (setting it stops
+  ///     the process: misuse): the thread runs its loop until ``stop()``, so `exit()` would
+  ///     wait for it for ever; to finish the loop's work before the process ends, call
+  ///     ``stop()`` first (as for a ``/Threads/ThreadPool``).
   /// - Throws: ``/Threads/ThreadStartError``: `.invalidConfiguration` for a configuration
   ///   field out of range, as ``/Threads/Thread/spawn(name:configuration:_:)`` throws it;
   ///   `.system` when the thread cannot be created (`EAGAIN` from `pthread_create`, ...) or
@@ -64,6 +68,12 @@ public struct RunLoopThread: ~Copyable, Sendable {
   public static func start(
     name: String? = nil, configuration: ThreadConfiguration = ThreadConfiguration()
   ) throws(ThreadStartError) -> RunLoopThread {
+    if configuration.finishBeforeExit {
+      reportMisuse(
+        "RunLoopThread",
+        "configuration.finishBeforeExit is not supported (the thread runs its loop until stop(), so exit() would wait for ever); call stop() before exiting to finish the loop's work"
+      )
+    }
     let started = Latch(count: 1)
     let outcome = LockedValue<Result<RunLoop, SystemCallError>?>(nil)
     // The thread's `tk_thread_identity()`: tells a drop on the thread itself from others
