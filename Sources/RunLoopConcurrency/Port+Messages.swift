@@ -12,9 +12,11 @@ extension Port {
   /// ```
   ///
   /// The sequence owns the port's handler and invalidation handler (see
-  /// ``PortMessages``); keep one sequence per port. An empty `modes` stops the process
-  /// (misuse: nothing would take messages from the port, and the sequence would not end with
-  /// the loop's thread).
+  /// ``PortMessages``), so a port has one sequence at a time: creating a second while the
+  /// first exists stops the process (misuse: the two would take each other's handlers, and
+  /// one would wait for ever); iterate the one sequence from several tasks instead, or
+  /// release it first. An empty `modes` stops the process too (misuse: nothing would take
+  /// messages from the port, and the sequence would not end with the loop's thread).
   public func messages(on runLoop: RunLoop, inModes modes: [RunLoopMode] = [.common]) -> PortMessages {
     PortMessages(port: self, runLoop: runLoop, modes: modes)
   }
@@ -67,6 +69,14 @@ public final class PortMessages: AsyncSequence, Sendable {
 
   init(port: Port, runLoop: RunLoop, modes: [RunLoopMode]) {
     checkModesNotEmpty(modes, "PortMessages", "nothing would take its messages, nor end the sequence")
+    // Acquiring: pairs with the releasing clear in a previous sequence's deinit, so that
+    // sequence's clearing of the handlers comes before this one sets them (on arm64 too).
+    if port.hasMessageSequence.exchange(true, ordering: .acquiring) {
+      concurrencyMisuse(
+        "PortMessages",
+        "a second message sequence created for \(port) while another exists (they would take each other's handlers); iterate the one sequence from several tasks, or release it first"
+      )
+    }
     self.port = port
     self.runLoop = runLoop
     self.modes = modes
@@ -97,6 +107,8 @@ public final class PortMessages: AsyncSequence, Sendable {
     for mode in modes { runLoop.remove(port, forMode: mode) }
     loopEnd.stop()
     mailbox.finish()
+    // After the handlers are cleared: a sequence created next sets its own.
+    port.hasMessageSequence.store(false, ordering: .releasing)
   }
 
   /// Sets the port's handler while a task waits, clears it otherwise.

@@ -114,6 +114,41 @@ import Threads
 }
 
 @Suite(.timeLimit(.minutes(1))) struct PortMessagesTests {
+  /// Two sequences would take each other's handlers (releasing one clears the other's, which
+  /// then waits for ever): the second is refused with a message naming the misuse.
+  @Test func aSecondSequenceForAPortWhileTheFirstExistsStopsTheProcess() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      alarm(20)
+      let loop = LoopThread()
+      let port = Port()
+      let first = port.messages(on: loop.runLoop)
+      let second = port.messages(on: loop.runLoop)
+      withExtendedLifetime((first, second)) {}
+    }
+    if let result {
+      let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+      #expect(text.contains("PortMessages") && text.contains("second message sequence"), "\(text)")
+    }
+  }
+
+  /// Once the first sequence is released, a new one owns the port's handlers and receives
+  /// the messages.
+  @Test func aSequenceCreatedAfterTheFirstIsReleasedReceivesTheMessages() async {
+    let loop = LoopThread()
+    let port = Port()
+    do {
+      let first = port.messages(on: loop.runLoop)
+      TestThread.run { sendMessage(1, to: port) }
+      var iterator = first.makeAsyncIterator()
+      #expect(await iterator.next()?.msgid == 1)
+    }
+    let second = port.messages(on: loop.runLoop)
+    TestThread.run { sendMessage(2, to: port) }
+    var iterator = second.makeAsyncIterator()
+    #expect(await iterator.next()?.msgid == 2)
+    loop.stop()
+  }
+
   @Test func messagesArriveInTheOrderSent() async {
     let loop = LoopThread()
     let port = Port()
@@ -263,8 +298,10 @@ import Threads
     let (message, rescued) = await valueUnlessHung(waiter)
     #expect(message == nil)
     #expect(!rescued, "the waiter was still waiting after its loop's thread ended")
-    // A sequence made for a loop whose thread has already ended is over at once.
-    let late = port.messages(on: loop.runLoop)
+    // A sequence made for a loop whose thread has already ended is over at once (another
+    // port: a port has one sequence at a time).
+    let latePort = Port()
+    let late = latePort.messages(on: loop.runLoop)
     let (lateMessage, lateRescued) = await valueUnlessHung(
       Task { () -> PortMessage? in
         var iterator = late.makeAsyncIterator()
@@ -272,9 +309,10 @@ import Threads
       })
     #expect(lateMessage == nil)
     #expect(!lateRescued, "a sequence on a loop whose thread had ended waited")
-    TestThread.run { sendMessage(1, to: port) }
-    #expect(port.pendingMessageCount == 1)
-    port.invalidate()
+    TestThread.run { sendMessage(1, to: latePort) }
+    #expect(latePort.pendingMessageCount == 1)
+    latePort.invalidate()
+    withExtendedLifetime(messages) {}
   }
 }
 

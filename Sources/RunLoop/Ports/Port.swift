@@ -69,6 +69,9 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
   /// reference (see ``QueuedPortMessage``), so queued messages never keep their port alive.
   let queue: MessageQueue<QueuedPortMessage>
   let link = PortRunLoopLink()
+  /// Set while an async message sequence (in the RunLoopConcurrency module) owns the port's
+  /// handlers, so a second one can be refused instead of silently starving one of them.
+  package let hasMessageSequence = AtomicBool(false)
 
   /// Creates a valid, empty port holding at most `capacity` messages. Opens no descriptor
   /// (see ``readinessDescriptor()``). Memory follows the messages waiting, not the capacity:
