@@ -54,6 +54,36 @@ private final class Target: Sendable {}
     #expect(released.wait(timeout: .seconds(30)))
   }
 
+  /// As `perform(afterDelay:inModes:_:)`: a request on a loop whose thread had ended can
+  /// never run, so it is withdrawn at once (its timer invalid, its block released), and one
+  /// made before the thread ended is withdrawn by that end.
+  @Test func aTargetRequestOnALoopWhoseThreadEndedIsWithdrawn() throws {
+    let worker = try RunLoopThread.start(name: "target-request-ended")
+    let loop = worker.runLoop
+    let earlierReleased = Latch(count: 1)
+    let earlier: RunLoopTimer
+    do {
+      let capture = ReentrantCapture(runLoop: loop, released: earlierReleased)
+      earlier = (loop as any TargetActionRequests).perform(
+        afterDelay: .seconds(3600), inModes: [.default], target: loop, action: nil, argument: nil
+      ) { withExtendedLifetime(capture) {} }
+    }
+    #expect(earlier.isValid)
+    worker.stop()
+    #expect(!earlier.isValid, "a request made before the loop's thread ended outlived it")
+    #expect(earlierReleased.wait(timeout: .seconds(30)), "its block was kept")
+    let laterReleased = Latch(count: 1)
+    let later: RunLoopTimer
+    do {
+      let capture = ReentrantCapture(runLoop: loop, released: laterReleased)
+      later = (loop as any TargetActionRequests).perform(
+        afterDelay: .milliseconds(1), inModes: [.default], target: loop, action: nil, argument: nil
+      ) { withExtendedLifetime(capture) {} }
+    }
+    #expect(!later.isValid, "a request on an ended thread's loop stays valid")
+    #expect(laterReleased.wait(timeout: .seconds(30)), "its block was kept")
+  }
+
   @Test func aReleasedTargetIsNotMistakenForALaterObjectAtTheSameAddress() async {
     // In a child process, where no other test's threads take the freed block first: the
     // allocator then hands it out again within a few allocations. (Not under

@@ -311,7 +311,9 @@ extension RunLoop {
   /// ``DelayedPerform`` it returns. Runs `block` after `delay`; `target`, `action` and
   /// `argument` identify the request for ``cancelPerformRequests(target:)`` and
   /// ``cancelPerformRequests(target:action:argument:)`` (the target is not retained; once
-  /// it is released the request runs as made, and no later object cancels it).
+  /// it is released the request runs as made, and no later object cancels it). As there,
+  /// a request on a loop whose thread ends first, or had already ended, is withdrawn (the
+  /// returned timer is then invalid).
   @available(*, deprecated, message: "use perform(afterDelay:inModes:_:) and cancel() its DelayedPerform")
   @discardableResult
   public func perform(
@@ -327,8 +329,16 @@ extension RunLoop {
     let entry = DelayedPerformRegistry.Entry(
       runLoop: self, target: target, action: action, argument: argument, timer: timer)
     slot.entry = entry
+    timer.lock.withLock { timer.endsWithItsRunLoop = true }
     DelayedPerformRegistry.add(entry)
-    for mode in modes { add(timer, forMode: mode) }
+    var added = false
+    for mode in modes { added = add(timer, forMode: mode) || added }
+    // Refused by every mode (the loop's thread had ended): withdrawn at once, as above; the
+    // registry purges the entry of the invalid timer.
+    if !added {
+      DelayedPerformRegistry.remove(entry)
+      timer.invalidate()
+    }
     return timer
   }
 
