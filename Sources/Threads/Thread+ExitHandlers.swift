@@ -24,9 +24,9 @@ extension Thread {
   ///   other than ``ThreadConfiguration/finishBeforeExit`` ones.
   ///
   /// Add handlers from the thread itself (`Thread.current.onExit { ... }`), or on a thread
-  /// made with ``init(name:configuration:_:)`` before ``start()``. Adding one to a running
-  /// thread from another thread stops the process (misuse: that thread may be past its exit
-  /// handlers already). Added on a thread that has already run its exit handlers (from
+  /// made with ``init(name:configuration:_:)`` before ``start()``. Adding one from another
+  /// thread to a thread that has started (running or ended) stops the process (misuse: that
+  /// thread may be past its exit handlers already). Added on a thread that has already run its exit handlers (from
   /// another thread-specific-data destructor), `handler` runs at once.
   ///
   /// A handler is not removable; it is released after it has run (or with the thread
@@ -55,7 +55,8 @@ extension Thread {
     case .misuse:
       reportMisuse(
         "Thread",
-        "onExit called on a running thread from another thread (call it on the thread itself, or before start)")
+        "onExit called from another thread on a thread that has started (running or ended; call it on the thread itself, or before start)"
+      )
     }
   }
 

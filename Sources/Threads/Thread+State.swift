@@ -13,9 +13,9 @@ extension Thread {
   ///
   /// Setting is allowed before the thread starts, or from the thread itself (which also
   /// renames it in the kernel: at most 15 bytes, cut on a character boundary as
-  /// ``ThreadConfiguration/kernelName(for:)`` describes). Setting a running thread's name
-  /// from another thread stops the process (misuse: the target may be ending, and its
-  /// kernel name cannot be changed safely then). The corresponding C function is
+  /// ``ThreadConfiguration/kernelName(for:)`` describes). Setting the name of a thread that
+  /// has started (running or ended) from another thread stops the process (misuse: the
+  /// target may be ending, and its kernel name cannot be changed safely then). The corresponding C function is
   /// `pthread_setname_np`.
   public var name: String? {
     get { withLock { storedName } }
@@ -33,7 +33,9 @@ extension Thread {
       // (the main thread setting `Thread.main.name` first thing) is adopted here.
       guard Thread.current === self else {
         reportMisuse(
-          "Thread", "name set on a running thread from another thread (set it before start, or on the thread itself)")
+          "Thread",
+          "name set from another thread on a thread that has started (running or ended; set it before start, or on the thread itself)"
+        )
       }
       withLock { storedName = newValue }
       let kernelName = ThreadConfiguration.kernelName(for: newValue ?? "")

@@ -51,6 +51,18 @@ struct MisuseTests {
     await #expect(processExitsWith: .failure) { misuseOnExitFromOutside() }
   }
 
+  /// An ended thread is not "running": the message covers both, so it does not mislead.
+  @Test func renamingOrAddingAnExitHandlerToAnEndedThreadFromAnotherThreadSaysSo() async {
+    let results = [
+      await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { misuseRenameEnded() },
+      await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { misuseOnExitEnded() },
+    ]
+    for result in results {
+      let text = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+      #expect(text.contains("Thread misuse") && text.contains("running or ended"), "\(text)")
+    }
+  }
+
   @Test func misuseMessageNamesTheType() async throws {
     let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       misuseJoinSelf()
@@ -93,6 +105,20 @@ func misuseRenameFromOutside() {
   let release = TestLatch()
   guard let worker = try? Thread.spawn({ release.wait() }) else { exit(0) }
   worker.thread.name = "renamed"
+}
+
+func misuseRenameEnded() {
+  guard let worker = try? Thread.spawn({}) else { exit(0) }
+  let thread = worker.thread
+  worker.join()
+  thread.name = "renamed"
+}
+
+func misuseOnExitEnded() {
+  guard let worker = try? Thread.spawn({}) else { exit(0) }
+  let thread = worker.thread
+  worker.join()
+  thread.onExit {}
 }
 
 func misuseOnExitFromOutside() {
