@@ -116,7 +116,10 @@ public final class ProcessLock: @unchecked Sendable {
 
   /// Creates a lock object for the lock file at `path` (it does not take the lock). Throws
   /// ``SystemCallError`` if the directory that would hold the file does not exist, is not a
-  /// directory, or is not writable by this process.
+  /// directory, or is not writable by this process, and ``SystemErrorCode/invalidArgument``
+  /// (call `"ProcessLock(path:)"`) for an empty path or one that contains a NUL byte: the C
+  /// calls would see the path cut at the NUL, the name of another file (another lock's,
+  /// which ``breakLock()`` would then remove).
   public convenience init(path: String) throws(SystemCallError) {
     try self.init(
       path: path, linkFile: { (existing, new) throws(SystemCallError) -> Bool in try FileCalls.link(existing, new) })
@@ -129,6 +132,9 @@ public final class ProcessLock: @unchecked Sendable {
   {
     self.path = path
     self.linkFile = linkFile
+    if path.isEmpty || path.utf8.contains(0) {
+      throw SystemCallError(call: "ProcessLock(path:)", code: .invalidArgument)
+    }
     let directory: String
     if let slash = path.lastIndex(of: "/") {
       directory = slash == path.startIndex ? "/" : String(path[..<slash])
