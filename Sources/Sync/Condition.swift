@@ -29,8 +29,9 @@
 /// them return early or late. A deadline that has passed, or a zero or negative timeout,
 /// returns `false` at once, without releasing the lock.
 ///
-/// **Misuse** stops the process with a message: waiting without holding the lock, unlocking
-/// a lock that is not held (the lock behaves like a checked ``Lock``), and deinitializing a
+/// **Misuse** stops the process with a message: waiting without holding the lock (also a
+/// predicate of ``wait(until:)->()`` that releases it and returns `false`), unlocking a lock
+/// that is not held (the lock behaves like a checked ``Lock``), and deinitializing a
 /// condition while it is locked. A condition cannot be signalled after it is destroyed:
 /// every caller holds a strong reference to it.
 ///

@@ -27,7 +27,8 @@
 /// timeout returns `false` at once without releasing the mutex.
 ///
 /// **Misuse** stops the process with a message: waiting with a mutex the calling thread
-/// does not hold, and waiting with a different mutex than earlier waits used (a condition
+/// does not hold (also a predicate of `wait(_:until:)` that releases it and returns
+/// `false`), and waiting with a different mutex than earlier waits used (a condition
 /// variable pairs with one mutex for its whole life; the guide: "a condition always pairs
 /// with the same mutex"). A condition variable cannot be signalled after it is destroyed:
 /// every caller holds a strong reference to it.

@@ -55,8 +55,16 @@ struct FutexCondition {
   /// Releases `lock` (held by the caller), sleeps until notified or `deadline` passes, and
   /// re-acquires `lock`. Returns false only when the deadline passed; true for a
   /// notification or a spurious wake-up.
+  ///
+  /// Stops the process when the caller does not hold `lock`: the public waits check that on
+  /// entry, but a predicate they re-test may have released the lock since, and another
+  /// thread may hold it now; the release below would free that thread's lock. One load and
+  /// a compare, on a path about to sleep.
   @usableFromInline
   func wait(releasing lock: FutexLock, before deadline: MonotonicInstant, typeName: String) -> Bool {
+    if !lock.isHeldByCurrentThread {
+      reportMisuse(typeName, "wait without holding the lock (a wait predicate must not release it)")
+    }
     if deadline != .distantFuture, deadline.hasPassed { return false }
     // Read under the lock: any notify that follows our release bumps it past `seen`.
     let seen = UInt32.atomicLoad(at: sequence, ordering: .relaxed)
