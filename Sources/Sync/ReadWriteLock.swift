@@ -777,7 +777,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     return try body()
   }
 
-  /// Runs `body` holding the write lock; releases it however `body` exits.
+  /// Runs `body` holding the write lock; releases it however `body` exits. Stops the
+  /// process if `body` released the write lock itself (the scope's release would otherwise
+  /// drop a read lock another thread took meanwhile: read locks are not tagged).
   @inlinable
   public func withWriteLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
     if LockDiagnostics.acquisitionHooksRun {
@@ -787,8 +789,16 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     } else {
       _ = writeLockSlow(before: .distantFuture)
     }
-    defer { unlock() }
+    defer {
+      if writerTag != currentThreadTag() { writeScopeReleasedByBody() }
+      unlock()
+    }
     return try body()
+  }
+
+  @usableFromInline
+  func writeScopeReleasedByBody() -> Never {
+    reportMisuse("ReadWriteLock", "withWriteLock's body released the write lock (the scope releases it)")
   }
 
   /// `Locking` conformance: takes the write lock.
