@@ -158,6 +158,7 @@ public struct SharedMemoryCondition: @unchecked Sendable, Hashable {
   // alike). The futex is process-shared, so the kernel's compare and wake-up meet across
   // processes at the word's physical page.
   func wait(_ lock: SharedMemoryLock, deadline: MonotonicInstant) throws(SharedMemoryLockError) -> WaitResult {
+    lock.checkInitialized()
     let passed = deadline != .distantFuture && deadline.hasPassed
     // Checked before anything shared changes: a non-holder stopped after raising `waiters`
     // would leave the count raised in the mapping for good (every later notify, in every

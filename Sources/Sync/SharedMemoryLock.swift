@@ -45,7 +45,10 @@
 /// **Misuse** stops the process with a message: `lock()` by the holding thread (the lock is
 /// error-checking, so this is reported instead of hanging), ``unlock()`` by a thread that
 /// does not hold it, ``markConsistent()`` when there is nothing to mark, and using memory
-/// that does not hold an initialized lock (as far as glibc can tell).
+/// that does not hold an initialized lock. ``initialize(at:)`` leaves a mark in the lock's
+/// last 8 bytes that every operation checks: zero-filled memory (a fresh region whose
+/// `initialize(at:)` was forgotten) is a valid default mutex to glibc, neither robust nor
+/// process-shared nor error-checking, on which relocking would hang and any unlock pass.
 ///
 /// Ownership is per *thread*, as for every pthread mutex: the thread that acquired the lock
 /// must release it.
@@ -109,10 +112,29 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   ///   process-shared mutexes: `.notSupported`-style codes) or has no memory for them.
   public static func initialize(at address: UnsafeMutableRawPointer) throws(SystemCallError) -> SharedMemoryLock {
     checkAlignment(address, typeName: "SharedMemoryLock")
-    precondition(MemoryLayout<pthread_mutex_t>.size <= byteCount)
+    precondition(MemoryLayout<pthread_mutex_t>.size <= markOffset)
     let mutex = address.bindMemory(to: pthread_mutex_t.self, capacity: 1)
     try RobustMutex.initialize(mutex)
+    // Releasing: a process that reads the mark (acquiring) sees the initialized mutex.
+    let mark = (address + markOffset).bindMemory(to: UInt64.self, capacity: 1)
+    UInt64.atomicStore(initializedMark, at: mark, ordering: .releasing)
     return SharedMemoryLock(existingAt: address)
+  }
+
+  /// Where ``initialize(at:)`` leaves its mark: the last 8 of the ``byteCount`` bytes, after
+  /// the mutex.
+  static let markOffset = 56
+
+  /// The mark (`"TKSHMLCK"`).
+  static let initializedMark: UInt64 = 0x544B_5348_4D4C_434B
+
+  /// Stops the process unless ``initialize(at:)`` ran on this memory. One acquiring load.
+  func checkInitialized() {
+    let mark = (address + Self.markOffset).assumingMemoryBound(to: UInt64.self)
+    if UInt64.atomicLoad(at: mark, ordering: .acquiring) != Self.initializedMark {
+      reportMisuse(
+        "SharedMemoryLock", "the memory at \(address) does not hold an initialized lock (call initialize(at:) first)")
+    }
   }
 
   /// The lock that ``initialize(at:)`` created at `address` (in this process or another
@@ -155,6 +177,7 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   /// call that returns at once). Returns `nil` when it is held (by anyone, including the
   /// calling thread); otherwise as ``lock()``.
   public func tryLock() throws(SharedMemoryLockError) -> Acquisition? {
+    checkInitialized()
     let outcome: RobustMutex.Outcome
     do throws(SystemCallError) {
       outcome = try RobustMutex.tryLock(mutex, typeName: "SharedMemoryLock")
@@ -171,6 +194,7 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   /// Stops the process if the calling thread does not hold the lock or the lock's previous
   /// owner did not die.
   public func markConsistent() {
+    checkInitialized()
     RobustMutex.markConsistent(mutex, typeName: "SharedMemoryLock")
   }
 
@@ -180,6 +204,7 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   ///
   /// Stops the process if the calling thread does not hold the lock.
   public func unlock() {
+    checkInitialized()
     RobustMutex.unlock(mutex, typeName: "SharedMemoryLock")
   }
 
@@ -212,6 +237,7 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   }
 
   func acquire(before deadline: MonotonicInstant) throws(SharedMemoryLockError) -> Acquisition? {
+    checkInitialized()
     let outcome: RobustMutex.Outcome
     do throws(SystemCallError) {
       outcome = try RobustMutex.lock(mutex, before: deadline, typeName: "SharedMemoryLock")

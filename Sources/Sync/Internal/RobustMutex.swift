@@ -119,11 +119,15 @@ enum RobustMutex {
   }
 
   static func markConsistent(_ mutex: UnsafeMutablePointer<pthread_mutex_t>, typeName: String) {
+    // Checked here: glibc's pthread_mutex_consistent does not look at the caller, and makes
+    // whichever thread calls it the mutex's recorded owner.
+    if !isHeldByCurrentThread(mutex) {
+      reportMisuse(typeName, "markConsistent() by a thread that does not hold the lock")
+    }
     switch pthread_mutex_consistent(mutex) {
     case 0: return
     case EINVAL:
-      reportMisuse(
-        typeName, "markConsistent() by a thread that does not hold the lock after its previous owner died")
+      reportMisuse(typeName, "markConsistent() of a lock whose previous owner did not die (nothing to recover)")
     case let code:
       fatalError(
         "\(typeName): \(SystemCallError(call: "pthread_mutex_consistent", code: SystemErrorCode(rawValue: code)))")
