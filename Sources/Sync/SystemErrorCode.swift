@@ -173,13 +173,17 @@ public struct SystemErrorCode: RawRepresentable, Hashable, Sendable, CustomStrin
   }
 
   /// The C library's text for the code (`strerror_r`), for example
-  /// `"Resource temporarily unavailable"`.
+  /// `"Resource temporarily unavailable"`, and `"Unknown error N"` for a number the C
+  /// library does not know.
   public var message: String {
     var buffer = [CChar](repeating: 0, count: 256)
     return buffer.withUnsafeMutableBufferPointer { buffer -> String in
-      // Swift sees the XSI strerror_r, which fills the buffer and returns 0.
-      guard strerror_r(rawValue, buffer.baseAddress!, buffer.count) == 0 else {
-        return "unknown error \(rawValue)"
+      // Swift sees the XSI strerror_r, which fills the buffer and returns 0; for a number
+      // it does not know, glibc still writes "Unknown error N" but returns EINVAL. Its text
+      // is used whenever it wrote one.
+      let result = strerror_r(rawValue, buffer.baseAddress!, buffer.count)
+      guard result == 0 || buffer[0] != 0 else {
+        return "Unknown error \(rawValue)"
       }
       return String(cString: buffer.baseAddress!)
     }
