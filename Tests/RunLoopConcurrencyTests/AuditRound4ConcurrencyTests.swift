@@ -122,7 +122,9 @@ import Threads
   @Test func portMessagesWithRandomlyCancelledConsumersLoseAndDuplicateNothing() async {
     var generator = SeededGenerator(seed: 0xb0_2026)
     let loop = LoopThread()
-    let port = Port()
+    // Room for every message: the sender never waits for the consumers, whose tasks a loaded
+    // cooperative pool (the whole suite in parallel) may not run for seconds.
+    let port = Port(capacity: 512)
     let messages = port.messages(on: loop.runLoop)
     let total = 300
     // Ten more than the loop below takes at most: its consumers never wait for a message
