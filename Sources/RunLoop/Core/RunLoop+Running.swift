@@ -1,3 +1,4 @@
+import CThreadingShims
 import Sync
 import Threads
 
@@ -583,6 +584,13 @@ extension RunLoop {
     case .sleepInEpoll: sleepingBit = RunLoop.sleepingInEpoll
     case .sleepOnFutex: sleepingBit = RunLoop.sleepingOnFutex
     }
+    // The wait starts here for the adaptive rule: a spin that found nothing counts in the
+    // sleep after it, which is then not short, so the next one does not spin.
+    var waitStart = MonotonicInstant.distantPast
+    if plan == .sleepOnFutex {
+      waitStart = .now
+      if lastFutexSleepWasShort && spinsBeforeSleepingSwitch.load(ordering: .relaxed) { spinForWakeUp() }
+    }
     var state = wakeState.load(ordering: .full)
     while true {
       if state & RunLoop.exitRequested != 0 { return 0 }
@@ -601,6 +609,7 @@ extension RunLoop {
       // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
       // changed; a spurious return only costs a pass.
       wakeState.wait(whileEqualTo: state | sleepingBit)
+      lastFutexSleepWasShort = waitStart.duration(to: .now) < RunLoop.futexSpinLimit
       count = 0
     } else {
       count = backend.wait(block: true)
@@ -609,6 +618,35 @@ extension RunLoop {
     let ended = wakeState.fetchAnd(~(sleepingBit | RunLoop.wakeUpPending), ordering: .full)
     if ended & RunLoop.wakeUpPending != 0 { consumedWakeUp = true }
     return count
+  }
+
+  /// How long a loop about to sleep on its futex first watches for a wake-up, when its last
+  /// futex sleep was shorter than this (see ``spinForWakeUp()``).
+  static let futexSpinLimit = Duration.microseconds(30)
+
+  /// Before a futex sleep that is likely short (the last one was; see
+  /// ``spinsBeforeSleeping``): watches `wakeState` for a wake-up or an exit request for at
+  /// most ``futexSpinLimit``, yielding the CPU before each few looks (a partner thread on the
+  /// same CPU gets to run and answer; `pause` alone would hold the CPU it needs). Meanwhile
+  /// the loop is not marked sleeping, so a waker only sets `wakeUpPending`, without a system
+  /// call, and the loop goes on without being woken. The adaptive rule bounds the CPU spent:
+  /// a loop whose sleeps are long never spins, and a spin that finds nothing counts in the
+  /// sleep after it, which is then not short, so the next one does not spin.
+  ///
+  /// Relaxed loads suffice: they only decide when to go on to `wait`'s `.full` load and
+  /// compare-and-swap, which order everything as without the spin.
+  func spinForWakeUp() {
+    let end = MonotonicInstant.after(RunLoop.futexSpinLimit)
+    let watched = RunLoop.wakeUpPending | RunLoop.exitRequested
+    while true {
+      // Yield first: a partner on the same CPU answers at once.
+      Thread.yield()
+      for _ in 0..<16 {
+        if wakeState.load(ordering: .relaxed) & watched != 0 { return }
+        tk_cpu_relax()
+      }
+      if end.hasPassed { return }
+    }
   }
 
   /// A descriptor member joined the epoll set. A loop sleeping on its futex would not see the

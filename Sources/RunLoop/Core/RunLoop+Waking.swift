@@ -80,6 +80,39 @@ extension RunLoop {
     if activations.contains(where: { isEmpty($0.mode) }) { wakeUp() }
   }
 
+  /// Whether the loop's thread, about to sleep with nothing to wait for but a wake-up, first
+  /// watches for one for up to 30 us when its previous such sleep was shorter than that. On
+  /// by default; callable from any thread, taking effect at the loop's next sleep.
+  ///
+  /// **What it buys.** Meanwhile the loop is not marked asleep, so a thread that queues work
+  /// for it (a call to an actor whose executor is the loop's `RunLoopExecutor`, a signalled
+  /// source, a perform request) wakes it with one compare-and-swap and no system call, and the loop
+  /// goes on at once instead of being woken by the kernel. On virtual machines, where waking
+  /// an idle CPU takes microseconds, that is most of a cross-thread round trip: on a 2-vCPU
+  /// KVM guest, a loop answering another thread's requests did so in a fraction of the time
+  /// of two threads waking each other through an eventfd (see the README's cost tables).
+  /// The loop yields the CPU between looks, so a partner thread on the same CPU runs and
+  /// answers rather than waiting for the loop to give up.
+  ///
+  /// **What it costs.** Up to 30 us of CPU before a sleep, and only while the loop's sleeps
+  /// are that short: a loop whose sleeps are longer (timers, idle periods, work arriving
+  /// every 100 us) never watches, and a watch that finds nothing ends in a sleep that is
+  /// then not short, so the next one does not watch. A loop woken steadily every 10-30 us
+  /// may use its CPU fully instead of partly. Loops with a timer or run deadline pending, or
+  /// with descriptor sources or named ports, sleep in `epoll_wait` and never watch.
+  ///
+  /// Turn it off for a thread that must leave the CPU at once whenever it has nothing to do
+  /// (battery-powered devices, a CPU shared with latency-critical work):
+  ///
+  /// ```swift
+  /// worker.runLoop.spinsBeforeSleeping = false
+  /// ```
+  public var spinsBeforeSleeping: Bool {
+    get { spinsBeforeSleepingSwitch.load(ordering: .relaxed) }
+    // Relaxed: the switch orders no other memory; the loop reads it before each futex sleep.
+    set { spinsBeforeSleepingSwitch.store(newValue, ordering: .relaxed) }
+  }
+
   /// Whether the loop is asleep waiting for an event (also between two ``runDueWork(mode:)``
   /// calls, when a foreign loop waits on ``pollDescriptor`` for it). Meant for other threads
   /// (is it worth waking?); about your own thread's loop it is false while a run is active.

@@ -50,7 +50,10 @@ import Threads
 /// sleeps on a futex instead, so a cross-thread ``wakeUp()`` is one `futex_wake`, the cheapest
 /// sleep/wake pair Linux has. A wake-up sent while the loop is busy costs one
 /// compare-and-swap and no system call, and a zero-timeout pass with nothing but timers,
-/// sources and blocks makes no system call at all.
+/// sources and blocks makes no system call at all. Before such a futex sleep, a loop whose
+/// previous one lasted under 30 us (a partner thread answering quickly: an actor's callers,
+/// a ping-pong) first watches for the wake-up for up to 30 us, yielding the CPU between
+/// looks; see ``spinsBeforeSleeping`` for what that buys and costs, and how to turn it off.
 ///
 /// **After `fork()`**: a run loop belongs to the process that created it. The child's copy
 /// of a parent's run loop (``current`` on the forking thread, ``main``, any other) shares
@@ -183,6 +186,12 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// Set by `wait` when it consumed a wake-up (`wakeUpPending`), so the pass can pass it on
   /// to outer activations. Read and written only by the thread running the loop.
   @exclusivity(unchecked) var consumedWakeUp = false
+  /// Whether the last futex sleep ended within ``RunLoop/futexSpinLimit`` of its start (a
+  /// partner thread answering quickly): the next futex sleep then first watches for a
+  /// wake-up for at most that long. Read and written only by the thread running the loop.
+  @exclusivity(unchecked) var lastFutexSleepWasShort = false
+  /// The storage of ``spinsBeforeSleeping``.
+  let spinsBeforeSleepingSwitch = AtomicBool(true)
 
   /// Set once by `threadDidExit`: nothing will ever run a block queued from then on, so
   /// `enqueue` drops it. Protected by `lock`.

@@ -1,0 +1,73 @@
+import RunLoop
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+/// `spinsBeforeSleeping`: a loop whose futex sleeps are short first watches for the next
+/// wake-up, unmarked as asleep. Whatever the switch says, no wake-up, stop or exit request
+/// may be lost: a waker that finds the loop watching only sets the pending flag, and the loop
+/// must see it. These scenarios keep the loop's sleeps short (each request answered at
+/// once), so with the switch on the loop watches at nearly every sleep.
+@Suite("RunLoop: watching for a wake-up before a short sleep", .timeLimit(.minutes(1)))
+struct SpinBeforeSleepTests {
+  @Test("on by default, and settable from any thread")
+  func onByDefaultAndSettable() throws {
+    let worker = try RunLoopThread.start(name: "spin-switch")
+    #expect(worker.runLoop.spinsBeforeSleeping)
+    worker.runLoop.spinsBeforeSleeping = false
+    #expect(!worker.runLoop.spinsBeforeSleeping)
+    worker.runLoop.spinsBeforeSleeping = true
+    #expect(worker.runLoop.spinsBeforeSleeping)
+    worker.stop()
+  }
+
+  @Test(
+    "every signal of a source answered in a ping-pong is handled, with the switch on and off",
+    arguments: [true, false])
+  func pingPongLosesNoWakeUp(spins: Bool) throws {
+    let worker = try RunLoopThread.start(name: "spin-pingpong")
+    worker.runLoop.spinsBeforeSleeping = spins
+    let answered = Semaphore(value: 0)
+    let handled = AtomicInteger<Int>(0)
+    let source = RunLoopSource(perform: {
+      _ = handled.increment(ordering: .relaxed)
+      answered.signal()
+    })
+    #expect(worker.runLoop.add(source, forMode: .default))
+    let rounds = isRunningUnderSanitizer ? 500 : 5_000
+    var timedOut = 0
+    for _ in 0..<rounds {
+      source.signal()
+      worker.runLoop.wakeUp()
+      // A bound only a lost wake-up reaches.
+      if !answered.wait(timeout: .seconds(10)) {
+        timedOut += 1
+        break
+      }
+    }
+    #expect(timedOut == 0, "a signal was not handled: the loop missed its wake-up")
+    #expect(handled.load(ordering: .relaxed) == rounds)
+    source.invalidate()
+    worker.stop()
+  }
+
+  @Test("a stop or an exit request sent while the loop watches ends its run")
+  func stopWhileWatchingEndsTheRun() throws {
+    for _ in 0..<20 {
+      let worker = try RunLoopThread.start(name: "spin-stop")
+      let answered = Semaphore(value: 0)
+      let source = RunLoopSource(perform: { answered.signal() })
+      #expect(worker.runLoop.add(source, forMode: .default))
+      // Short sleeps first, so the loop watches before its next one.
+      for _ in 0..<50 {
+        source.signal()
+        worker.runLoop.wakeUp()
+        #expect(answered.wait(timeout: .seconds(10)))
+      }
+      // `stop()` requests the thread's exit and joins it: a hang here is a lost request.
+      worker.stop()
+      source.invalidate()
+    }
+  }
+}
