@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import RunLoop
 import Sync
 import TestSupport
@@ -26,19 +27,6 @@ import Threads
 ///   was due at, else its next grid point.
 @Suite("Audit round 4: RunLoop timer model", .timeLimit(.minutes(1)))
 struct AuditRound4RunLoopTimerModelTests {
-  /// SplitMix64: small, seeded, deterministic.
-  struct Generator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-      state &+= 0x9E37_79B9_7F4A_7C15
-      var z = state
-      z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-      z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-      return z ^ (z >> 31)
-    }
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-  }
-
   /// A fire date: nanoseconds after the (past) base instant, or far in the future.
   enum When: Equatable, CustomStringConvertible {
     case past(Int64)
@@ -89,7 +77,7 @@ struct AuditRound4RunLoopTimerModelTests {
 
   /// The real side: timers and the log, touched only on the loop's thread.
   final class World: @unchecked Sendable {
-    var generator: Generator
+    var generator: SeededGenerator
     let base: MonotonicInstant
     var timers: [RunLoopTimer] = []
     var repeating: [Bool] = []
@@ -103,7 +91,7 @@ struct AuditRound4RunLoopTimerModelTests {
     static let maximumTimers = 40
 
     init(seed: UInt64, loop: RunLoop) {
-      generator = Generator(state: seed)
+      generator = SeededGenerator(seed: seed)
       base = MonotonicInstant.now - .seconds(10)
       self.loop = loop
     }
@@ -323,7 +311,7 @@ struct AuditRound4RunLoopTimerModelTests {
       let world = World(seed: seed, loop: loop)
       var model = Model()
       // The modes of the top-level passes, from a generator of their own.
-      var passModes = Generator(state: ~seed)
+      var passModes = SeededGenerator(seed: ~seed)
       let initial = 6 + world.generator.below(6)
       for _ in 0..<initial {
         let when: When = .past(Int64(world.generator.below(4)))

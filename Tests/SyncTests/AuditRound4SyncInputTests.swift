@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -575,24 +576,12 @@ struct AuditRound4ReadLimitTests {
   }
 }
 
-/// A small seeded generator (SplitMix64): the same sequence on every run.
-private struct SeededGenerator: RandomNumberGenerator {
-  var state: UInt64
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-}
-
 @Suite("Audit round 4: seeded model checks", .timeLimit(.minutes(1)))
 struct AuditRound4ModelTests {
   @Test(
     "semaphore, recursive lock, read-write lock, condition lock and latch follow a simple model", arguments: [1, 2, 3])
   func singleThreadModel(seed: UInt64) {
-    var random = SeededGenerator(state: seed)
+    var random = SeededGenerator(seed: seed)
     let semaphore = Semaphore(value: 2)
     var permits = 2
     let recursive = RecursiveLock()
@@ -694,7 +683,7 @@ struct AuditRound4ModelTests {
     let takes = AtomicInteger<Int>(0)
     let deadline = MonotonicInstant.now + .milliseconds(300)
     runConcurrently(4) { index in
-      var random = SeededGenerator(state: seed &* 31 &+ UInt64(index))
+      var random = SeededGenerator(seed: seed &* 31 &+ UInt64(index))
       while !deadline.hasPassed {
         switch Int.random(in: 0..<4, using: &random) {
         case 0:
@@ -720,7 +709,7 @@ struct AuditRound4ModelTests {
     let opened = AtomicInteger<Int>(0)
     runConcurrently(6) { index in
       if index < 4 {
-        var random = SeededGenerator(state: UInt64(index) + 100)
+        var random = SeededGenerator(seed: UInt64(index) + 100)
         var left = 500
         while left > 0 {
           let amount = Int.random(in: 0...min(left, 7), using: &random)
@@ -825,7 +814,7 @@ struct AuditRound4ReentryTests {
     let overlaps = AtomicInteger<Int>(0)
     let deadline = MonotonicInstant.now + .milliseconds(300)
     runConcurrently(4) { index in
-      var random = SeededGenerator(state: UInt64(index) + 7)
+      var random = SeededGenerator(seed: UInt64(index) + 7)
       while !deadline.hasPassed {
         let first = keys[Int.random(in: 0..<3, using: &random)]
         let nested = Bool.random(using: &random)
@@ -1113,7 +1102,7 @@ struct AuditRound4RandomTimeoutRaceTests {
     let violations = AtomicInteger<Int>(0)
     let deadline = MonotonicInstant.now + .milliseconds(300)
     runConcurrently(4) { index in
-      var random = SeededGenerator(state: seed &* 131 &+ UInt64(index))
+      var random = SeededGenerator(seed: seed &* 131 &+ UInt64(index))
       while !deadline.hasPassed {
         let limit = Self.timeout(&random)
         if Int.random(in: 0..<3, using: &random) == 0 {
@@ -1151,7 +1140,7 @@ struct AuditRound4RandomTimeoutRaceTests {
     let violations = AtomicInteger<Int>(0)
     let deadline = MonotonicInstant.now + .milliseconds(300)
     runConcurrently(4) { index in
-      var random = SeededGenerator(state: seed &* 977 &+ UInt64(index))
+      var random = SeededGenerator(seed: seed &* 977 &+ UInt64(index))
       while !deadline.hasPassed {
         let which = Int.random(in: 0..<locks.count, using: &random)
         let lock = locks[which]
@@ -1323,7 +1312,7 @@ struct AuditRound4ProcessLockRaceTests {
     let deadline = MonotonicInstant.now + .milliseconds(300)
     runConcurrently(4) { index in
       let lock = locks[index]
-      var random = SeededGenerator(state: UInt64(index) + 41)
+      var random = SeededGenerator(seed: UInt64(index) + 41)
       while !deadline.hasPassed {
         do {
           let got = Bool.random(using: &random) ? try lock.tryLock() : try lock.tryLockBreakingStaleLock()

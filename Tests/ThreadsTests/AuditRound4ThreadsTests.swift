@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -308,7 +309,7 @@ struct AuditRound4ThreadsTests {
   /// when it never ran, and once everything returned the pool's statistics show no job
   /// anywhere. Seeded, bounded to about a second.
   @Test func poolOutcomesMatchWhetherTheClosureRanUnderRandomCancellation() async {
-    var generator = SplitMix(seed: 0x5eed_2026)
+    var generator = SeededGenerator(seed: 0x5eed_2026)
     var configuration = ThreadPool.Configuration()
     configuration.maximumThreads = 2
     configuration.queueCapacity = 2
@@ -371,7 +372,7 @@ extension AuditRound4ThreadsTests {
   /// gets `.shutDown` and never runs; no closure runs without its value arriving; the
   /// shutdown returns with no thread left. Seeded, a few rounds.
   @Test func poolShutdownRacingSubmissionsLosesNoOutcome() async {
-    var generator = SplitMix(seed: 0xd0_2026)
+    var generator = SeededGenerator(seed: 0xd0_2026)
     var mismatches: [String] = []
     for round in 0..<12 {
       var configuration = ThreadPool.Configuration()
@@ -506,17 +507,4 @@ private final class Recorded: Sendable {
 private final class LocalHolder: @unchecked Sendable {
   // @unchecked: touched by one thread only.
   var local: ThreadLocal<Tracked?>?
-}
-
-/// A small seeded generator (SplitMix64), so a failing sequence can be replayed.
-private struct SplitMix {
-  private var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
 }

@@ -1,0 +1,18 @@
+// A seeded random number generator for randomized scenarios. Plain Swift, nothing of the
+// toolkit, like the helpers beside it, so every test target may use it.
+
+/// A small seeded generator (SplitMix64): the same sequence for the same seed on every run,
+/// so a failing randomized scenario can be replayed from its seed.
+public struct SeededGenerator: RandomNumberGenerator, Sendable {
+  private var state: UInt64
+  public init(seed: UInt64) { state = seed }
+  public mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+  /// A number in `0..<bound` (`bound` above zero).
+  public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+}
