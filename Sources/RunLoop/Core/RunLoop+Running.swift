@@ -585,11 +585,13 @@ extension RunLoop {
     case .sleepOnFutex: sleepingBit = RunLoop.sleepingOnFutex
     }
     // The wait starts here for the adaptive rule: a spin that found nothing counts in the
-    // sleep after it, which is then not short, so the next one does not spin.
+    // sleep after it, which is then not short, so the next one does not spin. Without the
+    // switch, the clock is not read.
+    let watches = plan == .sleepOnFutex && spinsBeforeSleepingSwitch.load(ordering: .relaxed)
     var waitStart = MonotonicInstant.distantPast
-    if plan == .sleepOnFutex {
+    if watches {
       waitStart = .now
-      if lastFutexSleepWasShort && spinsBeforeSleepingSwitch.load(ordering: .relaxed) { spinForWakeUp() }
+      if lastFutexSleepWasShort { spinForWakeUp() }
     }
     var state = wakeState.load(ordering: .full)
     while true {
@@ -609,7 +611,7 @@ extension RunLoop {
       // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
       // changed; a spurious return only costs a pass.
       wakeState.wait(whileEqualTo: state | sleepingBit)
-      lastFutexSleepWasShort = waitStart.duration(to: .now) < RunLoop.futexSpinLimit
+      lastFutexSleepWasShort = watches && waitStart.duration(to: .now) < RunLoop.futexSpinLimit
       count = 0
     } else {
       count = backend.wait(block: true)
