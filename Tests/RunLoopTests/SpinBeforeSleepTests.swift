@@ -4,6 +4,10 @@ import TestSupport
 import Testing
 import Threads
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// `spinsBeforeSleeping`: a loop whose futex sleeps are short first watches for the next
 /// wake-up, unmarked as asleep. Whatever the switch says, no wake-up, stop or exit request
 /// may be lost: a waker that finds the loop watching only sets the pending flag, and the loop
@@ -28,7 +32,7 @@ struct SpinBeforeSleepTests {
   func pingPongLosesNoWakeUp(spins: Bool) throws {
     let worker = try RunLoopThread.start(name: "spin-pingpong")
     worker.runLoop.spinsBeforeSleeping = spins
-    let answered = Semaphore(value: 0)
+    let answered = Sync.Semaphore(value: 0)
     let handled = AtomicInteger<Int>(0)
     let source = RunLoopSource(perform: {
       _ = handled.increment(ordering: .relaxed)
@@ -56,7 +60,7 @@ struct SpinBeforeSleepTests {
   func stopWhileWatchingEndsTheRun() throws {
     for _ in 0..<20 {
       let worker = try RunLoopThread.start(name: "spin-stop")
-      let answered = Semaphore(value: 0)
+      let answered = Sync.Semaphore(value: 0)
       let source = RunLoopSource(perform: { answered.signal() })
       #expect(worker.runLoop.add(source, forMode: .default))
       // Short sleeps first, so the loop watches before its next one.
@@ -69,5 +73,73 @@ struct SpinBeforeSleepTests {
       worker.stop()
       source.invalidate()
     }
+  }
+
+  /// Short sleeps first, so the loop watches: `rounds` signals of `source`, each answered.
+  private func makeLoopWatch(_ worker: borrowing RunLoopThread, _ source: RunLoopSource, _ answered: Sync.Semaphore) {
+    for _ in 0..<50 {
+      source.signal()
+      worker.runLoop.wakeUp()
+      #expect(answered.wait(timeout: .seconds(10)))
+    }
+  }
+
+  @Test("a timer added from another thread while the loop watches fires, never early")
+  func timerAddedWhileWatchingFires() throws {
+    let worker = try RunLoopThread.start(name: "spin-timer")
+    let answered = Sync.Semaphore(value: 0)
+    let source = RunLoopSource(perform: { answered.signal() })
+    #expect(worker.runLoop.add(source, forMode: .default))
+    for _ in 0..<10 {
+      makeLoopWatch(worker, source, answered)
+      // The loop now watches (or sleeps) with no timer: adding one must end the watch, so the
+      // loop sleeps until the timer's date instead of on its futex for ever.
+      let fired = Sync.Semaphore(value: 0)
+      let added = MonotonicInstant.now
+      let due = added.advanced(by: .milliseconds(2))
+      let firedAt = Box<MonotonicInstant?>(nil)
+      let timer = RunLoopTimer(fireAt: due) { _ in
+        firedAt.value = .now
+        fired.signal()
+      }
+      #expect(worker.runLoop.add(timer, forMode: .default))
+      #expect(fired.wait(timeout: .seconds(10)), "a timer added while the loop watched never fired")
+      if let firedAt = firedAt.value { #expect(firedAt >= due, "the timer fired early") }
+      timer.invalidate()
+    }
+    source.invalidate()
+    worker.stop()
+  }
+
+  @Test("a descriptor source added from another thread while the loop watches is served")
+  func descriptorAddedWhileWatchingIsServed() throws {
+    let worker = try RunLoopThread.start(name: "spin-descriptor")
+    let answered = Sync.Semaphore(value: 0)
+    let source = RunLoopSource(perform: { answered.signal() })
+    #expect(worker.runLoop.add(source, forMode: .default))
+    for _ in 0..<10 {
+      makeLoopWatch(worker, source, answered)
+      var ends: [Int32] = [0, 0]
+      #expect(pipe(&ends) == 0)
+      let readEnd = ends[0]
+      let readable = Sync.Semaphore(value: 0)
+      let watched = FileDescriptorSource(descriptor: readEnd) { watched, _ in
+        var byte: UInt8 = 0
+        _ = read(readEnd, &byte, 1)
+        watched.invalidate()
+        readable.signal()
+      }
+      // Added while the loop watches for a wake-up on its futex, which cannot see the pipe:
+      // the loop must move its sleep to epoll.
+      #expect(worker.runLoop.add(watched, forMode: .default))
+      var byte: UInt8 = 1
+      #expect(write(ends[1], &byte, 1) == 1)
+      #expect(readable.wait(timeout: .seconds(10)), "a descriptor added while the loop watched was never served")
+      watched.invalidate()
+      close(ends[0])
+      close(ends[1])
+    }
+    source.invalidate()
+    worker.stop()
   }
 }
