@@ -77,10 +77,10 @@ import Threads
 /// released.
 public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
   // @unchecked: `queue`, `hasEnded`, `isShutDown` and the delayed-job state are protected
-  // by `lock`; `isDraining` is the loop thread's alone; the rest is
-  // immutable. The fields a job's path touches skip the runtime's dynamic exclusivity check
-  // (`@exclusivity(unchecked)`): the lock, or the loop's thread, already makes each access
-  // exclusive, and the check's thread-local lookup per access is a measurable part of a hop.
+  // by `lock`; `isDraining` is the loop thread's alone; the rest is immutable. The fields a
+  // job's path touches skip the runtime's dynamic exclusivity check (`@exclusivity(unchecked)`):
+  // the lock, or the loop's thread, already makes each access exclusive, and the check's
+  // thread-local lookup per access is a measurable part of a hop.
 
   /// The run loop whose thread runs the jobs.
   public let runLoop: RunLoop
