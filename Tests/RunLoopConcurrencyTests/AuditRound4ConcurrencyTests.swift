@@ -177,18 +177,7 @@ import Threads
       let ran = AtomicBool(false)
       let index = flags.count
       flags.append(ran)
-      let task = Task { () -> String in
-        do throws(AwaitedPerformError<Never>) {
-          let value = try await loop.runLoop.performAndAwait { () -> Int in
-            ran.store(true, ordering: .releasing)
-            return index
-          }
-          return value == index ? "value" : "wrong"
-        } catch {
-          if case .cancelled = error { return "cancelled" }
-          return "\(error)"
-        }
-      }
+      let task = Task { await performOutcome(on: loop.runLoop, index, ran) }
       switch generator.next() % 4 {
       case 0: task.cancel()
       case 1:
@@ -231,19 +220,7 @@ import Threads
         if index == stopAt { stopper = Task { await offPool { loop.stop() } } }
         let ran = flags[index]
         tasks.append(
-          Task {
-            do throws(AwaitedPerformError<Never>) {
-              let value = try await loop.runLoop.performAndAwait { () -> Int in
-                ran.store(true, ordering: .releasing)
-                return index
-              }
-              return value == index ? "value" : "wrong"
-            } catch {
-              if case .cancelled = error { return "cancelled" }
-              if case .targetExited = error { return "targetExited" }
-              return "\(error)"
-            }
-          })
+          Task { await performOutcome(on: loop.runLoop, index, ran) })
         if generator.next() % 4 == 0 { tasks[index].cancel() }
       }
       if stopper == nil { stopper = Task { await offPool { loop.stop() } } }
@@ -439,5 +416,21 @@ private actor DuplicateModeCounter {
     if Thread.current !== thread { _ = DuplicateModeCounter.wrongThread.increment(ordering: .relaxed) }
     _ = ranCount.increment(ordering: .relaxed)
     value += 1
+  }
+}
+
+/// Awaits a block on `runLoop` that marks `ran` and returns `index`; names the outcome:
+/// "value", "cancelled", "targetExited", or what went wrong.
+private func performOutcome(on runLoop: RunLoop, _ index: Int, _ ran: AtomicBool) async -> String {
+  do throws(AwaitedPerformError<Never>) {
+    let value = try await runLoop.performAndAwait { () -> Int in
+      ran.store(true, ordering: .releasing)
+      return index
+    }
+    return value == index ? "value" : "wrong"
+  } catch {
+    if case .cancelled = error { return "cancelled" }
+    if case .targetExited = error { return "targetExited" }
+    return "\(error)"
   }
 }
