@@ -44,7 +44,7 @@ extension Locking {
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
     lockForScope()
-    defer { unlock() }
+    defer { unlockForScope() }
     return try body()
   }
 
@@ -55,7 +55,7 @@ extension Locking {
     -> Result?
   {
     guard tryLock() else { return nil }
-    defer { unlock() }
+    defer { unlockForScope() }
     return try body()
   }
 
@@ -66,7 +66,7 @@ extension Locking {
     before deadline: MonotonicInstant, _ body: () throws(Failure) -> Result
   ) throws(Failure) -> Result? {
     guard lockForScope(before: deadline) else { return nil }
-    defer { unlock() }
+    defer { unlockForScope() }
     return try body()
   }
 
@@ -90,5 +90,19 @@ extension Locking {
   @usableFromInline
   func lockForScope(before deadline: MonotonicInstant) -> Bool {
     lock(before: deadline)
+  }
+
+  // Every lock but `ReadWriteLock` knows its holder, so a body that released the lock itself
+  // makes the scope's `unlock()` a misuse stop there. A read-write lock does not tag its
+  // readers: after such a body, the scope's release could drop another thread's read lock.
+  // The scope knows it took the write side, so it checks the writer before releasing. For a
+  // concrete lock type the cast folds away when the generic code is specialized.
+  @usableFromInline
+  func unlockForScope() {
+    if let readWriteLock = self as? ReadWriteLock {
+      readWriteLock.releaseWriteScope()
+    } else {
+      unlock()
+    }
   }
 }

@@ -789,11 +789,16 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     } else {
       _ = writeLockSlow(before: .distantFuture)
     }
-    defer {
-      if writerTag != currentThreadTag() { writeScopeReleasedByBody() }
-      unlock()
-    }
+    defer { releaseWriteScope() }
     return try body()
+  }
+
+  /// The end of a scope that took the write lock: a body that released it itself is a misuse
+  /// (the plain release could drop another thread's read lock, as readers are not tagged).
+  @inlinable
+  func releaseWriteScope() {
+    if writerTag != currentThreadTag() { writeScopeReleasedByBody() }
+    unlock()
   }
 
   @usableFromInline

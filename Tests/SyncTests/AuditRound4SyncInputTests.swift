@@ -1007,6 +1007,64 @@ struct AuditRound4ScopedReleaseTests {
       #expect(childError(result).contains("ReadWriteLock misuse"), "exit status \(result.exitStatus)")
     }
   }
+
+  @Test(
+    "generic withLock on a ReadWriteLock whose body unlocked, while another thread took a read lock, stops the process")
+  func genericScopeBodyUnlocked() async {
+    // The same hole through `Locking`'s scoped forms, which generic code uses: the scope took
+    // the write side, so it must not release another thread's read lock.
+    await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      alarm(20)
+      blocking {
+        let lock = ReadWriteLock()
+        let released = Flag()
+        let taken = Flag()
+        runConcurrently(2) { index in
+          if index == 0 {
+            scopedIfAvailable(lock) {
+              lock.unlock()
+              released.raise()
+              taken.wait()
+            }
+            let giveUp = MonotonicInstant.now + .seconds(5)
+            while !giveUp.hasPassed { sched_yield() }
+            exit(0)
+          } else {
+            released.wait()
+            lock.readLock()
+            taken.raise()
+            let giveUp = MonotonicInstant.now + .seconds(5)
+            while !giveUp.hasPassed {
+              if lock.tryWriteLock() { exit(3) }  // our read lock was released by the other thread
+              sched_yield()
+            }
+            exit(4)
+          }
+        }
+      }
+    }.map { result in
+      #expect(childError(result).contains("ReadWriteLock misuse"), "exit status \(result.exitStatus)")
+    }
+  }
+
+  @Test("generic withLock on each lock type takes and releases it, and a ReadWriteLock's write side")
+  func genericScopesStillWork() {
+    func cycle(_ lock: some Locking) -> Int {
+      var count = 0
+      lock.withLock { count += 1 }
+      _ = lock.withLockIfAvailable { count += 1 }
+      _ = lock.withLock(timeout: .milliseconds(10)) { count += 1 }
+      #expect(lock.tryLock(), "the scopes left \(type(of: lock)) locked")
+      lock.unlock()
+      return count
+    }
+    let readWrite = ReadWriteLock()
+    #expect(cycle(Lock()) == 3)
+    #expect(cycle(RecursiveLock()) == 3)
+    #expect(cycle(SpinLock()) == 3)
+    #expect(cycle(readWrite) == 3)
+    readWrite.withLock { #expect(!readWrite.tryReadLock(), "withLock took the write side") }
+  }
 }
 
 @Suite("Audit round 4: SharedMemoryLock.markConsistent from the wrong thread", .timeLimit(.minutes(1)))
@@ -1329,4 +1387,10 @@ struct AuditRound4ProcessLockRaceTests {
     #expect(failures.load(ordering: .relaxed) == 0)
     #expect(try locks[0].owner() == nil)
   }
+
+}
+
+/// `Locking`'s generic scoped form, as generic code reaches it (never the concrete overloads).
+private func scopedIfAvailable(_ lock: some Locking, _ body: () -> Void) {
+  if lock.withLockIfAvailable(body) == nil { exit(5) }
 }
