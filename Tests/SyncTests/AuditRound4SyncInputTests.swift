@@ -972,37 +972,9 @@ struct AuditRound4ScopedReleaseTests {
   @Test("withWriteLock whose body unlocked, while another thread took a read lock, stops the process")
   func writeScopeBodyUnlocked() async {
     // The scope's own release must not drop the other thread's read lock (read locks are
-    // not tagged, but the scope knows it took the write lock). In the child, the reader
-    // exits with status 3 when the write lock becomes free under its read lock.
+    // not tagged, but the scope knows it took the write lock).
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      alarm(20)
-      blocking {
-        let lock = ReadWriteLock()
-        let released = Flag()
-        let taken = Flag()
-        runConcurrently(2) { index in
-          if index == 0 {
-            lock.withWriteLock {
-              lock.unlock()
-              released.raise()
-              taken.wait()
-            }
-            let giveUp = MonotonicInstant.now + .seconds(5)
-            while !giveUp.hasPassed { sched_yield() }
-            exit(0)
-          } else {
-            released.wait()
-            lock.readLock()
-            taken.raise()
-            let giveUp = MonotonicInstant.now + .seconds(5)
-            while !giveUp.hasPassed {
-              if lock.tryWriteLock() { exit(3) }  // our read lock was released by the other thread
-              sched_yield()
-            }
-            exit(4)
-          }
-        }
-      }
+      scopeReleasedByBody { lock, body in lock.withWriteLock(body) }
     }.map { result in
       #expect(childError(result).contains("ReadWriteLock misuse"), "exit status \(result.exitStatus)")
     }
@@ -1014,34 +986,7 @@ struct AuditRound4ScopedReleaseTests {
     // The same hole through `Locking`'s scoped forms, which generic code uses: the scope took
     // the write side, so it must not release another thread's read lock.
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      alarm(20)
-      blocking {
-        let lock = ReadWriteLock()
-        let released = Flag()
-        let taken = Flag()
-        runConcurrently(2) { index in
-          if index == 0 {
-            scopedIfAvailable(lock) {
-              lock.unlock()
-              released.raise()
-              taken.wait()
-            }
-            let giveUp = MonotonicInstant.now + .seconds(5)
-            while !giveUp.hasPassed { sched_yield() }
-            exit(0)
-          } else {
-            released.wait()
-            lock.readLock()
-            taken.raise()
-            let giveUp = MonotonicInstant.now + .seconds(5)
-            while !giveUp.hasPassed {
-              if lock.tryWriteLock() { exit(3) }  // our read lock was released by the other thread
-              sched_yield()
-            }
-            exit(4)
-          }
-        }
-      }
+      scopeReleasedByBody { lock, body in scopedIfAvailable(lock, body) }
     }.map { result in
       #expect(childError(result).contains("ReadWriteLock misuse"), "exit status \(result.exitStatus)")
     }
@@ -1393,4 +1338,40 @@ struct AuditRound4ProcessLockRaceTests {
 /// `Locking`'s generic scoped form, as generic code reaches it (never the concrete overloads).
 private func scopedIfAvailable(_ lock: some Locking, _ body: () -> Void) {
   if lock.withLockIfAvailable(body) == nil { exit(5) }
+}
+
+/// In an exit test's child: one thread's `scope` takes a `ReadWriteLock`'s write side and its
+/// body releases it; another thread then takes a read lock. The child exits with status 3 if
+/// the scope's end released that read lock (the write lock became free under it), 0 or 4 if
+/// nothing stopped the process, and fails with the misuse message if the scope caught it.
+private func scopeReleasedByBody(_ scope: @escaping @Sendable (ReadWriteLock, () -> Void) -> Void) -> Never {
+  alarm(20)
+  blocking {
+    let lock = ReadWriteLock()
+    let released = Flag()
+    let taken = Flag()
+    runConcurrently(2) { index in
+      if index == 0 {
+        scope(lock) {
+          lock.unlock()
+          released.raise()
+          taken.wait()
+        }
+        let giveUp = MonotonicInstant.now + .seconds(5)
+        while !giveUp.hasPassed { sched_yield() }
+        exit(0)
+      } else {
+        released.wait()
+        lock.readLock()
+        taken.raise()
+        let giveUp = MonotonicInstant.now + .seconds(5)
+        while !giveUp.hasPassed {
+          if lock.tryWriteLock() { exit(3) }  // our read lock was released by the other thread
+          sched_yield()
+        }
+        exit(4)
+      }
+    }
+  }
+  exit(0)
 }
