@@ -33,6 +33,45 @@ struct PortsSelfServedTests {
     #expect(outcome.value == "[7, 1, 2]")
   }
 
+  @Test("a reply the handler gives after the receive timeout is a receive timeout, as over the socket")
+  func slowHandlerTimesOut() {
+    let outcome = Box<String>("not run")
+    TestThread.run {
+      do {
+        let name = uniquePortName("own-loop-slow")
+        let slow = AtomicBool(true)
+        let local = try MessagePort.local(name: name) { message in
+          if slow.load(ordering: .relaxed) {
+            // Slower than the 20 ms receive timeout below (a busy wait: the handler runs on
+            // this thread, so nothing else could mark the time).
+            let until = MonotonicInstant.after(.milliseconds(60))
+            while !until.hasPassed {}
+          }
+          return [UInt8(message.msgid)]
+        }
+        RunLoop.current.add(local, forMode: .default)
+        let remote = try MessagePort.remote(name: name)
+        var first = "no error"
+        do throws(PortError) {
+          _ = try remote.send(
+            msgid: 1, sendTimeout: .seconds(5), receiveTimeout: .milliseconds(20), replyMode: .awaitReply)
+        } catch {
+          first = "\(error.status)"
+        }
+        slow.store(false, ordering: .relaxed)
+        // The port stays usable, and the next request gets its own reply.
+        let second = try remote.send(
+          msgid: 2, sendTimeout: .seconds(5), receiveTimeout: .seconds(5), replyMode: .awaitReply)
+        outcome.value = "\(first) \(second ?? []) \(remote.isValid)"
+        remote.invalidate()
+        local.invalidate()
+      } catch {
+        outcome.value = "\(error)"
+      }
+    }
+    #expect(outcome.value == "receiveTimeout (-2) [2] true")
+  }
+
   @Test("a one-way message to a port in the sender's own loop still travels and is handled when the loop runs")
   func oneWayStillQueued() {
     let outcome = Box<String>("not run")

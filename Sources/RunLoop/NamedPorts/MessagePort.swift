@@ -62,7 +62,9 @@ import Sync
 /// inside the port's own handler, or with the port scheduled in this thread's run loop and
 /// no other) is answered at once on the calling thread by calling the handler, the way a
 /// waiting perform request to one's own thread runs at once: blocking would wait for a
-/// reply that only this thread could produce.
+/// reply that only this thread could produce. The outcome is the socket path's: the same
+/// payload limits, and a handler slower than the receive timeout ends the request with
+/// ``PortStatus/receiveTimeout`` (its reply is discarded).
 ///
 /// ```swift
 /// // Process or thread A:
@@ -268,7 +270,7 @@ public final class MessagePort: Hashable, Sendable, CustomStringConvertible {
       }
       do {
         return try connection.answerLocally(
-          msgid: msgid, payload: data, replyPortName: replyPortName, by: listener)
+          msgid: msgid, payload: data, replyPortName: replyPortName, receiveTimeout: receiveTimeout, by: listener)
       } catch {
         // The handler (or another thread) invalidated the port meanwhile: its connections
         // are shut, and as after a request over the socket this remote port finds its peer

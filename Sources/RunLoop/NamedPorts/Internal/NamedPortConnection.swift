@@ -130,13 +130,21 @@ final class NamedPortConnection: @unchecked Sendable {
 
   /// Answers a request through `listener`'s handler on the calling thread instead of the
   /// socket (see ``MessagePort``: for a port only the calling thread serves), after the
-  /// same checks a send makes.
+  /// same checks a send makes. A reply the handler gives after `receiveTimeout` (counted
+  /// from the hand-over, which here is the call) is discarded with
+  /// ``PortStatus/receiveTimeout``, as a late reply over the socket is.
   func answerLocally(
-    msgid: Int32, payload: [UInt8], replyPortName: String?, by listener: NamedPortListener
+    msgid: Int32, payload: [UInt8], replyPortName: String?, receiveTimeout: Duration,
+    by listener: NamedPortListener
   ) throws(PortError) -> [UInt8] {
     try checkOutgoing(payload: payload, replyPortName: replyPortName)
+    let receiveDeadline = MonotonicInstant.after(receiveTimeout)
     let reply = try listener.answerOnCallingThread(
       Frame(kind: .request, msgid: msgid, sequence: 0, replyPortName: replyPortName, payload: payload))
+    if receiveDeadline.hasPassed {
+      throw PortError(
+        .receiveTimeout, detail: "port \"\(name)\" replied (on the calling thread) after the receive deadline")
+    }
     // The limit a reply over the socket is held to (the receiving side refuses it there),
     // so the outcome does not depend on which thread serves the port. The connection is
     // untouched: nothing was sent on it.
