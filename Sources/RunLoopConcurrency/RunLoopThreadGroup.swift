@@ -58,7 +58,8 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
   // the shutdown state is atomic and the latch is thread-safe; `timerScheduledForTesting`
   // is written before the group is used.
 
-  /// The group's name; its threads are named `"<name>-<index>"`.
+  /// The group's name; its threads are named `"<name>-<index>"` (in the kernel too, where a
+  /// long name loses the end of `name`, never the index, to fit 15 bytes).
   public let name: String
   private let workers: [GroupWorker]
   /// Counts enqueues; its value modulo the thread count picks the next job's thread.
@@ -103,7 +104,9 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
     for index in 0..<threadCount {
       let thread: RunLoopThread
       do {
-        thread = try RunLoopThread.start(name: "\(name)-\(index)", configuration: configuration)
+        var numbered = configuration
+        numbered.kernelNameKeptSuffix = "-\(index)"
+        thread = try RunLoopThread.start(name: "\(name)-\(index)", configuration: numbered)
       } catch {
         for worker in workers { worker.closeAndForward() }
         for worker in workers { worker.stopThread() }

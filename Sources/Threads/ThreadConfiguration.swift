@@ -80,6 +80,11 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// character is cut before it.
   public var name: String? = nil
 
+  /// A tail of ``name`` the kernel name keeps when the name is too long: the name's start is
+  /// cut instead (`"run-loop-group-12"` becomes `"run-loop-gro-12"`), so numbered threads of
+  /// one family stay told apart in `top -H` and debuggers. Empty (default) cuts the end.
+  package var kernelNameKeptSuffix: String = ""
+
   /// The guide's 0.0...1.0 relative priority (1.0 highest, 0.5 typical); `nil` (default)
   /// inherits the creating thread's nice value.
   ///
@@ -145,6 +150,25 @@ public struct ThreadConfiguration: Sendable, Hashable {
       bytes += length
     }
     return result
+  }
+
+  /// ``kernelName(for:)`` that keeps `suffix` whole when `name` ends with it and is too long:
+  /// the rest of the name is cut to make room.
+  package static func kernelName(for name: String, keeping suffix: String) -> String {
+    let whole = kernelName(for: name)
+    guard !suffix.isEmpty, whole.utf8.count < name.utf8.count, !name.utf8.contains(0), name.hasSuffix(suffix),
+      suffix.utf8.count < kernelNameLimit
+    else { return whole }
+    let head = String(name.dropLast(suffix.count))
+    var result = ""
+    var bytes = 0
+    for character in head {
+      let length = character.utf8.count
+      if bytes + length + suffix.utf8.count > kernelNameLimit { break }
+      result.append(character)
+      bytes += length
+    }
+    return result + suffix
   }
 
   /// The nice value ``relativePriority`` maps to: `round((0.5 - p) * 40)` clamped to -20...19
@@ -247,8 +271,10 @@ public struct ThreadConfiguration: Sendable, Hashable {
       try ThreadConfiguration.checkCPUAffinity(cpuAffinity)
       cpus = cpuAffinity.map { Int32($0) }
     }
+    let suffix = kernelNameKeptSuffix
     return Resolved(
-      stackSize: stack, guardSize: guardBytes, kernelName: name.map(ThreadConfiguration.kernelName(for:)),
+      stackSize: stack, guardSize: guardBytes,
+      kernelName: name.map { ThreadConfiguration.kernelName(for: $0, keeping: suffix) },
       niceValue: nice, schedulingPolicy: schedulingPolicy, cpuAffinity: cpus)
   }
 }

@@ -1,3 +1,4 @@
+import Glibc
 import RunLoop
 import RunLoopConcurrency
 import Sync
@@ -131,6 +132,31 @@ import Threads
         "shutDown() called on one of the group's threads") == true)
   }
 
+  @Test func longGroupNamesKeepEachThreadsIndexInTheKernelName() async throws {
+    // The default name with "-<index>" is 16 bytes or more, over the kernel's 15: the kernel
+    // name loses the end of the group's name, never the index.
+    let group = try await RunLoopThreadGroup.start(threadCount: 12)
+    let kernelNames = group.threads.map { thread in
+      thread.kernelThreadID.map { readFirstLine("/proc/self/task/\($0)/comm") } ?? "ended"
+    }
+    #expect(kernelNames[0] == "run-loop-grou-0")
+    #expect(kernelNames[11] == "run-loop-gro-11")
+    #expect(Set(kernelNames).count == 12, "\(kernelNames)")
+    #expect(group.threads.map { $0.name } == (0..<12).map { "run-loop-group-\($0)" })
+    await shutDownOffPool(group)
+  }
+
+  @Test func keptSuffixRule() {
+    #expect(ThreadConfiguration.kernelName(for: "short-3", keeping: "-3") == "short-3")
+    #expect(ThreadConfiguration.kernelName(for: "com.example.downloader-7", keeping: "-7") == "com.example.d-7")
+    #expect(ThreadConfiguration.kernelName(for: "grösse-grösse-grösse-1", keeping: "-1") == "grösse-grös-1")
+    // A suffix the name does not end with, or one as long as the limit, changes nothing.
+    #expect(ThreadConfiguration.kernelName(for: "com.example.downloader", keeping: "-7") == "com.example.dow")
+    #expect(
+      ThreadConfiguration.kernelName(for: "com.example.downloader-123456789012345", keeping: "-123456789012345")
+        == "com.example.dow")
+  }
+
   @Test func aGroupWithoutThreadsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = makeGroup(threadCount: 0)
@@ -168,4 +194,14 @@ func blockingWait(_ latch: Latch, timeout: Duration) -> Bool {
 /// The thread that runs a nonisolated async function (the task's executor preference).
 nonisolated func currentThreadOffActor() async -> Thread {
   Thread.current
+}
+
+/// The first line of a small text file (a /proc entry), without its newline; "" if unreadable.
+func readFirstLine(_ path: String) -> String {
+  guard let file = fopen(path, "r") else { return "" }
+  defer { fclose(file) }
+  var buffer = [CChar](repeating: 0, count: 256)
+  guard fgets(&buffer, Int32(buffer.count), file) != nil else { return "" }
+  let line = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return line.hasSuffix("\n") ? String(line.dropLast()) : line
 }
