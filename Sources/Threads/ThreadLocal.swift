@@ -85,6 +85,12 @@ public final class ThreadLocal<Value>: @unchecked Sendable {
   }
 
   /// Runs `body` with in-place access to the calling thread's copy (no copy of a large value).
+  ///
+  /// `body` holds exclusive access to the copy while it runs: using this thread-local again
+  /// inside it (``value`` or `withValue`), also from the deinitializer of a value `body`
+  /// replaces (released inside the access), is an overlapping access, and Swift's exclusivity
+  /// check stops the process. Assign through ``value`` instead when the replaced value's
+  /// deinitializer uses the thread-local: that releases it after the new value is in place.
   public func withValue<Result, Failure: Error>(
     _ body: (inout Value) throws(Failure) -> Result
   ) throws(Failure) -> Result {
