@@ -224,4 +224,26 @@ struct ThreadLocalTests {
     #expect(worker.join() == 3)
     #expect(local.value.value == 0)
   }
+
+  @Test("using the thread-local again inside withValue stops the process (exclusive access)")
+  func reentrantWithValueStops() async {
+    await #expect(processExitsWith: .failure) {
+      let local = ThreadLocal<Int>(initialValue: { 1 })
+      local.withValue { value in value += local.value }
+    }
+  }
+
+  @Test("a value replaced through value is released after the new one is in place, so its deinit may read it")
+  func replacedValueDeinitReadsTheNewValue() {
+    final class Probe {
+      let onDeinit: () -> Void
+      init(_ onDeinit: @escaping () -> Void) { self.onDeinit = onDeinit }
+      deinit { onDeinit() }
+    }
+    let local = ThreadLocal<Probe?>(initialValue: { nil })
+    var seen: Bool? = nil
+    local.value = Probe { seen = local.value == nil }
+    local.value = nil
+    #expect(seen == true)
+  }
 }
