@@ -213,7 +213,8 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
   /// `true` once the data is repaired (the lock is marked consistent and `body` runs), or
   /// `false` when it cannot be (the lock is released unrecovered, becomes unusable for
   /// every process, and this call throws ``SharedMemoryLockError/notRecoverable`` without
-  /// running `body`).
+  /// running `body`). `recover` may call ``markConsistent()`` itself; the lock is then not
+  /// marked again (and stays usable even if `recover` returns `false`).
   ///
   /// Blocks until the lock is free. For a `body` that throws, use ``lock()`` and
   /// ``unlock()`` with `defer`.
@@ -230,7 +231,8 @@ public struct SharedMemoryLock: @unchecked Sendable, Hashable {
         unlock()
         throw .notRecoverable
       }
-      markConsistent()
+      // `recover` may have marked it itself.
+      RobustMutex.markConsistent(mutex, typeName: "SharedMemoryLock", unlessConsistent: true)
     }
     defer { unlock() }
     return body()

@@ -162,6 +162,19 @@ struct SharedMemoryLockTests {
     #expect(throws: SharedMemoryLockError.notRecoverable) { try state.lock.lock() }
   }
 
+  @Test("withLock(recovering:) whose recovery marks the lock consistent itself: marked once, the body runs")
+  func recoveryMarksConsistentItself() throws {
+    let state = try SharedState()
+    runConcurrently(1) { _ in _ = try? state.lock.lock() }
+    #expect(
+      try state.lock.withLock(recovering: {
+        state.lock.markConsistent()
+        return true
+      }) { 3 } == 3)
+    #expect(try state.lock.lock() == .acquired)
+    state.lock.unlock()
+  }
+
   @Test("tryLock and a timed lock on a held lock return nil; the timed one waits until its deadline")
   func busyAndTimedOut() throws {
     let state = try SharedState()

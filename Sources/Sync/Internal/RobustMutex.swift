@@ -118,7 +118,12 @@ enum RobustMutex {
     }
   }
 
-  static func markConsistent(_ mutex: UnsafeMutablePointer<pthread_mutex_t>, typeName: String) {
+  /// `pthread_mutex_consistent` by the holder. With `unlessConsistent`, a lock that is
+  /// consistent already (its holder marked it meanwhile) is left as it is instead of being
+  /// reported.
+  static func markConsistent(
+    _ mutex: UnsafeMutablePointer<pthread_mutex_t>, typeName: String, unlessConsistent: Bool = false
+  ) {
     // Checked here: glibc's pthread_mutex_consistent does not look at the caller, and makes
     // whichever thread calls it the mutex's recorded owner.
     if !isHeldByCurrentThread(mutex) {
@@ -127,6 +132,7 @@ enum RobustMutex {
     switch pthread_mutex_consistent(mutex) {
     case 0: return
     case EINVAL:
+      if unlessConsistent { return }
       reportMisuse(typeName, "markConsistent() of a lock whose previous owner did not die (nothing to recover)")
     case let code:
       fatalError(
