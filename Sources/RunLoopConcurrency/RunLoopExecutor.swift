@@ -44,6 +44,11 @@ import Threads
 /// **Delayed jobs** (`enqueue(_:after:tolerance:clock:)` and `enqueue(_:at:tolerance:clock:)`,
 /// the toolchain's `SchedulingExecutor`, visible with `@_spi(ExperimentalScheduling)`) run on
 /// the loop's timers: never early, at most their tolerance late; see that extension.
+/// `Task.sleep` in an actor on this executor is not one of them on Swift 6.3: the runtime
+/// times it with the task's preferred task executor, else the default executor, and the
+/// wake-up is then enqueued here like any job. So ``shutDown()`` does not wait for a
+/// sleeping actor method, and one that wakes after the shutdown is an enqueue after it (the
+/// misuse below): let such methods return before shutting down.
 ///
 /// **Shutting down** drains: `shutDown()` waits until the loop's thread has run every
 /// queued job (and those they queue meanwhile) and no job runs, then closes the executor; an
