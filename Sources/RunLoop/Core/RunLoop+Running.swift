@@ -56,7 +56,9 @@ extension RunLoop {
   /// once and without entry/exit notifications when the exit was requested before the call),
   /// the mode has no sources or timers (``RunLoopRunResult/finished``, at once and without
   /// entry/exit notifications if it has none on entry), or - when `returnAfterSourceHandled`
-  /// - one source's handler ran (``RunLoopRunResult/handledSource``). A deadline already
+  /// - one source's handler ran (``RunLoopRunResult/handledSource``; such a run fires one
+  /// source: other sources ready in the same pass, custom, port and descriptor sources
+  /// alike, keep their events for the next run). A deadline already
   /// passed makes exactly one pass. Runs nest: a callback may run the loop again in any mode;
   /// ``stop()`` ends the innermost, an exit request ends them all.
   ///
@@ -312,11 +314,16 @@ extension RunLoop {
       } else if !after.due.isEmpty || (!poll && after.mask & RunLoopActivity.afterWaiting.rawValue != 0) {
         runBlocks(mode)
       }
-      // Step 9 for port-based sources: deliver what the wait reported in this pass.
+      // Step 9 for port-based sources: deliver what the wait reported in this pass. Not in a
+      // run that returns after one source when a source already fired in this pass: the run
+      // returns after that one, and the members the wait reported stay signalled on the
+      // ready list, for the source step of the next pass.
       var portHandled = false
       if descriptorMembersReady {
         descriptorMembersReady = false
-        portHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+        if !(returnAfterSourceHandled && sourceHandled) {
+          portHandled = fireSources(mode, onlyOne: returnAfterSourceHandled)
+        }
       }
       previous = PassEnd(
         handledSource: (sourceHandled || portHandled) && returnAfterSourceHandled,
