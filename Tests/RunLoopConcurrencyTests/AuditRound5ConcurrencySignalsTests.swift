@@ -107,31 +107,6 @@ struct AuditRound5ConcurrencySignalsTests {
 
 // MARK: - Signal helpers
 
-/// How many SIGUSR1 the process has handled.
-private let signalsHandled = Atomic<Int>(0)
-
-/// Installs a SIGUSR1 handler without `SA_RESTART` (`sa_flags = 0`) that only counts, and
-/// unblocks SIGUSR1 on the calling thread (threads started from it inherit the mask).
-private func installCountingHandler() {
-  _ = signalsHandled.load(ordering: .relaxed)
-  var action = sigaction()
-  action.__sigaction_handler.sa_handler = { _ in signalsHandled.wrappingAdd(1, ordering: .relaxed) }
-  sigemptyset(&action.sa_mask)
-  action.sa_flags = 0
-  precondition(sigaction(SIGUSR1, &action, nil) == 0, "sigaction failed: \(errno)")
-  _ = signalMe()
-}
-
-/// Unblocks SIGUSR1 on the calling thread (the test runner's threads block it, and new
-/// threads inherit the mask of the thread that created them); returns the thread.
-private func signalMe() -> pthread_t {
-  var set = sigset_t()
-  sigemptyset(&set)
-  sigaddset(&set, SIGUSR1)
-  precondition(pthread_sigmask(SIG_UNBLOCK, &set, nil) == 0)
-  return pthread_self()
-}
-
 /// Sends SIGUSR1 to a set of kernel threads every ~100 us from its own thread until stopped.
 private final class Signaller: @unchecked Sendable {
   // @unchecked: `targets` is under `lock`; `stopFlag` is atomic; `handle` is touched by the
@@ -165,29 +140,13 @@ private final class Signaller: @unchecked Sendable {
   }
 }
 
-/// The monotonic clock in nanoseconds.
-private func nowNanoseconds() -> Int64 {
-  var time = timespec()
-  precondition(clock_gettime(CLOCK_MONOTONIC, &time) == 0)
-  return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-}
-
-/// Waits (yielding) until `signalsHandled` has grown by `count` since `start`.
-private func waitForSignals(_ count: Int, since start: Int) {
-  let giveUp = nowNanoseconds() + 20_000_000_000
-  while signalsHandled.load(ordering: .relaxed) - start < count {
-    precondition(nowNanoseconds() < giveUp, "no signals were handled")
-    sched_yield()
-  }
-}
-
 /// The `pthread_t` of `runLoop`'s thread.
 private func tid(of runLoop: RunLoop) async -> pthread_t {
-  try! await runLoop.performAndAwait { signalMe() }
+  try! await runLoop.performAndAwait { unblockSignalOnCallingThread() }
 }
 
 private func groupUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   let group = try! await RunLoopThreadGroup.start(threadCount: 1, name: "signalled")
   let signaller = Signaller()
   signaller.add(await tid(of: group.runLoops[0]))
@@ -195,9 +154,9 @@ private func groupUnderSignals() async {
   let early = await Task(executorPreference: group) { () -> [Int64] in
     var early: [Int64] = []
     for _ in 0..<10 {
-      let start = nowNanoseconds()
+      let start = monotonicNanoseconds()
       try? await Task.sleep(for: .milliseconds(25))
-      let elapsed = nowNanoseconds() - start
+      let elapsed = monotonicNanoseconds() - start
       if elapsed < 25_000_000 { early.append(elapsed) }
     }
     return early
@@ -221,21 +180,21 @@ private final class Counter: Sendable {
 }
 
 private func executorShutDownUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   let loop = LoopThread(name: "signalled-loop")
   let executor = RunLoopExecutor(runLoop: loop.runLoop)
   let actor = PinnedCounter(on: loop)
   let signaller = Signaller()
   signaller.add(await tid(of: loop.runLoop))
   let (job, stamped) = await capturedStampJob()
-  let delayedFrom = nowNanoseconds()
+  let delayedFrom = monotonicNanoseconds()
   executor.enqueue(ExecutorJob(job), after: .milliseconds(300), tolerance: nil, clock: .continuous)
   let calls = (0..<200).map { _ in Task { _ = await actor.increment() } }
   let before = signalsHandled.load(ordering: .relaxed)
   let returnedAfter = await offPool { () -> Int64 in
-    signaller.add(signalMe())
+    signaller.add(unblockSignalOnCallingThread())
     executor.shutDown()
-    return nowNanoseconds() - delayedFrom
+    return monotonicNanoseconds() - delayedFrom
   }
   let handled = signalsHandled.load(ordering: .relaxed) - before
   _ = await stamped.value
@@ -248,7 +207,7 @@ private func executorShutDownUnderSignals() async {
 }
 
 private func groupShutDownUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   let group = try! await RunLoopThreadGroup.start(threadCount: 2, name: "signalled-group")
   let signaller = Signaller()
   for runLoop in group.runLoops {
@@ -267,8 +226,8 @@ private func groupShutDownUnderSignals() async {
   let before = signalsHandled.load(ordering: .relaxed)
   let threads = group.threads
   let allEnded = await offPool { () -> Bool in
-    signaller.add(signalMe())
-    waitForSignals(5, since: before)
+    signaller.add(unblockSignalOnCallingThread())
+    waitForSignalsHandled(5, since: before)
     // Groups started and shut down from this signalled thread too (start-up waits).
     for index in 0..<30 {
       let other = try! RunLoopThreadGroup(threadCount: 2, name: "signalled-start")
@@ -283,15 +242,15 @@ private func groupShutDownUnderSignals() async {
   precondition(allEnded, "shutDown() returned before every group thread ended")
   precondition(group.isShutDown)
   // Jobs enqueued after the close run on the global executor; all 400 run.
-  let giveUp = nowNanoseconds() + 20_000_000_000
+  let giveUp = monotonicNanoseconds() + 20_000_000_000
   while ran.value.load(ordering: .relaxed) < 400 {
-    precondition(nowNanoseconds() < giveUp, "jobs ran: \(ran.value.load(ordering: .relaxed)) of 400")
+    precondition(monotonicNanoseconds() < giveUp, "jobs ran: \(ran.value.load(ordering: .relaxed)) of 400")
     await Task.yield()
   }
 }
 
 private func portMessagesUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   let loop = LoopThread(name: "signalled-ports")
   let signaller = Signaller()
   signaller.add(await tid(of: loop.runLoop))
@@ -300,7 +259,7 @@ private func portMessagesUnderSignals() async {
   let count = 3_000
   let before = signalsHandled.load(ordering: .relaxed)
   let sender = TestThread.spawn(name: "sender") {
-    signaller.add(signalMe())
+    signaller.add(unblockSignalOnCallingThread())
     for index in 0..<count {
       do {
         try port.send(PortMessage(msgid: Int32(index)), timeout: .seconds(20))
@@ -323,7 +282,7 @@ private func portMessagesUnderSignals() async {
 }
 
 private func readinessUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   let loop = LoopThread(name: "signalled-readiness")
   let signaller = Signaller()
   signaller.add(await tid(of: loop.runLoop))
@@ -334,7 +293,7 @@ private func readinessUnderSignals() async {
   let before = signalsHandled.load(ordering: .relaxed)
   let writeEnd = fds[1]
   let writer = TestThread.spawn(name: "writer") {
-    waitForSignals(30, since: before)
+    waitForSignalsHandled(30, since: before)
     flags.value.store(true, ordering: .releasing)
     var byte: UInt8 = 1
     precondition(write(writeEnd, &byte, 1) == 1)
@@ -362,64 +321,6 @@ private final class Flag: Sendable {
 
 // MARK: - Resource helpers
 
-/// The entries of a `/proc` directory, without `.` and `..`. For `/proc/self/fd`, the
-/// listing's own descriptor and pipes are left out: the test library's exit-test machinery
-/// in the child opens a pipe of its own at a moment of its choosing, while the toolkit
-/// creates no pipe (its loops and ports use epoll, eventfd, timerfd and sockets).
-private func entryCount(_ path: String) -> Int {
-  guard let directory = opendir(path) else { return -1 }
-  defer { closedir(directory) }
-  let own = dirfd(directory)
-  var count = 0
-  while let entry = readdir(directory) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    if name.hasPrefix(".") { continue }
-    if path == "/proc/self/fd" {
-      guard let number = Int32(name), number != own else { continue }
-      var target = [CChar](repeating: 0, count: 64)
-      let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-      if length >= 5, target[0..<5].map({ UInt8(bitPattern: $0) }) == Array("pipe:".utf8) { continue }
-    }
-    count += 1
-  }
-  return count
-}
-
-/// What each open descriptor refers to, for a failure message.
-private func descriptorTargets() -> [String] {
-  guard let directory = opendir("/proc/self/fd") else { return [] }
-  defer { closedir(directory) }
-  var targets: [String] = []
-  while let entry = readdir(directory) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    guard Int32(name) != nil else { continue }
-    var target = [CChar](repeating: 0, count: 256)
-    let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-    targets.append(
-      "\(name)->\(length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?")"
-    )
-  }
-  return targets
-}
-
-/// Waits until the process is back to `descriptors` and at most `threads`, or stops it
-/// after 20 s. The runtime's own worker threads come and go, so fewer threads is fine; the
-/// test library's machinery in the child may open a descriptor or two of its own meanwhile,
-/// so two more are tolerated: a leak in any of the 1,000-fold loops leaves hundreds.
-private func expectBack(descriptors: Int, threads: Int, _ what: String) {
-  let giveUp = nowNanoseconds() + 20_000_000_000
-  while entryCount("/proc/self/fd") > descriptors + 2 || entryCount("/proc/self/task") > threads {
-    if nowNanoseconds() > giveUp {
-      let counts =
-        "descriptors \(entryCount("/proc/self/fd")) (start \(descriptors))"
-        + ", threads \(entryCount("/proc/self/task")) (start \(threads))"
-      fatalError("\(what): \(counts); open: \(descriptorTargets())")
-    }
-    var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-    _ = nanosleep(&pause, nil)
-  }
-}
-
 private final class Weak<Object: AnyObject>: @unchecked Sendable {
   weak var object: Object?
   init(_ object: Object) { self.object = object }
@@ -440,8 +341,8 @@ private func groupLifecycles() async {
     await warm.shutDown()
   }
   await warmUp()
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<300 {
     let weak: Weak<RunLoopThreadGroup>
     do {
@@ -452,13 +353,13 @@ private func groupLifecycles() async {
       await group.shutDown()
     }
     // The finished task may let go of its preferred group a moment later.
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weak.object != nil {
-      precondition(nowNanoseconds() < giveUp, "group \(index) outlived its shutdown and last reference")
+      precondition(monotonicNanoseconds() < giveUp, "group \(index) outlived its shutdown and last reference")
       await Task.yield()
     }
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 300 groups shut down")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 300 groups shut down")
   for index in 0..<100 {
     let weak: Weak<RunLoopThreadGroup>
     do {
@@ -466,13 +367,13 @@ private func groupLifecycles() async {
       weak = Weak(group)
       _ = await Task(executorPreference: group) { index }.value
     }
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weak.object != nil {
-      precondition(nowNanoseconds() < giveUp, "dropped group \(index) was never released")
+      precondition(monotonicNanoseconds() < giveUp, "dropped group \(index) was never released")
       await Task.yield()
     }
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 100 groups released without shutDown")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 100 groups released without shutDown")
 }
 
 private func executorLifecycles() async {
@@ -485,11 +386,11 @@ private func executorLifecycles() async {
     await warm.shutDown()
     warmLoop.stop()
   }
-  let descriptorsWithoutLoop = entryCount("/proc/self/fd")
-  let threadsWithoutLoop = entryCount("/proc/self/task")
+  let descriptorsWithoutLoop = procEntryCount("/proc/self/fd")
+  let threadsWithoutLoop = procEntryCount("/proc/self/task")
   await executorsOnOneLoop()
   // The loop's descriptors go with its `RunLoop` object, released with the last executor.
-  expectBack(descriptors: descriptorsWithoutLoop, threads: threadsWithoutLoop, "after stopping the loop thread")
+  expectProcessBack(descriptors: descriptorsWithoutLoop, threads: threadsWithoutLoop, "after stopping the loop thread")
   for index in 0..<200 {
     let other = LoopThread(name: "loop-\(index)")
     let executor = RunLoopExecutor(runLoop: other.runLoop)
@@ -497,7 +398,8 @@ private func executorLifecycles() async {
     await executor.shutDown()
     other.stop()
   }
-  expectBack(descriptors: descriptorsWithoutLoop, threads: threadsWithoutLoop, "after 200 loop threads with executors")
+  expectProcessBack(
+    descriptors: descriptorsWithoutLoop, threads: threadsWithoutLoop, "after 200 loop threads with executors")
 }
 
 /// 2,000 executors on one loop thread, which is stopped at the end.
@@ -509,8 +411,8 @@ private func executorsOnOneLoop() async {
     precondition(answer == 42)
     await warm.shutDown()
   }
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<1_000 {
     let weak: Weak<RunLoopExecutor>
     do {
@@ -522,9 +424,9 @@ private func executorsOnOneLoop() async {
       if index % 2 == 0 { await executor.shutDown() }
     }
     // The last job's release may still be under way on the loop's thread.
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weak.object != nil {
-      precondition(nowNanoseconds() < giveUp, "executor \(index) was never released")
+      precondition(monotonicNanoseconds() < giveUp, "executor \(index) was never released")
       await Task.yield()
     }
   }
@@ -542,7 +444,7 @@ private func executorsOnOneLoop() async {
     RunLoop.current.run(mode: RunLoopMode("private"), timeout: .zero)
   }
   precondition(result == .finished, "a run in the executors' private mode found items left: \(result)")
-  expectBack(descriptors: descriptors, threads: threads, "after 2,000 executors")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 2,000 executors")
   loop.stop()
 }
 
@@ -551,21 +453,21 @@ private func bridgeLifecycles() async {
   let loop = LoopThread(name: "bridges")
   _ = try! await loop.runLoop.performAndAwait { 0 }
   _ = await (try! Thread.spawn { () throws(Never) in 0 }).value()
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<1_000 {
     let handle = try! Thread.spawn { () throws(Never) in index }
     let weak = Weak(handle.thread)
     let value = await handle.value()
     precondition(value == index)
     // Joined: the thread's object goes with the handle (the helper may still be ending).
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weak.object != nil {
-      precondition(nowNanoseconds() < giveUp, "awaited thread \(index)'s object was never released")
+      precondition(monotonicNanoseconds() < giveUp, "awaited thread \(index)'s object was never released")
       await Task.yield()
     }
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,000 awaited threads")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,000 awaited threads")
   for index in 0..<1_000 {
     if index % 10 == 0 {
       let task = Task { try await loop.runLoop.performAndAwait(inModes: [RunLoopMode("never")]) { index } }
@@ -576,7 +478,7 @@ private func bridgeLifecycles() async {
       precondition(value == index)
     }
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,000 awaited blocks")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,000 awaited blocks")
   for index in 0..<1_000 {
     let weakPort: Weak<Port>
     let weakSequence: Weak<PortMessages>
@@ -591,13 +493,13 @@ private func bridgeLifecycles() async {
       precondition(message?.msgid == Int32(index))
       if index % 2 == 0 { port.invalidate() }
     }
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weakPort.object != nil || weakSequence.object != nil {
-      precondition(nowNanoseconds() < giveUp, "port or sequence \(index) was never released")
+      precondition(monotonicNanoseconds() < giveUp, "port or sequence \(index) was never released")
       await Task.yield()
     }
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,000 port sequences")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,000 port sequences")
   for index in 0..<1_000 {
     var fds: [Int32] = [0, 0]
     precondition(pipe(&fds) == 0)
@@ -611,9 +513,9 @@ private func bridgeLifecycles() async {
       let events = await iterator.next()
       precondition(events?.contains(.readable) == true)
     }
-    let giveUp = nowNanoseconds() + 10_000_000_000
+    let giveUp = monotonicNanoseconds() + 10_000_000_000
     while weak.object != nil {
-      precondition(nowNanoseconds() < giveUp, "readiness \(index) was never released")
+      precondition(monotonicNanoseconds() < giveUp, "readiness \(index) was never released")
       await Task.yield()
     }
     // The descriptor must be watched no more before it is closed (its number is reused).
@@ -621,6 +523,6 @@ private func bridgeLifecycles() async {
     close(fds[0])
     close(fds[1])
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,000 readiness sequences")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,000 readiness sequences")
   loop.stop()
 }

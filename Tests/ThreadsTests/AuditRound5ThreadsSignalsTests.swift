@@ -149,29 +149,6 @@ struct AuditRound5ThreadsSignalsTests {
 
 // MARK: - Signal helpers
 
-/// How many SIGUSR1 the process has handled.
-private let signalsHandled = Atomic<Int>(0)
-
-/// Installs a SIGUSR1 handler without `SA_RESTART` (`sa_flags = 0`) that only counts, and
-/// unblocks SIGUSR1 on the calling thread (threads started from it inherit the mask).
-private func installCountingHandler() {
-  _ = signalsHandled.load(ordering: .relaxed)  // initialized before any signal
-  var action = sigaction()
-  action.__sigaction_handler.sa_handler = { _ in signalsHandled.wrappingAdd(1, ordering: .relaxed) }
-  sigemptyset(&action.sa_mask)
-  action.sa_flags = 0
-  precondition(sigaction(SIGUSR1, &action, nil) == 0, "sigaction failed: \(errno)")
-  unblockSignal()
-}
-
-/// Unblocks SIGUSR1 on the calling thread.
-private func unblockSignal() {
-  var set = sigset_t()
-  sigemptyset(&set)
-  sigaddset(&set, SIGUSR1)
-  precondition(pthread_sigmask(SIG_UNBLOCK, &set, nil) == 0)
-}
-
 /// State shared between a target thread and its signaller.
 private final class SignalTarget: Sendable {
   /// The target's `pthread_t` (0 until published).
@@ -182,7 +159,7 @@ private final class SignalTarget: Sendable {
   /// Unblocks SIGUSR1 on the calling thread (the test runner's threads block it, and new
   /// threads inherit the mask of the thread that created them) and makes it the target.
   func publishCallingThread() {
-    unblockSignal()
+    unblockSignalOnCallingThread()
     tid.store(UInt(pthread_self()), ordering: .releasing)
   }
 
@@ -210,37 +187,21 @@ private func startSignaller(_ target: SignalTarget) -> JoinableThread<Int, Never
   }
 }
 
-/// The monotonic clock in nanoseconds.
-private func nowNanoseconds() -> Int64 {
-  var time = timespec()
-  precondition(clock_gettime(CLOCK_MONOTONIC, &time) == 0)
-  return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-}
-
-/// Waits (yielding) until `signalsHandled` has grown by `count` since `start`.
-private func waitForSignals(_ count: Int, since start: Int) {
-  let giveUp = nowNanoseconds() + 20_000_000_000
-  while signalsHandled.load(ordering: .relaxed) - start < count {
-    precondition(nowNanoseconds() < giveUp, "no signals were handled")
-    sched_yield()
-  }
-}
-
 private func sleepsUnderSignals() {
-  installCountingHandler()
+  installCountingSignalHandler()
   let target = SignalTarget()
   let signaller = startSignaller(target)
   let sleeper = try! Thread.spawn(name: "sleeper") { () throws(Never) -> [Int64] in
     let before = signalsHandled.load(ordering: .relaxed)
     target.publishCallingThread()
-    waitForSignals(3, since: before)
+    waitForSignalsHandled(3, since: before)
     var elapsed: [Int64] = []
-    var start = nowNanoseconds()
+    var start = monotonicNanoseconds()
     Thread.sleep(for: .milliseconds(300))
-    elapsed.append(nowNanoseconds() - start)
-    start = nowNanoseconds()
+    elapsed.append(monotonicNanoseconds() - start)
+    start = monotonicNanoseconds()
     Thread.sleep(until: .after(.milliseconds(200)))
-    elapsed.append(nowNanoseconds() - start)
+    elapsed.append(monotonicNanoseconds() - start)
     elapsed.append(Int64(signalsHandled.load(ordering: .relaxed) - before))
     return elapsed
   }
@@ -253,7 +214,7 @@ private func sleepsUnderSignals() {
 }
 
 private func joinUnderSignals() {
-  installCountingHandler()
+  installCountingSignalHandler()
   let flags = Flags()
   let joined = HandleSlot(
     try! Thread.spawn(name: "joined") { () throws(Never) -> Int in
@@ -269,7 +230,7 @@ private func joinUnderSignals() {
     return (value, flags.ended.load(ordering: .acquiring))
   }
   let before = signalsHandled.load(ordering: .relaxed)
-  waitForSignals(30, since: before)
+  waitForSignalsHandled(30, since: before)
   flags.release.store(true, ordering: .releasing)
   let (value, sawEnd) = joiner.join()
   target.stop.store(true, ordering: .releasing)
@@ -279,13 +240,13 @@ private func joinUnderSignals() {
 }
 
 private func prioritizedStartsUnderSignals() {
-  installCountingHandler()
+  installCountingSignalHandler()
   let target = SignalTarget()
   let signaller = startSignaller(target)
   let creator = try! Thread.spawn(name: "creator") { () throws(Never) -> [String] in
     let before = signalsHandled.load(ordering: .relaxed)
     target.publishCallingThread()
-    waitForSignals(3, since: before)
+    waitForSignalsHandled(3, since: before)
     var problems: [String] = []
     var configuration = ThreadConfiguration()
     configuration.relativePriority = 0.25
@@ -310,7 +271,7 @@ private func prioritizedStartsUnderSignals() {
 }
 
 private func exitUnderSignals() -> Never {
-  installCountingHandler()
+  installCountingSignalHandler()
   let target = SignalTarget()
   target.publishCallingThread()
   let signaller = startSignaller(target)
@@ -325,7 +286,7 @@ private func exitUnderSignals() -> Never {
     _ = line.withCString { write(1, $0, strlen($0)) }
   }
   while !started.release.load(ordering: .acquiring) { sched_yield() }
-  waitForSignals(3, since: 0)
+  waitForSignalsHandled(3, since: 0)
   exit(0)
 }
 
@@ -335,7 +296,7 @@ private final class Flags: Sendable {
 }
 
 private func idlePoolThreadUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   var configuration = ThreadPool.Configuration()
   configuration.maximumThreads = 1
   configuration.idleTimeout = .milliseconds(400)
@@ -345,14 +306,14 @@ private func idlePoolThreadUnderSignals() async {
   // The idle wait starts after the closure returned: later than `idleFrom`.
   let idleFrom = try! await pool.run { () -> Int64 in
     target.publishCallingThread()
-    return nowNanoseconds()
+    return monotonicNanoseconds()
   }
   let before = signalsHandled.load(ordering: .relaxed)
   while pool.statistics.threads > 0 {
-    precondition(nowNanoseconds() - idleFrom < 20_000_000_000, "the idle thread never retired")
+    precondition(monotonicNanoseconds() - idleFrom < 20_000_000_000, "the idle thread never retired")
     sched_yield()
   }
-  let retiredAfter = nowNanoseconds() - idleFrom
+  let retiredAfter = monotonicNanoseconds() - idleFrom
   target.stop.store(true, ordering: .releasing)
   _ = await signaller.joinOffPool()
   let handled = signalsHandled.load(ordering: .relaxed) - before
@@ -364,7 +325,7 @@ private func idlePoolThreadUnderSignals() async {
 }
 
 private func poolJobsUnderSignals() async {
-  installCountingHandler()
+  installCountingSignalHandler()
   var configuration = ThreadPool.Configuration()
   configuration.maximumThreads = 1
   let pool = ThreadPool(name: "signalled-jobs", configuration: configuration)
@@ -401,64 +362,6 @@ extension JoinableThread where Failure == Never {
 
 // MARK: - Resource helpers
 
-/// The entries of a `/proc` directory, without `.` and `..`. For `/proc/self/fd`, the
-/// listing's own descriptor and pipes are left out: the test library's exit-test machinery
-/// in the child opens a pipe of its own at a moment of its choosing, while the toolkit
-/// creates no pipe (its loops and ports use epoll, eventfd, timerfd and sockets).
-private func entryCount(_ path: String) -> Int {
-  guard let directory = opendir(path) else { return -1 }
-  defer { closedir(directory) }
-  let own = dirfd(directory)
-  var count = 0
-  while let entry = readdir(directory) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    if name.hasPrefix(".") { continue }
-    if path == "/proc/self/fd" {
-      guard let number = Int32(name), number != own else { continue }
-      var target = [CChar](repeating: 0, count: 64)
-      let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-      if length >= 5, target[0..<5].map({ UInt8(bitPattern: $0) }) == Array("pipe:".utf8) { continue }
-    }
-    count += 1
-  }
-  return count
-}
-
-/// What each open descriptor refers to, for a failure message.
-private func descriptorTargets() -> [String] {
-  guard let directory = opendir("/proc/self/fd") else { return [] }
-  defer { closedir(directory) }
-  var targets: [String] = []
-  while let entry = readdir(directory) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    guard Int32(name) != nil else { continue }
-    var target = [CChar](repeating: 0, count: 256)
-    let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-    targets.append(
-      "\(name)->\(length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?")"
-    )
-  }
-  return targets
-}
-
-/// Waits until the process is back to `descriptors` and at most `threads`, or stops it
-/// after 20 s. The runtime's own worker threads come and go, so fewer threads is fine; the
-/// test library's machinery in the child may open a descriptor or two of its own meanwhile,
-/// so two more are tolerated: a leak in any of the 1,000-fold loops leaves hundreds.
-private func expectBack(descriptors: Int, threads: Int, _ what: String) {
-  let giveUp = nowNanoseconds() + 20_000_000_000
-  while entryCount("/proc/self/fd") > descriptors + 2 || entryCount("/proc/self/task") > threads {
-    if nowNanoseconds() > giveUp {
-      let counts =
-        "descriptors \(entryCount("/proc/self/fd")) (start \(descriptors))"
-        + ", threads \(entryCount("/proc/self/task")) (start \(threads))"
-      fatalError("\(what): \(counts); open: \(descriptorTargets())")
-    }
-    var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-    _ = nanosleep(&pause, nil)
-  }
-}
-
 private final class WeakThread: @unchecked Sendable {
   weak var thread: Thread?
 }
@@ -467,8 +370,8 @@ private func threadLifecycles() {
   // Warm up what is created once (registry, main thread object).
   _ = Thread.current
   _ = try! Thread.spawn { () throws(Never) in }.join()
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<1_500 {
     let weak = WeakThread()
     do {
@@ -482,13 +385,13 @@ private func threadLifecycles() {
     }
     precondition(weak.thread == nil, "thread object \(index) outlived its join")
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,500 joined threads")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,500 joined threads")
   let counter = Counter()
   for _ in 0..<500 {
     try! Thread.detach { counter.value.add(1, ordering: .releasing) }
   }
   while counter.value.load(ordering: .acquiring) < 500 { sched_yield() }
-  expectBack(descriptors: descriptors, threads: threads, "after 500 detached threads")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 500 detached threads")
 }
 
 private final class Counter: Sendable {
@@ -536,8 +439,8 @@ private final class AdoptedContext: @unchecked Sendable {
 
 private func adoptedThreadLifecycles() {
   _ = Thread.current
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<1_000 {
     let context = AdoptedContext()
     var handle = pthread_t()
@@ -559,7 +462,7 @@ private func adoptedThreadLifecycles() {
       "adopted thread \(index): exit handler ran \(context.handled.value.load(ordering: .relaxed)) times")
     precondition(context.weak.thread == nil, "adopted thread \(index)'s object outlived the thread")
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 1,000 adopted threads")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 1,000 adopted threads")
 }
 
 private final class WeakPool {
@@ -572,8 +475,8 @@ private func poolLifecycles() async {
     _ = try! await warm.run { 0 }
     await warm.shutdown()
   }
-  let descriptors = entryCount("/proc/self/fd")
-  let threads = entryCount("/proc/self/task")
+  let descriptors = procEntryCount("/proc/self/fd")
+  let threads = procEntryCount("/proc/self/task")
   for index in 0..<300 {
     let weak = WeakPool()
     do {
@@ -590,5 +493,5 @@ private func poolLifecycles() async {
     }
     precondition(weak.pool == nil, "pool \(index) outlived its shutdown and last reference")
   }
-  expectBack(descriptors: descriptors, threads: threads, "after 300 pools")
+  expectProcessBack(descriptors: descriptors, threads: threads, "after 300 pools")
 }
