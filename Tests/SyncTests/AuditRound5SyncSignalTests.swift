@@ -661,98 +661,45 @@ private struct StormLock: Sendable {
   let name: String
   let acquire: @Sendable (MonotonicInstant?) -> Bool
   let release: @Sendable () -> Void
+
+  init(
+    _ name: String, timed: @escaping @Sendable (MonotonicInstant) -> Bool, untimed: @escaping @Sendable () -> Void,
+    release: @escaping @Sendable () -> Void
+  ) {
+    self.name = name
+    self.acquire = { deadline in
+      guard let deadline else {
+        untimed()
+        return true
+      }
+      return timed(deadline)
+    }
+    self.release = release
+  }
+
+  /// A `Locking` lock (a `ReadWriteLock` through it takes its write side).
+  init(_ name: String, _ lock: some Locking) {
+    self.init(name, timed: { lock.lock(before: $0) }, untimed: { lock.lock() }, release: { lock.unlock() })
+  }
 }
 
 private func stormLocks() -> [StormLock] {
-  let lock = Lock()
-  let recursive = RecursiveLock()
-  let spin = SpinLock()
-  let readWrite = ReadWriteLock()
   let conditionLock = ConditionLock(condition: 0)
-  let condition = Condition()
   let semaphore = Semaphore(value: 1)
   var kinds: [StormLock] = [
+    StormLock("Lock", Lock()),
+    StormLock("RecursiveLock", RecursiveLock()),
+    StormLock("SpinLock", SpinLock()),
+    StormLock("ReadWriteLock (write)", ReadWriteLock()),
+    StormLock("Condition", Condition()),
     StormLock(
-      name: "Lock",
-      acquire: {
-        $0.map { lock.lock(before: $0) }
-          ?? {
-            lock.lock()
-            return true
-          }()
-      }, release: { lock.unlock() }),
+      "ConditionLock", timed: { conditionLock.lock(whenCondition: 0, before: $0) },
+      untimed: { conditionLock.lock(whenCondition: 0) }, release: { conditionLock.unlock(withCondition: 0) }),
     StormLock(
-      name: "RecursiveLock",
-      acquire: {
-        $0.map { recursive.lock(before: $0) }
-          ?? {
-            recursive.lock()
-            return true
-          }()
-      },
-      release: { recursive.unlock() }),
-    StormLock(
-      name: "SpinLock",
-      acquire: {
-        $0.map { spin.lock(before: $0) }
-          ?? {
-            spin.lock()
-            return true
-          }()
-      }, release: { spin.unlock() }),
-    StormLock(
-      name: "ReadWriteLock (write)",
-      acquire: {
-        $0.map { readWrite.writeLock(before: $0) }
-          ?? {
-            readWrite.writeLock()
-            return true
-          }()
-      },
-      release: { readWrite.unlock() }),
-    StormLock(
-      name: "ConditionLock",
-      acquire: {
-        $0.map { conditionLock.lock(whenCondition: 0, before: $0) }
-          ?? {
-            conditionLock.lock(whenCondition: 0)
-            return true
-          }()
-      },
-      release: { conditionLock.unlock(withCondition: 0) }),
-    StormLock(
-      name: "Condition",
-      acquire: {
-        $0.map { condition.lock(before: $0) }
-          ?? {
-            condition.lock()
-            return true
-          }()
-      },
-      release: { condition.unlock() }),
-    StormLock(
-      name: "Semaphore(value: 1)",
-      acquire: {
-        $0.map { semaphore.wait(before: $0) }
-          ?? {
-            semaphore.wait()
-            return true
-          }()
-      },
+      "Semaphore(value: 1)", timed: { semaphore.wait(before: $0) }, untimed: { semaphore.wait() },
       release: { semaphore.signal() }),
   ]
-  if let pi = try? PriorityInheritanceLock() {
-    kinds.append(
-      StormLock(
-        name: "PriorityInheritanceLock",
-        acquire: {
-          $0.map { pi.lock(before: $0) }
-            ?? {
-              pi.lock()
-              return true
-            }()
-        }, release: { pi.unlock() }))
-  }
+  if let pi = try? PriorityInheritanceLock() { kinds.append(StormLock("PriorityInheritanceLock", pi)) }
   return kinds
 }
 
