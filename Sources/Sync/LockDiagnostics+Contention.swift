@@ -45,6 +45,12 @@ extension Diagnostics {
 
   /// The contention figures per named lock now, most waited-for first; empty while
   /// ``collectsLockContention`` was never on. Callable from any thread at any time.
+  ///
+  /// Figures are kept per name, and a name's entry (with its ``LockContention/blockingHolders``,
+  /// one per holding thread) stays after its locks are gone, until
+  /// ``resetLockContention()``: the table grows with the number of distinct names and
+  /// holding threads. Name locks by role (`"connection pool"`), not by instance
+  /// (`"connection \(id)"`), or reset the figures now and then in a long-running process.
   public static func lockContention() -> [LockContention] {
     ContentionTable.shared.snapshot()
   }
