@@ -40,7 +40,10 @@ extension Locking {
   /// Runs `body` holding the lock and returns its result. The lock is released when `body`
   /// returns or throws; the error type flows through (typed throws).
   ///
-  /// Blocks until the lock is available.
+  /// Blocks until the lock is available. A `body` that releases the lock itself is a misuse:
+  /// the scope's release then stops the process (a ``ReadWriteLock``, whose readers are not
+  /// tracked, is checked for it before the release, so no other thread's read lock is
+  /// dropped).
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
     lockForScope()
