@@ -40,10 +40,11 @@ extension Locking {
   /// Runs `body` holding the lock and returns its result. The lock is released when `body`
   /// returns or throws; the error type flows through (typed throws).
   ///
-  /// Blocks until the lock is available. A `body` that releases the lock itself is a misuse:
-  /// the scope's release then stops the process (a ``ReadWriteLock``, whose readers are not
-  /// tracked, is checked for it before the release, so no other thread's read lock is
-  /// dropped).
+  /// Blocks until the lock is available. `body` must not release the lock itself: the
+  /// scope's release is then reported as each lock's `unlock()` documents for an unlock by
+  /// a thread that does not hold it (``Lock`` checks that only in checked mode). A
+  /// ``ReadWriteLock``, whose readers are not tracked, is always checked before the release,
+  /// so another thread's read lock is never dropped.
   @inlinable
   public func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
     lockForScope()
