@@ -97,8 +97,9 @@ extension Locking {
   }
 
   // Every lock but `ReadWriteLock` knows its holder, so a body that released the lock itself
-  // makes the scope's `unlock()` a misuse stop there. A read-write lock does not tag its
-  // readers: after such a body, the scope's release could drop another thread's read lock.
+  // is reported by the scope's `unlock()` as that lock documents (`Lock` in checked mode). A
+  // read-write lock does not tag its readers: after such a body, the scope's release could
+  // drop another thread's read lock.
   // The scope knows it took the write side, so it checks the writer before releasing. For a
   // concrete lock type the cast folds away when the generic code is specialized.
   @usableFromInline

@@ -140,12 +140,18 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// ThreadConfiguration.kernelName(for: "downloaders-grösse")     // "downloaders-gr" (14 bytes: "ö" needs 2 more)
   /// ```
   public static func kernelName(for name: String) -> String {
+    wholeCharacters(of: name[...], fitting: kernelNameLimit)
+  }
+
+  /// The longest prefix of whole characters of `text` whose UTF-8 form fits in `limit`
+  /// bytes, cut before any NUL.
+  private static func wholeCharacters(of text: Substring, fitting limit: Int) -> String {
     var result = ""
     var bytes = 0
-    for character in name {
+    for character in text {
       if character.unicodeScalars.contains(where: { $0.value == 0 }) { break }
       let length = character.utf8.count
-      if bytes + length > kernelNameLimit { break }
+      if bytes + length > limit { break }
       result.append(character)
       bytes += length
     }
@@ -159,16 +165,7 @@ public struct ThreadConfiguration: Sendable, Hashable {
     guard !suffix.isEmpty, whole.utf8.count < name.utf8.count, !name.utf8.contains(0), name.hasSuffix(suffix),
       suffix.utf8.count < kernelNameLimit
     else { return whole }
-    let head = String(name.dropLast(suffix.count))
-    var result = ""
-    var bytes = 0
-    for character in head {
-      let length = character.utf8.count
-      if bytes + length + suffix.utf8.count > kernelNameLimit { break }
-      result.append(character)
-      bytes += length
-    }
-    return result + suffix
+    return wholeCharacters(of: name.dropLast(suffix.count), fitting: kernelNameLimit - suffix.utf8.count) + suffix
   }
 
   /// The nice value ``relativePriority`` maps to: `round((0.5 - p) * 40)` clamped to -20...19
