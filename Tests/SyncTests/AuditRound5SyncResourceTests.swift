@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -15,27 +16,11 @@ import Testing
 /// Swift runtime's Dispatch creates them lazily in the exit test's child, and Sync never
 /// makes one.
 private func openDescriptors() -> Set<String> {
-  func listing() -> Set<String> {
-    guard let directory = opendir("/proc/self/fd") else { return [] }
-    defer { closedir(directory) }
-    let own = dirfd(directory)
-    var names = Set<String>()
-    while let entry = readdir(directory) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-      guard let number = Int32(name), number != own else { continue }
-      var target = [CChar](repeating: 0, count: 256)
-      let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-      let text = length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
-      if text.hasPrefix("anon_inode:[timerfd]") || text.hasPrefix("anon_inode:[eventpoll]")
-        || text.hasPrefix("anon_inode:[eventfd]")
-      {
-        continue
-      }
-      names.insert("\(name) -> \(text)")
+  stableOpenDescriptors(listings: 3).filter { entry in
+    !["anon_inode:[timerfd]", "anon_inode:[eventpoll]", "anon_inode:[eventfd]"].contains {
+      entry.hasSuffix(" -> " + $0)
     }
-    return names
   }
-  return listing().intersection(listing()).intersection(listing())
 }
 
 /// The entries of `/proc/self/task`. The checks allow two more than at the start: the

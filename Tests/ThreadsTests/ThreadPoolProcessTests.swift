@@ -63,11 +63,11 @@ struct ThreadPoolProcessTests {
       let cycles = isRunningUnderThreadSanitizer ? 1_000 : 10_000
       await runCycle()  // the runtime's own threads start here, before counting
       let threadsBefore = threadCount()
-      let descriptorsBefore = stableDescriptors()
+      let descriptorsBefore = stableOpenDescriptors()
       let mappingsBefore = mappingCount()
       for _ in 0..<cycles { await runCycle() }
       let threadsAfter = threadCount()
-      let descriptorsAfter = stableDescriptors()
+      let descriptorsAfter = stableOpenDescriptors()
       let mappingsAfter = mappingCount()
       let leftWorkers = threadNames(withPrefix: "cycle-").count
       let opened = descriptorsAfter.subtracting(descriptorsBefore).sorted()
@@ -295,33 +295,6 @@ private func threadCount() -> Int {
     if !isDot { count += 1 }
   }
   return count
-}
-
-/// The process's open descriptors that are in each of five listings, with what each refers
-/// to (its `/proc/self/fd` link, such as `anon_inode:[eventfd]`): a descriptor another
-/// thread holds for a moment (a file the runtime or a pool reads and closes) is left out,
-/// while a leaked one is in every listing.
-private func stableDescriptors() -> Set<String> {
-  let listings = (0..<5).map { _ in descriptorListing() }
-  return listings.dropFirst().reduce(listings[0]) { $0.intersection($1) }
-}
-
-/// One listing of `/proc/self/fd`: "number -> target" for each descriptor but the
-/// listing's own.
-private func descriptorListing() -> Set<String> {
-  guard let directory = opendir("/proc/self/fd") else { return [] }
-  defer { closedir(directory) }
-  let own = dirfd(directory)
-  var listing = Set<String>()
-  while let entry = readdir(directory) {
-    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    guard let number = Int32(name), number != own else { continue }
-    var target = [CChar](repeating: 0, count: 256)
-    let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-    let text = length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
-    listing.insert("\(name) -> \(text)")
-  }
-  return listing
 }
 
 /// Tasks park here (suspended, holding no thread) until `open()`.

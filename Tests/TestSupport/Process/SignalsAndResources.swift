@@ -75,21 +75,29 @@ public func procEntryCount(_ path: String) -> Int {
   return count
 }
 
-/// What each open descriptor refers to, for a failure message.
-public func openDescriptorTargets() -> [String] {
+/// The process's open descriptors, each as "number -> target" (its `/proc/self/fd` link,
+/// such as `anon_inode:[eventfd]`), without the listing's own.
+public func openDescriptorListing() -> Set<String> {
   guard let directory = opendir("/proc/self/fd") else { return [] }
   defer { closedir(directory) }
-  var targets: [String] = []
+  let own = dirfd(directory)
+  var listing = Set<String>()
   while let entry = readdir(directory) {
     let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    guard Int32(name) != nil else { continue }
+    guard let number = Int32(name), number != own else { continue }
     var target = [CChar](repeating: 0, count: 256)
     let length = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-    targets.append(
-      "\(name)->\(length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?")"
-    )
+    let text = length > 0 ? String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+    listing.insert("\(name) -> \(text)")
   }
-  return targets
+  return listing
+}
+
+/// The open descriptors (as ``openDescriptorListing()``) that are in each of `listings`
+/// listings: a descriptor another thread holds for a moment (a file the runtime reads and
+/// closes) is left out, while a leaked one is in every listing.
+public func stableOpenDescriptors(listings: Int = 5) -> Set<String> {
+  (1..<listings).reduce(openDescriptorListing()) { stable, _ in stable.intersection(openDescriptorListing()) }
 }
 
 /// Waits until the process is back to `descriptors` and at most `threads`, or stops it
@@ -103,7 +111,7 @@ public func expectProcessBack(descriptors: Int, threads: Int, _ what: String) {
       let counts =
         "descriptors \(procEntryCount("/proc/self/fd")) (start \(descriptors))"
         + ", threads \(procEntryCount("/proc/self/task")) (start \(threads))"
-      fatalError("\(what): \(counts); open: \(openDescriptorTargets())")
+      fatalError("\(what): \(counts); open: \(openDescriptorListing().sorted())")
     }
     var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
     _ = nanosleep(&pause, nil)
