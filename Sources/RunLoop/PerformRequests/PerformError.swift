@@ -10,8 +10,9 @@ public enum PerformError: Error, Hashable, Sendable, CustomStringConvertible {
   case timedOut
   /// The target thread ended, and its run loop discarded the request unrun.
   case targetExited
-  /// The target thread has no run loop (it never asked for one, or it has ended), so nothing
-  /// could ever run the block.
+  /// The target thread has no run loop (it never asked for one, it has ended, or its run
+  /// loop's descriptors cannot be made: the caller's own, or the main thread's, made on first
+  /// use), so nothing could ever run the block.
   case noRunLoop
 
   /// A sentence for logs.

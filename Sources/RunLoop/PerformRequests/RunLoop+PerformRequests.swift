@@ -17,7 +17,8 @@ import Threads
 /// The `on: Thread` statics (``perform(on:inModes:_:)``, ``performAndWakeUp(on:inModes:_:)``,
 /// ``performAndWait(on:inModes:before:_:)``, ...) are the same three shapes for the run loop
 /// of a thread, and also throw ``PerformError/noRunLoop`` when that thread has none
-/// (``RunLoopThread`` is a thread that always has one), except for the calling thread: a
+/// (``RunLoopThread`` is a thread that always has one; the main thread's is made on first
+/// use, so it has none only when its descriptors cannot be made), except for the calling thread: a
 /// waiting request naming it runs at once, run loop or not, and the others queue on its
 /// ``current`` run loop (created if needed, as in Foundation). ``perform(afterDelay:inModes:_:)``
 /// runs a block on this loop after a delay and returns a handle that cancels it.
@@ -189,8 +190,9 @@ extension RunLoop {
     try performAndWait(on: thread, inModes: modes, before: .distantFuture, block)
   }
 
-  /// The run loop of `thread`, if it has asked for one and is still alive (the main
-  /// thread's always exists).
+  /// The run loop of `thread`, if it has asked for one and is still alive. The main thread's
+  /// is made on first use by whichever thread asks (as ``RunLoop/main``); nil only when its
+  /// descriptors cannot be made (`EMFILE`, `ENOMEM`).
   public static func runLoop(of thread: Thread) -> RunLoop? {
     ThreadRunLoops.runLoop(of: thread)
   }

@@ -19,9 +19,11 @@ enum ThreadRunLoops {
     }
   }
 
-  /// The run loop of `thread`, if it has one that is still alive.
+  /// The run loop of `thread`, if it has one that is still alive. The main thread's is made
+  /// here on first use; nil when its descriptors cannot be made (`EMFILE`, `ENOMEM`): the
+  /// perform requests then throw `noRunLoop` rather than stop the process.
   static func runLoop(of thread: Thread) -> RunLoop? {
-    if thread.isMainThread { return RunLoop.main }
+    if thread.isMainThread { return try? CurrentRunLoopStorage.main() }
     return entries.withLock { $0[thread.id]?.runLoop }
   }
 }
