@@ -59,7 +59,8 @@ public final class RunLoopThreadGroup: TaskExecutor, @unchecked Sendable, Custom
   // is written before the group is used.
 
   /// The group's name; its threads are named `"<name>-<index>"` (in the kernel too, where a
-  /// long name loses the end of `name`, never the index, to fit 15 bytes).
+  /// long name loses the end of `name`, never the index, to fit 15 bytes, and a name holding
+  /// a NUL is cut before it, the index kept).
   public let name: String
   private let workers: [GroupWorker]
   /// Counts enqueues; its value modulo the thread count picks the next job's thread.

@@ -80,9 +80,10 @@ public struct ThreadConfiguration: Sendable, Hashable {
   /// character is cut before it.
   public var name: String? = nil
 
-  /// A tail of ``name`` the kernel name keeps when the name is too long: the name's start is
-  /// cut instead (`"run-loop-group-12"` becomes `"run-loop-gro-12"`), so numbered threads of
-  /// one family stay told apart in `top -H` and debuggers. Empty (default) cuts the end.
+  /// A tail of ``name`` the kernel name keeps when the name is too long or holds a NUL: the
+  /// name's start is cut instead (`"run-loop-group-12"` becomes `"run-loop-gro-12"`,
+  /// `"io\0disk-1"` becomes `"io-1"`), so numbered threads of one family stay told apart in
+  /// `top -H` and debuggers. Empty (default) cuts the end.
   package var kernelNameKeptSuffix: String = ""
 
   /// The guide's 0.0...1.0 relative priority (1.0 highest, 0.5 typical); `nil` (default)
@@ -158,12 +159,13 @@ public struct ThreadConfiguration: Sendable, Hashable {
     return result
   }
 
-  /// ``kernelName(for:)`` that keeps `suffix` whole when `name` ends with it and is too long:
-  /// the rest of the name is cut to make room.
+  /// ``kernelName(for:)`` that keeps `suffix` whole when `name` ends with it and is too long
+  /// or holds a NUL: the rest of the name is cut (to fit, and before any NUL) to make room, so
+  /// a NUL in the rest does not take the suffix with it.
   package static func kernelName(for name: String, keeping suffix: String) -> String {
     let whole = kernelName(for: name)
-    guard !suffix.isEmpty, whole.utf8.count < name.utf8.count, !name.utf8.contains(0), name.hasSuffix(suffix),
-      suffix.utf8.count < kernelNameLimit
+    guard !suffix.isEmpty, whole.utf8.count < name.utf8.count, name.hasSuffix(suffix),
+      !suffix.utf8.contains(0), suffix.utf8.count < kernelNameLimit
     else { return whole }
     return wholeCharacters(of: name.dropLast(suffix.count), fitting: kernelNameLimit - suffix.utf8.count) + suffix
   }
