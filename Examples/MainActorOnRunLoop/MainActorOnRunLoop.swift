@@ -10,6 +10,9 @@
 //   swift run MainActorOnRunLoopExample --foreign-loop  # the switch, the main thread owned by a
 //                                                       # hand-written poll() loop (GTK, libuv)
 //   swift run MainActorOnRunLoopExample --not-installed # without the switch: nothing changes
+//   swift run MainActorOnRunLoopExample --short-of-descriptors N
+//                                                       # install() with only N descriptors free:
+//                                                       # it throws, never stops the process
 //
 // `Tests/ExampleTests` runs all three as child processes (a test runner's main thread never
 // runs a run loop).
@@ -218,11 +221,49 @@ enum ExitRequest {
   }
 }
 
+/// `install()` when the process may open only `free` more descriptors (the main run loop and
+/// the timer thread's loop need three each): it either installs or throws a
+/// `ThreadStartError`, and never stops the process. Prints "installed" or "threw: <error>".
+enum ShortOfDescriptors {
+  static func run(free: Int) -> Never {
+    var highest: Int32 = -1
+    for descriptor in 0..<Int32(4096) where fcntl(descriptor, F_GETFD) != -1 { highest = descriptor }
+    // Descriptors are allocated lowest first: with the gaps below `highest` filled (with
+    // /dev/null), exactly `free` more fit under a limit of `highest + 1 + free`.
+    while true {
+      let filler = open("/dev/null", O_RDONLY)
+      if filler < 0 || filler > highest {
+        if filler >= 0 { close(filler) }
+        break
+      }
+    }
+    var limit = rlimit()
+    _ = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    limit.rlim_cur = rlim_t(Int(highest) + 1 + free)
+    guard highest >= 0, setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
+      print("FAILED: cannot set the descriptor limit")
+      exit(1)
+    }
+    do throws(ThreadStartError) {
+      try MainRunLoopExecutor.install()
+      print("installed")
+    } catch {
+      print("threw: \(error)")
+    }
+    exit(0)
+  }
+}
+
 @main struct MainActorOnRunLoopExample {
   static func main() {
     let arguments = CommandLine.arguments.dropFirst()
     if arguments.contains("--not-installed") { NotInstalled.run() }
     if arguments.contains("--exit-request") { ExitRequest.run() }
+    if let flag = arguments.firstIndex(of: "--short-of-descriptors"), flag + 1 < arguments.endIndex,
+      let free = Int(arguments[flag + 1])
+    {
+      ShortOfDescriptors.run(free: free)
+    }
     let sensorThread: RunLoopThread
     do {
       sensorThread = try RunLoopThread.start(name: "sensor")

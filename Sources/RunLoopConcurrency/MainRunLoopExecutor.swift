@@ -95,8 +95,10 @@ public enum MainRunLoopExecutor {
   /// Unavailable from `async` code: an `async` main captures the platform's main executor
   /// when it is entered, so its own code would never come back to the main run loop.
   ///
-  /// - Throws: ``/Threads/ThreadStartError`` when the timer thread of
-  ///   ``SleepTimers/runLoopThread`` cannot be started (nothing is installed then).
+  /// - Throws: ``/Threads/ThreadStartError`` (nothing is installed then): `.system` when the
+  ///   main run loop, made here if no code asked for it yet, cannot get its descriptors
+  ///   (`EMFILE` from `epoll_create1`, ...), or when the timer thread of
+  ///   ``SleepTimers/runLoopThread`` cannot be started.
   ///
   /// Misuse stops the process with a message: a call from another thread than the main
   /// thread, or a second call.
@@ -108,6 +110,13 @@ public enum MainRunLoopExecutor {
     if installed.load(ordering: .acquiring) {
       concurrencyMisuse(
         "MainRunLoopExecutor", "install() called twice (the main executor is installed once per process)")
+    }
+    // The main run loop first (this is the main thread): its descriptors are an environment
+    // failure to throw, like the timer thread's, and both come before anything is installed.
+    do throws(SystemCallError) {
+      _ = try RunLoop.currentOrThrow()
+    } catch {
+      throw .system(error)
     }
     let platform = PlatformExecutorFactory.defaultExecutor
     let defaultExecutor: any TaskExecutor

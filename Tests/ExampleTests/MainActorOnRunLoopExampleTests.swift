@@ -50,6 +50,19 @@ import Testing
     #expect(lines == ["ok: @MainActor code starts on the main thread", "asking the main thread to exit"])
   }
 
+  @Test("install() short of descriptors throws at every level, and installs once there are enough")
+  func installShortOfDescriptorsThrowsInsteadOfStopping() throws {
+    var outcomes: [String] = []
+    for free in 0...8 {
+      let (status, lines) = try Self.run(["--short-of-descriptors", String(free)])
+      #expect(status == 0, "with \(free) free descriptors the program stopped: \(lines)")
+      outcomes.append(lines.last ?? "")
+    }
+    #expect(outcomes.first?.hasPrefix("threw: ") == true, "\(outcomes)")
+    #expect(outcomes.last == "installed", "\(outcomes)")
+    #expect(outcomes.allSatisfy { $0 == "installed" || $0.hasPrefix("threw: ") }, "\(outcomes)")
+  }
+
   @Test func withoutTheSwitchNothingChanges() throws {
     let (status, lines) = try Self.run(["--not-installed"])
     #expect(status == 0, "the program's report: \(lines)")
