@@ -48,7 +48,9 @@ import Sync
 /// Watching a descriptor the kernel cannot poll (a regular file: `EPERM`), one that is not
 /// open (`EBADF`), or one another source already watches in the same run loop (`EEXIST`: use
 /// one source with both events instead) is misuse and stops the process when the source is
-/// added to a run loop.
+/// added to a run loop. The system refusing another watch (`ENOSPC`: the user's
+/// `fs.epoll.max_user_watches` is reached; `ENOMEM`) also stops the process, with a message
+/// naming the call: adding a source reports nothing to its caller.
 /// The corresponding C functions are `CFFileDescriptorCreate`,
 /// `CFFileDescriptorEnableCallBacks`, `CFFileDescriptorDisableCallBacks`,
 /// `CFFileDescriptorInvalidate`; on Linux, `epoll_ctl` and `poll`.

@@ -201,7 +201,10 @@ public final class RunLoopTimer: @unchecked Sendable, Hashable, CustomStringConv
 
   /// Creates a timer that first fires `delay` from now (then every `interval` if positive)
   /// and adds it to the default mode of the calling thread's run loop, like Foundation's
-  /// `scheduledTimer`. The loop must still be run for the timer to fire.
+  /// `scheduledTimer`. The loop must still be run for the timer to fire. Creating the
+  /// calling thread's run loop, when it has none yet, is ``RunLoop/current``'s: if its
+  /// descriptors cannot be made (`EMFILE`) the process stops; create the timer with an
+  /// initializer and add it to ``RunLoop/currentOrThrow()`` to handle that case.
   @discardableResult
   public static func scheduled(
     after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,

@@ -197,6 +197,11 @@ final class DescriptorMember: @unchecked Sendable {
           tk_epoll_add(runLoop.backend.epollDescriptor, descriptor, DescriptorMember.armed(interest), token)
         }
       } catch {
+        // ENOSPC/ENOMEM: the system refused another watch (its `fs.epoll.max_user_watches`,
+        // or memory); `add` has no way to report it (see the type's documentation).
+        if error.code.rawValue == ENOSPC || error.code.rawValue == ENOMEM {
+          fatalError("FileDescriptorSource: the system refused to watch descriptor \(descriptor): \(error)")
+        }
         // EBADF/EPERM: the descriptor is closed or cannot be watched (a regular file).
         reportMisuse("FileDescriptorSource", "descriptor \(descriptor) cannot be watched: \(error)")
       }
