@@ -594,21 +594,11 @@ extension RunLoop {
     // The wait starts here for the adaptive rule: a spin that found nothing counts in the
     // sleep after it, which is then not short, so the next one does not spin. Without the
     // switch, the clock is not read.
-    // While the watch pauses (see `watchBeforeSleeping`) the sleep is not timed either:
-    // `lastFutexSleepWasShort` keeps its value for the first sleep after the pause.
     let watches = plan == .sleepOnFutex && spinsBeforeSleepingSwitch.load(ordering: .relaxed)
-    var timesSleep = false
     var waitStart = MonotonicInstant.distantPast
     if watches {
-      if watchPausedSleeps > 0 {
-        watchPausedSleeps -= 1
-      } else {
-        timesSleep = true
-        waitStart = .now
-        if lastFutexSleepWasShort { watchBeforeSleeping() }
-      }
-    } else {
-      lastFutexSleepWasShort = false
+      waitStart = .now
+      if lastFutexSleepWasShort { spinForWakeUp() }
     }
     var state = wakeState.load(ordering: .full)
     while true {
@@ -628,7 +618,7 @@ extension RunLoop {
       // Returns when a waker sets `wakeUpPending` and wakes, or at once when the word already
       // changed; a spurious return only costs a pass.
       wakeState.wait(whileEqualTo: state | sleepingBit)
-      if timesSleep { lastFutexSleepWasShort = waitStart.duration(to: .now) < RunLoop.futexSpinLimit }
+      lastFutexSleepWasShort = watches && waitStart.duration(to: .now) < RunLoop.futexSpinLimit
       count = 0
     } else {
       count = backend.wait(block: true)
@@ -643,38 +633,6 @@ extension RunLoop {
   /// futex sleep was shorter than this (see ``spinForWakeUp()``).
   static let futexSpinLimit = Duration.microseconds(30)
 
-  /// How many watches in a row may find their wake-up only through a yield to a thread on
-  /// the same CPU before the watch pauses (see ``watchBeforeSleeping()``).
-  static let sameCPUCatchLimit = 8
-  /// How many futex sleeps skip the watch once it pauses.
-  static let watchPauseLength = 256
-  /// A yield that lasted longer than this let another thread run on the loop's CPU.
-  static let yieldThatRanAnotherThread = Duration.microseconds(1)
-
-  /// The watch before a futex sleep that is likely short (``spinForWakeUp()``), paused while
-  /// it only pays off through its yields.
-  ///
-  /// A partner thread on the loop's own CPU (both threads pinned to one CPU, or a machine
-  /// with one) answers during the watch's yield; measured on a 2-vCPU KVM guest with every
-  /// thread on one CPU, a loop answering such a partner's requests through the yield took
-  /// about 7% longer per round trip than one that slept on its futex and was woken. So after
-  /// ``sameCPUCatchLimit`` watches in a row found their wake-up that way and no other, the
-  /// next ``watchPauseLength`` futex sleeps skip the watch (``wait(_:)`` counts them down);
-  /// then it is tried again. A partner on another CPU is found while the watch looks, which
-  /// resets the count.
-  func watchBeforeSleeping() {
-    if spinForWakeUp() {
-      sameCPUCatchStreak += 1
-      if sameCPUCatchStreak >= RunLoop.sameCPUCatchLimit {
-        sameCPUCatchStreak = 0
-        watchPausedSleeps = RunLoop.watchPauseLength
-        watchPauseCount &+= 1
-      }
-    } else {
-      sameCPUCatchStreak = 0
-    }
-  }
-
   /// Before a futex sleep that is likely short (the last one was; see
   /// ``spinsBeforeSleeping``): watches `wakeState` for a wake-up or an exit request for at
   /// most ``futexSpinLimit``, yielding the CPU before each few looks (a partner thread on the
@@ -684,29 +642,19 @@ extension RunLoop {
   /// a loop whose sleeps are long never spins, and a spin that finds nothing counts in the
   /// sleep after it, which is then not short, so the next one does not spin.
   ///
-  /// Returns true when the wake-up was there at the first look after a yield that lasted
-  /// longer than ``yieldThatRanAnotherThread``: another thread ran on this CPU meanwhile,
-  /// most likely the waker.
-  ///
   /// Relaxed loads suffice: they only decide when to go on to `wait`'s `.full` load and
   /// compare-and-swap, which order everything as without the spin.
-  func spinForWakeUp() -> Bool {
-    var beforeYield = MonotonicInstant.now
-    let end = beforeYield.advanced(by: RunLoop.futexSpinLimit)
+  func spinForWakeUp() {
+    let end = MonotonicInstant.after(RunLoop.futexSpinLimit)
     let watched = RunLoop.wakeUpPending | RunLoop.exitRequested
     while true {
       // Yield first: a partner on the same CPU answers at once.
       Thread.yield()
-      let afterYield = MonotonicInstant.now
-      if wakeState.load(ordering: .relaxed) & watched != 0 {
-        return beforeYield.duration(to: afterYield) > RunLoop.yieldThatRanAnotherThread
-      }
       for _ in 0..<16 {
+        if wakeState.load(ordering: .relaxed) & watched != 0 { return }
         tk_cpu_relax()
-        if wakeState.load(ordering: .relaxed) & watched != 0 { return false }
       }
-      if afterYield >= end { return false }
-      beforeYield = .now
+      if end.hasPassed { return }
     }
   }
 

@@ -92,10 +92,7 @@ extension RunLoop {
   /// KVM guest, a loop answering another thread's requests did so in a fraction of the time
   /// of two threads waking each other through an eventfd (see the README's cost tables).
   /// The loop yields the CPU between looks, so a partner thread on the same CPU runs and
-  /// answers rather than waiting for the loop to give up. When the wake-ups keep coming only
-  /// that way (the loop and its partner share one CPU: both pinned to it, or a one-CPU
-  /// machine), sleeping and being woken is cheaper, so after 8 such watches in a row the
-  /// next 256 sleeps skip the watch, and then it is tried again.
+  /// answers rather than waiting for the loop to give up.
   ///
   /// **What it costs.** Up to 30 us of CPU before a sleep, and only while the loop's sleeps
   /// are that short: a loop whose sleeps are longer (timers, idle periods, work arriving

@@ -190,16 +190,6 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// partner thread answering quickly): the next futex sleep then first watches for a
   /// wake-up for at most that long. Read and written only by the thread running the loop.
   @exclusivity(unchecked) var lastFutexSleepWasShort = false
-  /// How many watches in a row found their wake-up only after a yield that let another
-  /// thread run on this CPU (see ``spinForWakeUp()``). Read and written only by the thread
-  /// running the loop.
-  @exclusivity(unchecked) var sameCPUCatchStreak = 0
-  /// How many more futex sleeps skip the watch, set when ``sameCPUCatchStreak`` reached
-  /// ``RunLoop/sameCPUCatchLimit``. Read and written only by the thread running the loop.
-  @exclusivity(unchecked) var watchPausedSleeps = 0
-  /// How many times the watch paused (for tests). Read and written only by the thread
-  /// running the loop.
-  @exclusivity(unchecked) var watchPauseCount = 0
   /// The storage of ``spinsBeforeSleeping``.
   let spinsBeforeSleepingSwitch = AtomicBool(true)
 
