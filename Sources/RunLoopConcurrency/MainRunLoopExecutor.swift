@@ -52,8 +52,9 @@ import Threads
 /// **Where `@MainActor` jobs run.** In the main run loop's passes in its common modes, at
 /// the source step (see ``RunLoopExecutor``: priority order, first in first out within a
 /// priority), whoever drives the loop: `RunLoop.main.run()`, a nested run in a common mode,
-/// or a foreign event loop calling ``/RunLoop/RunLoop/runDueWork(mode:)`` when
-/// ``/RunLoop/RunLoop/pollDescriptor`` is readable (an enqueued job makes it readable). The
+/// or a foreign event loop calling ``/RunLoop/RunLoop/runDueWork(mode:)`` once before its
+/// first wait and then whenever ``/RunLoop/RunLoop/pollDescriptor`` is readable (an
+/// enqueued job makes it readable once the first call has handed the loop to it). The
 /// main run loop's common modes always hold the executor's source, so runs in them no
 /// longer return ``/RunLoop/RunLoopRunResult/finished``. `MainActor.assumeIsolated` passes
 /// on the main thread and stops the process elsewhere.

@@ -28,7 +28,9 @@ import CThreadingShims
 ///   `run(mode:before:)`, `send(_:before:)`.
 /// - A **relative limit** is a `Duration`, labelled `timeout:`: `lock(timeout:)`,
 ///   `wait(timeout:)`, `withLock(when:timeout:)`. It means the deadline `.after(timeout)`.
-///   Every call that takes one of the two takes the other too.
+///   Every call that takes one of the two takes the other too, except a named port's
+///   `MessagePort.remote(name:connectTimeout:)` and `MessagePort.send(msgid:...)`, which
+///   keep `CFMessagePortSendRequest`'s relative timeouts only.
 /// - `until:` names a **predicate** only: `wait(until: { ready })`. (`LockedValue` spells its
 ///   predicate `when:`, as Abseil's `LockWhen`.) The one exception is sleeping, where nothing
 ///   can time out: it keeps Swift's `Clock.sleep` spelling, `sleep(for:)` and `sleep(until:)`.
@@ -41,10 +43,16 @@ import CThreadingShims
 ///   waits return `Bool` (`false`: the time ran out); a scoped form that returns its body's
 ///   result (`withLock(before:_:)`, ``LockedValue/withLock(when:before:_:)``) returns nil
 ///   instead. On these hot paths a timeout is an expected outcome and nothing else can fail.
+///   The shared-memory pair, which can fail otherwise, throws ``SharedMemoryLockError`` and
+///   reports a timeout in its result: ``SharedMemoryLock/lock(before:)`` returns nil,
+///   ``SharedMemoryCondition/wait(_:before:)`` a ``SharedMemoryCondition/WaitResult`` whose
+///   `timedOut` is true.
 /// - Run-loop runs return a `RunLoopRunResult`: a run ends in several ways besides the
 ///   timeout.
-/// - Ports, named ports and perform requests throw a typed error (a `timedOut` case): they
-///   already fail in other ways and return a value on success.
+/// - Ports, named ports and perform requests throw a typed error: they already fail in other
+///   ways and return a value on success. A port's or named port's `PortError` has the
+///   status `sendTimeout` or `receiveTimeout`; a perform request throws
+///   `PerformError.timedOut`.
 @frozen
 public struct MonotonicInstant: InstantProtocol, Hashable, Sendable, CustomStringConvertible {
   /// Nanoseconds since the clock's unspecified start.

@@ -236,6 +236,9 @@ public final class ProcessLock: @unchecked Sendable {
   /// ``breakLock(ifOwnerIs:)``: checking ``owner()`` and then calling this lets a lock that
   /// another process broke and re-took meanwhile be removed under it, putting two processes
   /// in the critical section.
+  ///
+  /// - Throws: ``SystemCallError`` when `unlink` fails for another reason than nothing being
+  ///   there (`EACCES`, `EROFS`, ...).
   @discardableResult
   public func breakLock() throws(SystemCallError) -> Bool {
     try guardLock.withLock { () throws(SystemCallError) -> Bool in

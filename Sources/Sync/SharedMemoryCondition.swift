@@ -31,8 +31,9 @@ import CThreadingShims
 /// until signalled or a deadline on the monotonic clock. ``signal()`` and ``broadcast()``
 /// never block.
 ///
-/// **Misuse** stops the process with a message: waiting without holding the lock, and
-/// using a misaligned address.
+/// **Misuse** stops the process with a message: waiting without holding the lock, waiting
+/// on a lock acquired with ``SharedMemoryLock/Acquisition/previousOwnerDied`` before
+/// ``SharedMemoryLock/markConsistent()`` (see ``wait(_:)``), and using a misaligned address.
 ///
 /// ```swift
 /// // Shared: a flag at offset 0, the lock at 64, the condition at 128.
@@ -42,7 +43,7 @@ import CThreadingShims
 ///
 /// // Consumer (any process):
 /// // Mark the lock consistent as soon as an acquisition says its holder died: waiting on
-/// // it first would release it inconsistent, which makes it unusable for good.
+/// // it first stops the process (its release would make the lock unusable for good).
 /// if try lock.lock() == .previousOwnerDied { /* check the data, then */ lock.markConsistent() }
 /// while ready.pointee == 0 {
 ///     if try changed.wait(lock) == .previousOwnerDied { /* check */ lock.markConsistent() }

@@ -38,7 +38,8 @@ extension Thread {
   }
 
   /// The calling thread's name as the kernel holds it (at most 15 bytes): what debuggers and
-  /// `top -H` show. The corresponding C function is `pthread_getname_np`.
+  /// `top -H` show. The corresponding C function is `pthread_getname_np`, whose failure is
+  /// thrown as a ``/Sync/SystemCallError``.
   public static func currentKernelName() throws(SystemCallError) -> String {
     var buffer = [CChar](repeating: 0, count: 32)
     _ = try shimCall("pthread_getname_np") {
@@ -49,7 +50,7 @@ extension Thread {
 
   /// The calling thread's nice value (-20 highest priority ... 19 lowest), read from the
   /// kernel. The corresponding C function is `getpriority(PRIO_PROCESS, 0)`, which Linux
-  /// applies to the calling thread.
+  /// applies to the calling thread; its failure is thrown as a ``/Sync/SystemCallError``.
   public static func currentNiceValue() throws(SystemCallError) -> Int32 {
     var nice: Int32 = 0
     _ = try shimCall("getpriority") { tk_thread_get_nice(&nice) }
@@ -58,6 +59,7 @@ extension Thread {
 
   /// The calling thread's relative priority (0.0...1.0, 0.5 typical) read back from its nice
   /// value, with the mapping ``ThreadConfiguration/relativePriority`` documents (steps of 1/40).
+  /// Throws what ``currentNiceValue()`` throws.
   public static func currentRelativePriority() throws(SystemCallError) -> Double {
     ThreadConfiguration.relativePriority(forNiceValue: try currentNiceValue())
   }
@@ -85,7 +87,7 @@ extension Thread {
   }
 
   /// The CPUs the calling thread may run on, ascending. The corresponding C function is
-  /// `pthread_getaffinity_np`.
+  /// `pthread_getaffinity_np`, whose failure is thrown as a ``/Sync/SystemCallError``.
   public static func currentCPUAffinity() throws(SystemCallError) -> [Int] {
     var cpus = [Int32](repeating: 0, count: Int(tk_cpu_set_capacity()))
     var count: Int32 = 0
@@ -120,7 +122,7 @@ extension Thread {
 
   /// The calling thread's stack size and guard size in bytes, as the C library reports them
   /// (for the main thread, the size is derived from `RLIMIT_STACK`). The corresponding C
-  /// function is `pthread_getattr_np`.
+  /// function is `pthread_getattr_np`, whose failure is thrown as a ``/Sync/SystemCallError``.
   public static func currentStackSize() throws(SystemCallError) -> (stackSize: Int, guardSize: Int) {
     var stack = 0
     var guardSize = 0

@@ -44,7 +44,8 @@ public enum ThreadSchedulingPolicy: Sendable, Hashable, CustomStringConvertible 
 
   /// The scheduling policy of the calling thread, read from the kernel
   /// (`pthread_getschedparam`). Policies other than these three (`SCHED_BATCH`,
-  /// `SCHED_IDLE`) read back as ``normal``.
+  /// `SCHED_IDLE`) read back as ``normal``. A failed call is thrown as a
+  /// ``/Sync/SystemCallError``.
   public static func ofCurrentThread() throws(SystemCallError) -> ThreadSchedulingPolicy {
     var policy: Int32 = 0
     var priority: Int32 = 0

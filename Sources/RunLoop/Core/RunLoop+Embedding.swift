@@ -33,7 +33,13 @@ extension RunLoop {
   /// a thread whose event loop is someone else's (GTK's, libuv's, a game loop), which adds
   /// this descriptor to what it polls and calls ``runDueWork(mode:)`` when it is readable.
   ///
-  /// It is the loop's epoll descriptor, so it is readable when:
+  /// Call ``runDueWork(mode:)`` once before the foreign loop first waits on the descriptor:
+  /// that call hands the loop to the descriptor. Until then the loop is neither running nor
+  /// handed over, so work that is already there or arrives meanwhile (a timer added at
+  /// start-up, a wake-up, a queued block) does not make the descriptor readable, and a
+  /// foreign loop that waits without a timeout would wait for ever.
+  ///
+  /// Once handed over, it is the loop's epoll descriptor, so it is readable when:
   /// - a descriptor source or port of the loop is ready;
   /// - ``wakeUp()`` is called (and with it every call that wakes the loop: a source's
   ///   ``RunLoopSource/signalAndWakeUp()``, ``performAndWakeUp(inModes:_:)``, the perform
@@ -61,6 +67,7 @@ extension RunLoop {
   /// ```swift
   /// let loop = RunLoop.main
   /// var watched = pollfd(fd: loop.pollDescriptor, events: Int16(POLLIN), revents: 0)
+  /// _ = loop.runDueWork()              // once first: hands the loop to the descriptor
   /// while running {
   ///   _ = poll(&watched, 1, -1)        // the foreign loop's own wait, no timeout needed
   ///   if watched.revents != 0 { _ = loop.runDueWork() }
@@ -72,7 +79,9 @@ extension RunLoop {
 
   /// Runs what is due in `mode` without ever sleeping, then arms ``pollDescriptor`` to
   /// become readable when the loop next has work: the call a foreign event loop makes when
-  /// the descriptor is readable (and may make at any other time; it costs one pass).
+  /// the descriptor is readable (and may make at any other time; it costs one pass). Make
+  /// the first call before the foreign loop first waits on the descriptor: only a call
+  /// hands the loop to it (see ``pollDescriptor``).
   ///
   /// One pass in `mode` (observers see an entry, one pass and an exit): queued blocks,
   /// signalled sources, ready descriptor sources and ports, due timers, as
