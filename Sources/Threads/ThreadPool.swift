@@ -13,7 +13,7 @@ import Sync
 /// and resumes the task with the closure's value, or throws ``ThreadPoolError``: the
 /// closure's own error with its static type (``ThreadPoolError/failed(_:)``), or what the
 /// pool did instead of running it. ``shared`` is ready to use; create pools of your own for
-/// work that needs its own limits, names or thread settings, and ``shutdown()`` them.
+/// work that needs its own limits, names or thread settings, and ``shutDown()`` them.
 ///
 /// **Threads.** Each worker is a toolkit ``Thread`` named `<pool name>-<index>` (the lowest
 /// index free when it started), configured by ``Configuration/threadConfiguration`` (stack
@@ -64,11 +64,11 @@ import Sync
 /// Nothing else is interrupted: Sync's locks, conditions, semaphores and latches,
 /// ``Thread/sleep(for:)`` and blocking system calls wait on as usual.
 ///
-/// **Shutdown.** ``shutdown()`` rejects work submitted from then on with
+/// **Shutdown.** ``shutDown()`` rejects work submitted from then on with
 /// ``ThreadPoolError/shutDown``, lets the queued and waiting work run to its end, and returns
 /// once every worker thread has been joined. (A thread that retired earlier, after its idle
 /// timeout or a cancelled job, detached itself as it left; it had no work left.) A closure that blocks past the shutdown keeps it
-/// waiting (its own task still gets its value); a pool dropped without ``shutdown()`` shuts
+/// waiting (its own task still gets its value); a pool dropped without ``shutDown()`` shuts
 /// down the same way without anyone waiting, and its threads end once the work is done.
 ///
 /// **Costs.** A job costs one heap allocation, its record (the continuation lives in the
@@ -100,7 +100,7 @@ public final class ThreadPool: Sendable {
     /// `name` is replaced by `<pool name>-<index>`. ``ThreadConfiguration/finishBeforeExit``
     /// must stay false (a pool refuses it): an idle worker waits for work that never comes,
     /// so `exit()` would wait for ever; to have queued work finish before the process ends,
-    /// call ``ThreadPool/shutdown()`` first.
+    /// call ``ThreadPool/shutDown()`` first.
     public var threadConfiguration = ThreadConfiguration()
 
     /// The defaults: no minimum, ``ThreadPool/defaultMaximumThreads`` threads, 10 s idle
@@ -120,7 +120,7 @@ public final class ThreadPool: Sendable {
     public var queuedJobs: Int
     /// Jobs waiting to be queued because the queue is full.
     public var waitingJobs: Int
-    /// Whether ``ThreadPool/shutdown()`` has been called (new work is rejected).
+    /// Whether ``ThreadPool/shutDown()`` has been called (new work is rejected).
     public var isShutDown: Bool
   }
 
@@ -136,7 +136,7 @@ public final class ThreadPool: Sendable {
 
   /// The process-wide pool, named `"blocking"` (threads `blocking-0`, `blocking-1`...), with
   /// the default configuration. Created on first use; never shut down (calling
-  /// ``shutdown()`` on it stops the process: other code relies on it).
+  /// ``shutDown()`` on it stops the process: other code relies on it).
   public static let shared = ThreadPool(name: "blocking", configuration: Configuration(), isShared: true)
 
   /// The pool's name, the prefix of its threads' names.
@@ -194,7 +194,7 @@ public final class ThreadPool: Sendable {
     if configuration.threadConfiguration.finishBeforeExit {
       reportMisuse(
         "ThreadPool",
-        "threadConfiguration.finishBeforeExit is not supported (idle workers would make exit() wait for ever); call shutdown() before exiting to finish queued work"
+        "threadConfiguration.finishBeforeExit is not supported (idle workers would make exit() wait for ever); call shutDown() before exiting to finish queued work"
       )
     }
     do throws(ThreadConfigurationError) {
@@ -221,7 +221,7 @@ public final class ThreadPool: Sendable {
   ///     `body` (it never runs); a task cancelled while `body` runs waits for its outcome
   ///     and gets it, and the thread's exit request is set (see "Cancellation" on
   ///     ``ThreadPool``);
-  ///   - ``ThreadPoolError/shutDown`` after ``shutdown()``;
+  ///   - ``ThreadPoolError/shutDown`` after ``shutDown()``;
   ///   - ``ThreadPoolError/threadStartFailed(_:)`` when no thread runs and none could be
   ///     started.
   @inlinable
@@ -248,15 +248,22 @@ public final class ThreadPool: Sendable {
   /// worker thread still running at the call has been joined (the calling task is suspended meanwhile, no thread
   /// blocks; the joins themselves only wait for threads that have left their work loop).
   ///
-  /// A closure that blocks past the shutdown keeps `shutdown()` waiting until it returns;
-  /// cancelling the task that awaits `shutdown()` does not shorten it (cancel the tasks that
+  /// A closure that blocks past the shutdown keeps `shutDown()` waiting until it returns;
+  /// cancelling the task that awaits `shutDown()` does not shorten it (cancel the tasks that
   /// submitted the work, which sets their threads' exit requests). Calling it again, or from
   /// several tasks, is allowed: each call returns once the pool is fully stopped.
   ///
   /// Calling it on ``shared`` stops the process (misuse).
-  public func shutdown() async {
+  public func shutDown() async {
     if isShared { reportMisuse("ThreadPool", "the shared pool cannot be shut down (other code relies on it)") }
     await core.shutdown()
+  }
+
+  /// The former spelling of ``shutDown()``, which the toolkit's other types
+  /// (`RunLoopExecutor`, `RunLoopThreadGroup`) and ``ThreadPoolError/shutDown`` use.
+  @available(*, deprecated, renamed: "shutDown()")
+  public func shutdown() async {
+    await shutDown()
   }
 
   /// The pool's current load: threads, idle threads, running, queued and waiting jobs.

@@ -24,7 +24,7 @@ public enum ThreadPoolError<Failure: Error>: Error, CustomStringConvertible {
   /// gives that value, for code that checks for it).
   case cancelled
 
-  /// The pool was shut down (``ThreadPool/shutdown()`` had been called) when the work was
+  /// The pool was shut down (``ThreadPool/shutDown()`` had been called) when the work was
   /// submitted; the closure never ran.
   case shutDown
 

@@ -19,7 +19,7 @@ struct ThreadPoolInteropTests {
     #expect(name == "interop-pool-0")
     let statistics: ThreadPool.Statistics = pool.statistics
     #expect(statistics.threads <= 2)
-    await pool.shutdown()
+    await pool.shutDown()
     do throws(ThreadPoolError<Never>) {
       _ = try await pool.run { 1 }
     } catch {

@@ -717,7 +717,7 @@ struct PeerLibuvThreadPoolLoopsTests {
     }
     while results.count < loops { try? await Task.sleep(for: .milliseconds(2)) }
     for thread in threads { thread.join() }
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(results.snapshot == Array(repeating: .stopped, count: loops))
     #expect(completed.load(ordering: .relaxed) == loops * jobsPerLoop)
     #expect(wrongThread.load(ordering: .relaxed) == 0)

@@ -105,7 +105,7 @@ struct AuditRound3ThreadsTests {
   }
 
   /// `ThreadPool.run`: a task cancelled before the call gets `.cancelled`; the closure never
-  /// runs. After `shutdown()`, `.shutDown`.
+  /// runs. After `shutDown()`, `.shutDown`.
   @Test func poolRunOutcomesForACancelledTaskAndAShutDownPool() async {
     let pool = makePool("audit3-pool", maximumThreads: 2)
     let ran = AtomicBool(false)
@@ -119,7 +119,7 @@ struct AuditRound3ThreadsTests {
       }
     }.value
     #expect(outcome == ThreadPoolError<Never>.cancelled.description)
-    await pool.shutdown()
+    await pool.shutDown()
     do throws(ThreadPoolError<Never>) {
       try await pool.run { ran.store(true, ordering: .relaxed) }
       Issue.record("a shut-down pool ran work")
@@ -129,7 +129,7 @@ struct AuditRound3ThreadsTests {
         return
       }
     }
-    await pool.shutdown()  // again: returns
+    await pool.shutDown()  // again: returns
     #expect(pool.statistics.isShutDown)
     #expect(pool.statistics.threads == 0)
     #expect(!ran.load(ordering: .relaxed))
@@ -149,7 +149,7 @@ struct AuditRound3ThreadsTests {
   }
 
   /// `ThreadPool.Configuration.idleTimeout`: the edges of its range. Zero retires a thread at
-  /// once (later work starts another); a huge one keeps it until `shutdown()`, which still
+  /// once (later work starts another); a huge one keeps it until `shutDown()`, which still
   /// returns.
   @Test func poolIdleTimeoutEdgesZeroAndHuge() async throws {
     let brief = makePool("audit3-idle0", maximumThreads: 2, idleTimeout: .zero)
@@ -158,12 +158,12 @@ struct AuditRound3ThreadsTests {
       #expect(value == round)
     }
     #expect(await eventually { brief.statistics.threads == 0 })
-    await brief.shutdown()
+    await brief.shutDown()
     let long = makePool("audit3-idlemax", maximumThreads: 2, idleTimeout: .seconds(Int64.max))
     let value = try await long.run { () throws(Never) in 7 }
     #expect(value == 7)
     #expect(await eventually { long.statistics.idleThreads == 1 })
-    await long.shutdown()
+    await long.shutDown()
     #expect(long.statistics.threads == 0)
   }
 }

@@ -360,7 +360,7 @@ struct AuditRound4ThreadsTests {
       }
     }
     #expect(mismatches == [])
-    await pool.shutdown()
+    await pool.shutDown()
     let final = pool.statistics
     #expect(final.threads == 0 && final.isShutDown)
   }
@@ -385,7 +385,7 @@ extension AuditRound4ThreadsTests {
       var tasks: [Task<String, Never>] = []
       var shutdown: Task<Void, Never>? = nil
       for index in 0..<count {
-        if index == shutdownAt { shutdown = Task { await pool.shutdown() } }
+        if index == shutdownAt { shutdown = Task { await pool.shutDown() } }
         let ran = ranFlags[index]
         tasks.append(
           Task {
@@ -429,7 +429,7 @@ extension AuditRound4ThreadsTests {
   /// A pool whose threads can never start (an affinity naming only a CPU that is not online):
   /// every `run`, including those queued behind a full queue and those submitted while a
   /// start is failing, throws `.threadStartFailed` (none waits for ever), later calls try
-  /// again and fail the same way, the pool is left with no thread or job, and `shutdown()`
+  /// again and fail the same way, the pool is left with no thread or job, and `shutDown()`
   /// returns.
   @Test func aPoolWhoseThreadsCannotStartRejectsEveryJobAndShutsDown() async {
     var configuration = ThreadPool.Configuration()
@@ -459,7 +459,7 @@ extension AuditRound4ThreadsTests {
       let statistics = pool.statistics
       #expect(statistics.threads == 0 && statistics.queuedJobs == 0 && statistics.waitingJobs == 0)
     }
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.isShutDown)
   }
 }

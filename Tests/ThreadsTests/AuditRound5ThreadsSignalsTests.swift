@@ -317,7 +317,7 @@ private func idlePoolThreadUnderSignals() async {
   target.stop.store(true, ordering: .releasing)
   _ = await signaller.joinOffPool()
   let handled = signalsHandled.load(ordering: .relaxed) - before
-  await pool.shutdown()
+  await pool.shutDown()
   precondition(handled > 0, "no signal handled: \(handled)")
   precondition(
     retiredAfter >= 400_000_000,
@@ -343,7 +343,7 @@ private func poolJobsUnderSignals() async {
   }
   target.stop.store(true, ordering: .releasing)
   _ = await signaller.joinOffPool()
-  await pool.shutdown()
+  await pool.shutDown()
   precondition(total == (0..<2_000).reduce(0, +), "lost or wrong pool outcomes: \(total)")
   precondition(signalsHandled.load(ordering: .relaxed) - before > 0, "no signals handled")
 }
@@ -473,7 +473,7 @@ private func poolLifecycles() async {
   do {
     let warm = ThreadPool(name: "warm")
     _ = try! await warm.run { 0 }
-    await warm.shutdown()
+    await warm.shutDown()
   }
   let descriptors = procEntryCount("/proc/self/fd")
   let threads = procEntryCount("/proc/self/task")
@@ -489,7 +489,7 @@ private func poolLifecycles() async {
       async let second = pool.run { index + 1 }
       let sum = try! await first + second
       precondition(sum == 2 * index + 1)
-      await pool.shutdown()
+      await pool.shutDown()
     }
     precondition(weak.pool == nil, "pool \(index) outlived its shutdown and last reference")
   }

@@ -197,6 +197,6 @@ struct PeerFoundationSerialQueueTests {
     for job in jobs { try await job.value }
     #expect(order.value == Array(0..<10))
     #expect(!overlapped.value)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 }

@@ -253,7 +253,7 @@ struct PeerScenariosGLibThreadPoolTests {
     #expect(ran.load(ordering: .relaxed) == 40)
     #expect(highest.load(ordering: .relaxed) <= 2)
     #expect(pool.statistics.threads <= 2)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test("jobs of one priority run in submission order with one thread (default queue order)")
@@ -273,7 +273,7 @@ struct PeerScenariosGLibThreadPoolTests {
     try await blocker.value
     for job in jobs { try await job.value }
     #expect(order.value == Array(0..<8))
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test("queued work runs high, then medium, then low priority, each level in order (sort function)")
@@ -296,7 +296,7 @@ struct PeerScenariosGLibThreadPoolTests {
     try await blocker.value
     for job in jobs { try await job.value }
     #expect(order.value == ["high0", "high1", "medium0", "medium1", "low0", "low1"])
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test("a job may submit more work to its own pool, even with one thread, without deadlock (push from a job)")
@@ -308,7 +308,7 @@ struct PeerScenariosGLibThreadPoolTests {
       Task { try await pool.run { 21 * 2 } }
     }
     #expect(try await inner.value == 42)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test("threads kept as the minimum are not retired when idle (exclusive pool)")
@@ -333,7 +333,7 @@ struct PeerScenariosGLibThreadPoolTests {
     try await Task.sleep(for: .milliseconds(100))
     #expect(pool.statistics.threads == 2)
     #expect(pool.statistics.idleThreads == 2)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.threads == 0)
   }
 
@@ -348,7 +348,7 @@ struct PeerScenariosGLibThreadPoolTests {
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let queued = (0..<5).map { _ in Task { try await pool.run { ran.increment(ordering: .relaxed) } } }
     #expect(await eventually { pool.statistics.queuedJobs == 5 })
-    let stopping = Task { await pool.shutdown() }
+    let stopping = Task { await pool.shutDown() }
     #expect(await eventually { pool.statistics.isShutDown })
     release.open()
     await stopping.value
@@ -530,7 +530,7 @@ struct PeerScenariosGLibPoolStartFailureTests {
     #expect(ran.load(ordering: .relaxed) == 0)
     let statistics = pool.statistics
     #expect(statistics.threads == 0 && statistics.queuedJobs == 0 && statistics.runningJobs == 0)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.isShutDown)
   }
 }
@@ -564,7 +564,7 @@ struct PeerScenariosGLibPoolRetirementTests {
       }
     }
     #expect(total == rounds)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.threads == 0)
   }
 }
@@ -588,8 +588,8 @@ struct PeerScenariosGLibPoolThreadLocalTests {
     }
     #expect(counts == [1, 2, 3, 4, 5], "one worker (kept as the minimum) ran every job")
     #expect(destroyed.value.isEmpty)
-    await pool.shutdown()
-    // shutdown() returns once the worker is joined: its key destructors have run.
+    await pool.shutDown()
+    // shutDown() returns once the worker is joined: its key destructors have run.
     #expect(destroyed.value == [5])
   }
 }
@@ -650,6 +650,6 @@ struct PeerScenariosGLibWaitingPriorityTests {
     try await blocker.value
     for job in jobs { try await job.value }
     #expect(order.value == ["low-queued", "high-waiting-0", "high-waiting-1", "medium-waiting", "low-waiting"])
-    await pool.shutdown()
+    await pool.shutDown()
   }
 }

@@ -223,7 +223,7 @@ struct PeerLibuvThreadPoolTests {
     let (value, worker) = try await pool.run { (6 * 7, Thread.current.id) }
     #expect(value == 42)
     #expect(worker != submitter)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test(
@@ -269,7 +269,7 @@ struct PeerLibuvThreadPoolTests {
     #expect(values == Array(0..<threads))
     // The pool still works after the cancellations.
     #expect(try await pool.run { 7 } == 7)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(ranQueued.load(ordering: .relaxed) == 0)
   }
 
@@ -308,7 +308,7 @@ struct PeerLibuvThreadPoolTests {
       }
     }
     #expect(cancelled <= jobs / 2)
-    await pool.shutdown()
+    await pool.shutDown()
     let statistics = pool.statistics
     #expect(statistics.queuedJobs == 0 && statistics.runningJobs == 0 && statistics.waitingJobs == 0)
   }

@@ -23,7 +23,7 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
     // after the shutdown is refused without running. Here nothing starts before work comes.
     let pool = makePool("nio-idle-shutdown", maximumThreads: 17)
     #expect(pool.statistics.threads == 0)
-    await pool.shutdown()
+    await pool.shutDown()
     let statistics = pool.statistics
     #expect(statistics.threads == 0 && statistics.isShutDown)
     let ran = AtomicBool(false)
@@ -53,7 +53,7 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
       Issue.record("unexpected \(error)")
     }
     #expect(released.load(ordering: .acquiring) == 1)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func aTaskCancelledWhileItsClosureRunsStillGetsTheClosuresValue() async throws {
@@ -75,7 +75,7 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
     #expect(await eventually { worker.value?.isExitRequested == true })
     release.open()
     #expect(try await job.value == 42)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.threads == 0)
   }
 
@@ -93,13 +93,13 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
       return sum
     }
     #expect(sum == count * (count - 1) / 2)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.threads == 0)
   }
 
   @Test func shutdownWithWorkWaitingForQueueSpaceRunsThatWorkToo() async throws {
     // NIO's shutdown cancels what is pending; this pool runs queued and waiting work
-    // (documented on ``ThreadPool/shutdown()``).
+    // (documented on ``ThreadPool/shutDown()``).
     let pool = makePool("nio-waiting-shutdown", maximumThreads: 1, queueCapacity: 1)
     let release = TestLatch()
     let ran = AtomicInteger<Int>(0)
@@ -109,7 +109,7 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
     #expect(await eventually { pool.statistics.queuedJobs == 1 })
     let waiting = Task { try await pool.run { _ = ran.increment(ordering: .relaxed) } }
     #expect(await eventually { pool.statistics.waitingJobs == 1 })
-    let shutdown = Task { await pool.shutdown() }
+    let shutdown = Task { await pool.shutDown() }
     #expect(await eventually { pool.statistics.isShutDown })
     release.open()
     await shutdown.value
@@ -141,14 +141,14 @@ struct PeerScenariosNIOThreadPoolRound2Tests {
           }
         }
         group.addTask {
-          await pool.shutdown()
+          await pool.shutDown()
           return 0
         }
         var succeeded = 0
         for await value in group { succeeded += value }
         return succeeded
       }
-      await pool.shutdown()
+      await pool.shutDown()
       #expect(outcomes == ran.load(ordering: .relaxed))
       #expect(pool.statistics.threads == 0)
     }

@@ -50,7 +50,7 @@ struct PeerScenariosNIOThreadPoolTests {
       try await group.waitForAll()
     }
     #expect(names.value == Set((0..<count).map { "nio-names-\($0)" }))
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func consecutiveJobsOfAOneThreadPoolRunOnTheSameThread() async throws {
@@ -59,7 +59,7 @@ struct PeerScenariosNIOThreadPoolTests {
     let second = try await pool.run { ObjectIdentifier(Thread.current) }
     #expect(first == second)
     #expect(pool.statistics.threads == 1)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func runReturnsAfterItsClosureRanAndPassesOnItsError() async {
@@ -79,7 +79,7 @@ struct PeerScenariosNIOThreadPoolTests {
     } catch {
       Issue.record("unexpected \(error)")
     }
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func workAfterShutdownOfABusyPoolIsRejectedAsShutDownWithoutRunning() async throws {
@@ -94,7 +94,7 @@ struct PeerScenariosNIOThreadPoolTests {
       release.open()
       try await group.waitForAll()
     }
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(pool.statistics.threads == 0)
     let ran = AtomicBool(false)
     do throws(ThreadPoolError<Never>) {
@@ -125,20 +125,20 @@ struct PeerScenariosNIOThreadPoolTests {
       #expect(error is CancellationError, "got \(String(describing: error))")
     }
     #expect(!ran.load(ordering: .relaxed))
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func shutdownMayBeCalledTwiceInARowAndFromSeveralTasksAtOnce() async throws {
     let pool = makePool("nio-twice", maximumThreads: 4)
     _ = try await pool.run { 1 }
-    await pool.shutdown()
-    await pool.shutdown()
+    await pool.shutDown()
+    await pool.shutDown()
     let busy = makePool("nio-together", maximumThreads: 2)
     let release = TestLatch()
     let job = Task { try await busy.run { block(on: release) } }
     #expect(await eventually { busy.statistics.runningJobs == 1 })
     await withTaskGroup(of: Void.self) { group in
-      for _ in 0..<3 { group.addTask { await busy.shutdown() } }
+      for _ in 0..<3 { group.addTask { await busy.shutDown() } }
       #expect(await eventually { busy.statistics.isShutDown })
       release.open()
     }
@@ -163,7 +163,7 @@ struct PeerScenariosNIOThreadPoolTests {
         group.addTask {
           _ = await eventually { started.load(ordering: .acquiring) }
           shuttingDown.store(true, ordering: .releasing)
-          await pool.shutdown()
+          await pool.shutDown()
           return nil
         }
       }
@@ -186,7 +186,7 @@ struct PeerScenariosNIOThreadPoolTests {
       try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await pool.run { block(on: release) } }
         #expect(await eventually { pool.statistics.runningJobs == 1 })
-        group.addTask { await pool.shutdown() }
+        group.addTask { await pool.shutDown() }
         #expect(await eventually { pool.statistics.isShutDown })
         #expect(weakPool != nil)
         release.open()
@@ -237,7 +237,7 @@ struct PeerScenariosNIOThreadPoolTests {
       try await group.waitForAll()
     }
     #expect(released.load(ordering: .acquiring) == 3)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func closuresCancelledWhileQueuedOrWaitingOrRejectedAreReleasedOutsideThePoolsLock() async throws {
@@ -265,7 +265,7 @@ struct PeerScenariosNIOThreadPoolTests {
     #expect(released.load(ordering: .acquiring) == 2)
     release.open()
     try await blocker.value
-    await pool.shutdown()
+    await pool.shutDown()
     do throws(ThreadPoolError<Never>) {
       try await pool.run { [capture = Capture(pool: pool, released: released)] in capture.touch() }
       Issue.record("ran after shutdown")
@@ -288,7 +288,7 @@ struct PeerScenariosNIOThreadPoolTests {
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let queued = (0..<5).map { _ in Task { try await pool.run { _ = ran.increment(ordering: .relaxed) } } }
     #expect(await eventually { pool.statistics.queuedJobs == 5 })
-    let shutdown = Task { await pool.shutdown() }
+    let shutdown = Task { await pool.shutDown() }
     #expect(await eventually { pool.statistics.isShutDown })
     release.open()
     await shutdown.value
@@ -302,7 +302,7 @@ struct PeerScenariosNIOThreadPoolTests {
     for cycle in 0..<(isRunningUnderSanitizer ? 10 : 50) {
       let pool = makePool("nio-cycle", maximumThreads: 2)
       #expect(try await pool.run { cycle } == cycle)
-      await pool.shutdown()
+      await pool.shutDown()
       let statistics = pool.statistics
       #expect(statistics.threads == 0 && statistics.isShutDown)
     }

@@ -42,7 +42,7 @@ struct ThreadPoolProcessTests {
         let tasks = (0..<blockers).map { _ in Task.detached { sleepBlocking(for: .milliseconds(200)) } }
         for task in tasks { await task.value }
       }
-      await pool.shutdown()
+      await pool.shutDown()
       print("pool: \(throughPool.summary); detached: \(throughDetached.summary)")
       print("p99 us: \(throughPool.p99Microseconds) \(throughDetached.p99Microseconds)")
     }
@@ -136,7 +136,7 @@ struct ThreadPoolProcessTests {
 
   @Test func shuttingDownTheSharedPoolIsMisuse() async {
     await #expect(processExitsWith: .failure) {
-      await ThreadPool.shared.shutdown()
+      await ThreadPool.shared.shutDown()
     }
   }
 }
@@ -200,8 +200,8 @@ private func measureAllocationsPerQueuedJob() async {
   release.open()
   _ = try? await blocker.value
   for task in submitters { _ = try? await task.value }
-  await pool.shutdown()
-  await warmUp.shutdown()
+  await pool.shutDown()
+  await warmUp.shutDown()
 }
 
 /// One cycle of the leak test: a small pool, two concurrent jobs, a shutdown.
@@ -212,7 +212,7 @@ private func runCycle() async {
   async let first = try? pool.run { 1 }
   async let second = try? pool.run { 2 }
   _ = await (first, second)
-  await pool.shutdown()
+  await pool.shutDown()
 }
 
 /// The usable size of the allocation holding a queued `() -> Int` job's record.

@@ -71,7 +71,7 @@ struct ThreadPoolTests {
     #expect(value == 42)
     #expect(name == "tests-0")
     #expect(isOtherThread)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func theClosuresTypedErrorArrivesAsFailed() async {
@@ -84,7 +84,7 @@ struct ThreadPoolTests {
     } catch {
       Issue.record("unexpected \(error)")
     }
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func longWorkerNamesKeepTheirIndexInTheKernelName() async throws {
@@ -102,7 +102,7 @@ struct ThreadPoolTests {
     #expect(kernelName == "image-decoder-0")
     #expect(stack >= 1024 * 1024)
     #expect(nice == 10)
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(ThreadPoolCore.kernelWorkerName(pool: "tests", index: 3) == "tests-3")
     #expect(ThreadPoolCore.kernelWorkerName(pool: "downloaders-grösse", index: 12) == "downloaders-12")
     #expect(ThreadPoolCore.kernelWorkerName(pool: "größengrößen", index: 7) == "größengrö-7")
@@ -116,7 +116,7 @@ struct ThreadPoolTests {
     }
     #expect(name == "io\u{0}disk-0")
     #expect(kernelName == "io-0")
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(ThreadPoolCore.kernelWorkerName(pool: "io-\u{0}disk", index: 1) == "io-1")
     #expect(ThreadPoolCore.kernelWorkerName(pool: "\u{0}", index: 2) == "-2")
   }
@@ -152,7 +152,7 @@ struct ThreadPoolTests {
       for round in 0..<100 {
         _ = try? await pool.run { [UInt8](repeating: UInt8(truncatingIfNeeded: round), count: 64) }
       }
-      await pool.shutdown()
+      await pool.shutDown()
       exit(0)
     }
   }
@@ -180,7 +180,7 @@ struct ThreadPoolTests {
       for try await allMatched in group { #expect(allMatched) }
     }
     #expect(runs.value.allSatisfy { $0 == 1 })
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func aTaskCancelledWhileQueuedGetsCancelledAtOnceAndItsClosureNeverRuns() async throws {
@@ -199,7 +199,7 @@ struct ThreadPoolTests {
     #expect(pool.statistics.queuedJobs == 0)
     release.open()
     try await blocker.value
-    await pool.shutdown()
+    await pool.shutDown()
     #expect(ran.value == false)
   }
 
@@ -214,7 +214,7 @@ struct ThreadPoolTests {
     #expect(isCancellation(outcome), "expected .cancelled, got \(outcome)")
     #expect(ran.value == false)
     #expect(pool.statistics.threads == 0)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func aTaskCancelledWhileItsClosureRunsSetsTheWorkersExitRequestAndGetsTheValue() async throws {
@@ -243,7 +243,7 @@ struct ThreadPoolTests {
     let (nextThread, nextExitRequested) = try await pool.run { (Thread.current.id, Thread.current.isExitRequested) }
     #expect(nextThread != firstThread.value)
     #expect(nextExitRequested == false)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func shutdownRunsQueuedWorkThenRejectsNewWorkAndJoinsEveryWorker() async throws {
@@ -259,7 +259,7 @@ struct ThreadPoolTests {
     let second = Task { try await pool.run { 2 } }
     let third = Task { try await pool.run { 3 } }
     #expect(await eventually { pool.statistics.queuedJobs == 2 })
-    let shutdown = Task { await pool.shutdown() }
+    let shutdown = Task { await pool.shutDown() }
     #expect(await eventually { pool.statistics.isShutDown })
     do throws(ThreadPoolError<Never>) {
       _ = try await pool.run { 4 }
@@ -291,7 +291,7 @@ struct ThreadPoolTests {
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let second = Task { try await pool.run { 2 } }
     #expect(await eventually { pool.statistics.queuedJobs == 1 })
-    let shutdown = Task { await pool.shutdown() }
+    let shutdown = Task { await pool.shutDown() }
     #expect(await eventually { pool.statistics.isShutDown })
     // Either way the worker retires after this job; the queued one needs a replacement.
     if !jobAsksToExit { first.cancel() }
@@ -313,7 +313,7 @@ struct ThreadPoolTests {
   @Test func workSubmittedAfterShutdownGetsShutDownAtOnce() async {
     let pool = makePool("after-shutdown")
     _ = try? await pool.run { 1 }
-    await pool.shutdown()
+    await pool.shutDown()
     let ran = TestBox(false)
     do throws(ThreadPoolError<Never>) {
       try await pool.run { ran.value = true }
@@ -322,7 +322,7 @@ struct ThreadPoolTests {
       if case .shutDown = error {} else { Issue.record("expected .shutDown, got \(error)") }
     }
     #expect(ran.value == false)
-    await pool.shutdown()  // a second shutdown returns at once
+    await pool.shutDown()  // a second shutdown returns at once
   }
 
   @Test func aClosureBlockingPastShutdownKeepsShutdownWaitingAndStillDeliversItsValue() async throws {
@@ -337,7 +337,7 @@ struct ThreadPoolTests {
     #expect(await eventually { pool.statistics.runningJobs == 1 })
     let finished = TestBox(false)
     let shutdown = Task {
-      await pool.shutdown()
+      await pool.shutDown()
       finished.value = true
     }
     #expect(await eventually { pool.statistics.isShutDown })
@@ -370,7 +370,7 @@ struct ThreadPoolTests {
     for task in low { try await task.value }
     #expect(order.value.first == "high")
     #expect(order.value.count == 21)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func aFullQueueSuspendsSubmittersWithoutBlockingThreadsAndAdmitsThemInTurn() async throws {
@@ -395,7 +395,7 @@ struct ThreadPoolTests {
     var results: [Int] = []
     for task in submitters { results.append(try await task.value) }
     #expect(results == Array(0..<31))
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func idleThreadsRetireDownToTheMinimum() async throws {
@@ -418,7 +418,7 @@ struct ThreadPoolTests {
     #expect(pool.statistics.idleThreads == 1)
     // The remaining thread keeps serving work.
     #expect(try await pool.run { 5 } == 5)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func threadsStartOnDemandUpToTheMaximum() async throws {
@@ -439,7 +439,7 @@ struct ThreadPoolTests {
     release.open()
     for job in jobs { try await job.value }
     #expect(started.value == 5)
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   /// Jobs that each wait for all the others to start need every thread the maximum allows:
@@ -472,7 +472,7 @@ struct ThreadPoolTests {
     everyoneStarted.open()  // lets the jobs end even when the expectation failed
     release.open()
     for job in jobs { try await job.value }
-    await pool.shutdown()
+    await pool.shutDown()
   }
 
   @Test func theSharedPoolIsReadyToUse() async throws {

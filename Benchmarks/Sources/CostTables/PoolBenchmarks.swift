@@ -186,7 +186,7 @@ private func benchmarkPoolThroughput(_ harness: Harness) {
 /// Shuts a benchmark pool down from the benchmark thread.
 private func timedShutdown(_ pool: ThreadPool) {
   _ = timedInTask {
-    await pool.shutdown()
+    await pool.shutDown()
     return 0
   }
 }
