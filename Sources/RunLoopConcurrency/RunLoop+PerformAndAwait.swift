@@ -12,6 +12,21 @@ public enum AwaitedPerformError<Failure: Error>: Error, CustomStringConvertible 
   /// The run loop's thread ended before running the block: it never runs.
   case targetExited
 
+  /// The block's error for ``failed(_:)``, `nil` for the other outcomes (as
+  /// `ThreadPoolError.failure`).
+  public var failure: Failure? {
+    if case .failed(let error) = self { return error }
+    return nil
+  }
+
+  /// A `CancellationError` for ``cancelled``, `nil` otherwise: lets code that tests for
+  /// Swift's cancellation error (`catch is CancellationError`) rethrow this cancellation as
+  /// that type: `throw error.cancellationError ?? error` (as `ThreadPoolError.cancellationError`).
+  public var cancellationError: CancellationError? {
+    if case .cancelled = self { return CancellationError() }
+    return nil
+  }
+
   /// A sentence for logs.
   public var description: String {
     switch self {

@@ -31,6 +31,8 @@ import Threads
         return
       }
       #expect(failure == Failed(code: 3))  // typed: `failure` is a `Failed`
+      #expect(error.failure == Failed(code: 3))
+      #expect(error.cancellationError == nil)
     }
     loop.stop()
   }
@@ -51,6 +53,8 @@ import Threads
     held.release()
     await offPool { held.onLoop {} }  // queued after the withdrawn block: its turn has passed
     #expect(outcome.map { if case .cancelled = $0 { true } else { false } } == true)
+    #expect(outcome?.cancellationError != nil)
+    #expect(outcome.map { $0.failure == nil } == true)
     #expect(!ran.load(ordering: .relaxed))
     held.stop()
   }
