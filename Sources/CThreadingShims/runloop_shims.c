@@ -1,6 +1,8 @@
 // Out-of-line epoll shim for the run loops and named ports (declared in
 // include/tk_runloop_shims.h).
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -61,3 +63,5 @@ int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
     if (errno != EINTR) return -errno;
   }
 }
+
+int tk_current_cpu(void) { return sched_getcpu(); }

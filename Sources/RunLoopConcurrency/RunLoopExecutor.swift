@@ -39,7 +39,9 @@ import Threads
 /// **Cost.** An enqueue takes the executor's lock once and allocates nothing once each
 /// priority in use has seen its peak queue length (its ring doubles when full and never
 /// shrinks); waking the loop follows the run loop's rule: a system call only when the loop
-/// sleeps. Each job costs its thread one lock round trip to dequeue.
+/// sleeps. When the loop is watching for work on the enqueuing thread's own CPU (see
+/// ``/RunLoop/RunLoop/spinsBeforeSleeping``), the enqueue also yields that CPU to it, so the
+/// job runs at once. Each job costs its thread one lock round trip to dequeue.
 ///
 /// **Delayed jobs** (`enqueue(_:after:tolerance:clock:)` and `enqueue(_:at:tolerance:clock:)`,
 /// the toolchain's `SchedulingExecutor`, visible with `@_spi(ExperimentalScheduling)`) run on

@@ -61,6 +61,11 @@ static inline int tk_epoll_remove(int epfd, int fd) {
 int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int capacity,
                   const struct timespec *deadline);
 
+/// The CPU the calling thread runs on (`sched_getcpu`, which glibc reads from the kernel's
+/// per-thread restartable-sequence area, without a system call), or -1 when it cannot tell.
+/// Implemented in runloop_shims.c.
+int tk_current_cpu(void);
+
 /// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK). Returns the descriptor or -errno.
 static inline int tk_eventfd_create(void) {
   int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -647,6 +647,8 @@ extension RunLoop {
   func spinForWakeUp() {
     let end = MonotonicInstant.after(RunLoop.futexSpinLimit)
     let watched = RunLoop.wakeUpPending | RunLoop.exitRequested
+    watchingCPU.store(tk_current_cpu(), ordering: .relaxed)
+    defer { watchingCPU.store(-1, ordering: .relaxed) }
     while true {
       // Yield first: a partner on the same CPU answers at once.
       Thread.yield()

@@ -190,6 +190,10 @@ public final class RunLoop: @unchecked Sendable, CustomStringConvertible {
   /// partner thread answering quickly): the next futex sleep then first watches for a
   /// wake-up for at most that long. Read and written only by the thread running the loop.
   @exclusivity(unchecked) var lastFutexSleepWasShort = false
+  /// The CPU the loop's thread watches for a wake-up on (see ``spinForWakeUp()``), -1 while
+  /// it does not watch. Relaxed: only a scheduling hint for wakers
+  /// (``wakeUpYieldingToWatcher()``), never part of the wake-up protocol.
+  let watchingCPU = AtomicInteger<Int32>(-1)
   /// The storage of ``spinsBeforeSleeping``.
   let spinsBeforeSleepingSwitch = AtomicBool(true)
 

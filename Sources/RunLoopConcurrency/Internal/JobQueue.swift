@@ -122,7 +122,7 @@ enum JobSourceQueue {
   @inline(__always)
   static func signal(_ source: RunLoopSource, _ runLoop: RunLoop) {
     source.signal()
-    runLoop.wakeUp()
+    runLoop.wakeUpYieldingToWatcher()
   }
 
   /// One drain pass (a source's perform callback): runs as many jobs as `count` says are

@@ -1,0 +1,67 @@
+import Sync
+import TestSupport
+import Testing
+import Threads
+
+@testable import RunLoop
+
+/// A waker that hands a watching loop work on the loop's own CPU yields that CPU to it
+/// (`wakeUpYieldingToWatcher`, an executor's enqueue): the loop runs the work before the
+/// waker goes on, as a loop woken from a sleep would by preempting its waker.
+@Suite("RunLoop: a waker on the loop's CPU yields to the watching loop", .serialized, .timeLimit(.minutes(1)))
+struct WakerYieldsToWatcherTests {
+  /// Both threads on one CPU; returns in how many of `rounds` the loop had run the source's
+  /// handler by the time the waker's wake-up call returned, and how many were handled.
+  private func pingPongOnOneCPU(rounds: Int, yielding: Bool) throws -> (ranFirst: Int, handled: Int) {
+    let cpu = try #require(Thread.currentCPUAffinity().first)
+    var configuration = ThreadConfiguration()
+    configuration.cpuAffinity = [cpu]
+    let worker = try RunLoopThread.start(name: "yield-watcher", configuration: configuration)
+    let answered = Sync.Semaphore(value: 0)
+    let handled = AtomicInteger<Int>(0)
+    let source = RunLoopSource(perform: {
+      _ = handled.increment(ordering: .relaxed)
+      answered.signal()
+    })
+    #expect(worker.runLoop.add(source, forMode: .default))
+    let runLoop = worker.runLoop
+    let ranFirst = AtomicInteger<Int>(0)
+    let lost = AtomicBool(false)
+    let waker = try Thread.spawn(name: "yield-waker", configuration: configuration) { () throws(Never) in
+      for round in 0..<rounds {
+        source.signal()
+        if yielding { runLoop.wakeUpYieldingToWatcher() } else { runLoop.wakeUp() }
+        if handled.load(ordering: .relaxed) == round + 1 { _ = ranFirst.increment(ordering: .relaxed) }
+        // A bound only a lost wake-up reaches.
+        if !answered.wait(timeout: .seconds(10)) {
+          lost.store(true, ordering: .relaxed)
+          return
+        }
+      }
+    }
+    waker.join()
+    #expect(!lost.load(ordering: .relaxed), "a signal was not handled: the loop missed its wake-up")
+    source.invalidate()
+    worker.stop()
+    return (ranFirst.load(ordering: .relaxed), handled.load(ordering: .relaxed))
+  }
+
+  @Test("the loop runs the work before the waker goes on, and no wake-up is lost")
+  func theWatchingLoopRunsBeforeTheWakerGoesOn() throws {
+    let rounds = 400
+    let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: true)
+    #expect(handled == rounds)
+    // Without the yield the loop cannot run before the waker blocks (one CPU); with it, it
+    // does nearly every time (a loop not yet watching, or another thread scheduled first on
+    // that CPU, accounts for the rest).
+    #expect(ranFirst >= rounds / 2, "the loop ran first in \(ranFirst) of \(rounds) rounds")
+  }
+
+  @Test("a plain wakeUp() does not yield: the waker goes on first")
+  func aPlainWakeUpDoesNotYield() throws {
+    let rounds = 200
+    let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: false)
+    #expect(handled == rounds)
+    #expect(ranFirst < rounds / 2, "the loop ran first in \(ranFirst) of \(rounds) rounds")
+  }
+}
