@@ -63,8 +63,8 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
 
   private let mailbox = AsyncMailbox<FileDescriptorSource.Events>()
   private let source: FileDescriptorSource
-  /// Serializes the interest switches, so the last one reflects the latest demand.
-  private let demandLock = Lock()
+  /// Switches the source's interest with the demand; closed by `deinit`.
+  private let demand: ReadinessDemand
   /// Ends the mailbox when the loop's thread ends.
   private let loopEnd: LoopEndWatch
 
@@ -80,39 +80,33 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
     }
     self.descriptor = descriptor
     self.events = events
-    let box = WeakReadiness()
+    // The callbacks hold the switch, not the sequence: one running on the loop's thread must
+    // not keep a sequence the caller released alive, or its deinit (which stops watching the
+    // descriptor, making room for a new sequence of it) would run later, on that thread.
+    let demand = ReadinessDemand(events: events, mailbox: mailbox)
+    self.demand = demand
     source = FileDescriptorSource(descriptor: descriptor, events: []) { [mailbox] _, ready in
       // Nobody waits (the last waiter left before the source was disabled): the level is
       // reported again once someone does.
       guard mailbox.hasWaiters else {
-        box.value?.updateInterest()
+        demand.update()
         return
       }
       mailbox.deliver(ready)
     }
-    mailbox.demandChanged = { box.value?.updateInterest() }
+    demand.attach(source)
+    mailbox.demandChanged = { demand.update() }
     loopEnd = LoopEndWatch(runLoop: runLoop, modes: modes, name: "FileDescriptorReadiness end") { [mailbox] in
       mailbox.finish()
     }
-    box.value = self
     for mode in modes { runLoop.add(source, forMode: mode) }
   }
 
   deinit {
+    demand.close()
     loopEnd.stop()
     source.invalidate()
     mailbox.finish()
-  }
-
-  /// Enables the source's events while a task waits, disables them otherwise.
-  private func updateInterest() {
-    demandLock.withLock {
-      if mailbox.hasWaiters {
-        source.enable(events)
-      } else {
-        source.disable(events)
-      }
-    }
   }
 
   /// Returns the next readiness report; see the type's "Cancellation".
@@ -137,8 +131,49 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   }
 }
 
-/// The sequence as its callbacks see it: weak, no cycle.
-private final class WeakReadiness: @unchecked Sendable {
-  // @unchecked: written once before the source is added to a loop, read after.
-  weak var value: FileDescriptorReadiness?
+/// Enables the source's events while a task waits in the sequence's mailbox, disables them
+/// otherwise; nothing once closed (the sequence released). Holds the source (whose callback
+/// holds this) until closed.
+private final class ReadinessDemand: @unchecked Sendable {
+  // @unchecked: `source` and `mailbox` are protected by `lock`.
+  /// Serializes the switches, so the last one reflects the latest demand.
+  private let lock = Lock()
+  private let events: FileDescriptorSource.Events
+  private var source: FileDescriptorSource?
+  private var mailbox: AsyncMailbox<FileDescriptorSource.Events>?
+
+  init(events: FileDescriptorSource.Events, mailbox: AsyncMailbox<FileDescriptorSource.Events>) {
+    self.events = events
+    self.mailbox = mailbox
+  }
+
+  /// Gives the switch its source, before the source is added to a loop.
+  func attach(_ source: FileDescriptorSource) {
+    lock.withLock { self.source = source }
+  }
+
+  /// Enables the events while a task waits, disables them otherwise; nothing once closed.
+  func update() {
+    lock.withLock {
+      guard let source, let mailbox else { return }
+      if mailbox.hasWaiters {
+        source.enable(events)
+      } else {
+        source.disable(events)
+      }
+    }
+  }
+
+  /// Switches nothing from now on and lets go of the source (ending the cycle).
+  func close() {
+    let released: (FileDescriptorSource?, AsyncMailbox<FileDescriptorSource.Events>?) = lock.withLock {
+      defer {
+        source = nil
+        mailbox = nil
+      }
+      return (source, mailbox)
+    }
+    // Released after the lock.
+    withExtendedLifetime(released) {}
+  }
 }

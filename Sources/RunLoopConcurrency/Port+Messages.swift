@@ -61,9 +61,8 @@ public final class PortMessages: AsyncSequence, Sendable {
   public let modes: [RunLoopMode]
 
   private let mailbox = AsyncMailbox<PortMessage>()
-  /// Serializes the handler switches, so the last one reflects the latest demand.
-  private let demandLock = Lock()
-  private let handler: @Sendable (PortMessage) -> Void
+  /// Switches the port's handler with the demand; closed by `deinit`.
+  private let demand: PortDemand
   /// Ends the mailbox when the loop's thread ends; stopped when the port leaves the modes.
   private let loopEnd: LoopEndWatch
 
@@ -80,17 +79,23 @@ public final class PortMessages: AsyncSequence, Sendable {
     self.port = port
     self.runLoop = runLoop
     self.modes = modes
-    handler = { [mailbox] message in mailbox.deliver(message) }
-    let box = WeakPortMessages()
-    mailbox.demandChanged = { box.value?.updateHandler() }
+    // The mailbox's callback holds the switch, not the sequence: a switch running on the
+    // loop's thread must not keep a sequence the caller released alive, or its deinit (which
+    // makes room for a new sequence of the port) would run later, on that thread.
+    let demand = PortDemand(port: port, mailbox: mailbox)
+    self.demand = demand
+    mailbox.demandChanged = { demand.update() }
     let loopEnd = LoopEndWatch(runLoop: runLoop, modes: modes, name: "PortMessages end") { [mailbox] in
       mailbox.finish()
     }
     self.loopEnd = loopEnd
-    box.value = self
     // The watch leaves the modes with the port, so it never keeps a run going that the
-    // invalidated port's departure would end.
-    port.setInvalidationHandler { [mailbox, loopEnd] _ in
+    // invalidated port's departure would end. A loop's thread may have taken a message just
+    // before the invalidation and not handed it to the mailbox yet: the end waits for that
+    // hand-over (the handler only buffers or resumes, so the wait is short), or the waiting
+    // tasks would see the end before that message, and the next call the message after it.
+    port.setInvalidationHandler { [mailbox, loopEnd] port in
+      port.waitForDeliveriesInProgress()
       mailbox.finish()
       loopEnd.stop()
     }
@@ -102,20 +107,13 @@ public final class PortMessages: AsyncSequence, Sendable {
   }
 
   deinit {
-    port.setHandler(nil)
+    demand.close()
     port.setInvalidationHandler(nil)
     for mode in modes { runLoop.remove(port, forMode: mode) }
     loopEnd.stop()
     mailbox.finish()
     // After the handlers are cleared: a sequence created next sets its own.
     port.hasMessageSequence.store(false, ordering: .releasing)
-  }
-
-  /// Sets the port's handler while a task waits, clears it otherwise.
-  private func updateHandler() {
-    demandLock.withLock {
-      port.setHandler(mailbox.hasWaiters ? handler : nil)
-    }
   }
 
   /// Returns the port's next message; see the type's "Cancellation" and "End".
@@ -140,8 +138,42 @@ public final class PortMessages: AsyncSequence, Sendable {
   }
 }
 
-/// The sequence as its mailbox's demand callback sees it: weak, no cycle.
-private final class WeakPortMessages: @unchecked Sendable {
-  // @unchecked: written once before the mailbox can call back, read after.
-  weak var value: PortMessages?
+/// Sets the port's handler while a task waits in the sequence's mailbox, clears it
+/// otherwise; once closed (the sequence released), clears it for good. Holds the mailbox
+/// and the handler (which holds the mailbox, whose callback holds this) until closed.
+private final class PortDemand: @unchecked Sendable {
+  // @unchecked: `mailbox` and `handler` are protected by `lock`.
+  /// Serializes the switches, so the last one reflects the latest demand.
+  private let lock = Lock()
+  private let port: Port
+  private var mailbox: AsyncMailbox<PortMessage>?
+  private var handler: (@Sendable (PortMessage) -> Void)?
+
+  init(port: Port, mailbox: AsyncMailbox<PortMessage>) {
+    self.port = port
+    self.mailbox = mailbox
+    handler = { [mailbox] message in mailbox.deliver(message) }
+  }
+
+  /// Sets the handler while a task waits, clears it otherwise; nothing once closed.
+  func update() {
+    lock.withLock {
+      guard let mailbox, let handler else { return }
+      port.setHandler(mailbox.hasWaiters ? handler : nil)
+    }
+  }
+
+  /// Clears the handler for good and lets go of the mailbox (ending the cycle).
+  func close() {
+    let (released, closure): (AsyncMailbox<PortMessage>?, (@Sendable (PortMessage) -> Void)?) = lock.withLock {
+      defer {
+        mailbox = nil
+        handler = nil
+      }
+      port.setHandler(nil)
+      return (mailbox, handler)
+    }
+    // Released after the lock.
+    withExtendedLifetime((released, closure)) {}
+  }
 }

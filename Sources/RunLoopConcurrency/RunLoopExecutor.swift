@@ -50,7 +50,10 @@ import Threads
 /// times it with the task's preferred task executor, else the default executor, and the
 /// wake-up is then enqueued here like any job. So ``shutDown()`` does not wait for a
 /// sleeping actor method, and one that wakes after the shutdown is an enqueue after it (the
-/// misuse below): let such methods return before shutting down.
+/// misuse below): let such methods return before shutting down. `Task.yield()` in such an
+/// actor is alike on Swift 6.3: the runtime queues the yielding task elsewhere (on the global
+/// executor, for a task that prefers no task executor), from where it is enqueued here
+/// again; while it waits there it is not one of this executor's queued jobs.
 ///
 /// **Shutting down** drains: `shutDown()` waits until the loop's thread has run every
 /// queued job (and those they queue meanwhile) and no job runs, then closes the executor; an

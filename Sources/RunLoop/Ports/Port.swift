@@ -214,6 +214,14 @@ public final class Port: Hashable, Sendable, CustomStringConvertible {
     }
   }
 
+  /// Waits until every run-loop delivery that took a message from the port before this call
+  /// has returned from its handler. For the async message sequence, whose invalidation
+  /// handler calls it so the sequence ends only after the messages taken before the
+  /// invalidation reached it; only after ``invalidate()``, and never from the message handler.
+  package func waitForDeliveriesInProgress() {
+    link.waitForDeliveriesInProgress()
+  }
+
   /// Stops the process when the port was inherited through `fork()`: the child's copy is
   /// not the parent's mailbox (messages sent to it stay in the child) and its readiness
   /// eventfd is the parent's. One relaxed load.

@@ -1,4 +1,5 @@
 import Sync
+import Threads
 
 /// What ties an in-process ``Port`` to the run loops it is scheduled in: a version-0
 /// ``RunLoopSource`` in the port's modes, the run loops to wake when a message arrives, the
@@ -24,6 +25,13 @@ final class PortRunLoopLink: @unchecked Sendable {
   /// Nonzero while the port is scheduled somewhere: lets `messageArrived` skip the lock for
   /// ports that are only received from directly.
   private let scheduledLoops = AtomicInteger<Int>(0)
+  /// Run-loop deliveries under way: counted from before a delivery takes its message from
+  /// the queue until the handler it was given returns (see `waitForDeliveriesInProgress`).
+  private let deliveriesInProgress = AtomicInteger<Int>(0)
+  /// Test seam, nil outside tests: runs on the delivering thread between the take of a
+  /// message from the queue and its hand-over to the handler. Set before the port is
+  /// scheduled in a run loop (the add's locks order the write before the deliveries' reads).
+  var messageTakenForTesting: (@Sendable () -> Void)?
 
   /// The source to add to run-loop modes, created on first use; nil once invalidated.
   /// Stops the process for a port inherited through `fork()` (see ``Port``). The source
@@ -47,6 +55,20 @@ final class PortRunLoopLink: @unchecked Sendable {
       source = created
       return created
     }
+  }
+
+  /// Waits (yielding) until the run-loop deliveries under way when it is called have
+  /// returned from their handlers. Called once the queue is invalidated, no delivery can take
+  /// another message, so this returns once each message taken before the invalidation has
+  /// been handed over. Must not be called from the port's message handler (it would wait for
+  /// itself).
+  ///
+  /// Why a taken message is seen: a delivery counts itself before its take, which is under
+  /// the queue's mutex; a take that came before the invalidation (also under that mutex) is
+  /// ordered before it, so the acquiring load here, after the invalidation, sees the count
+  /// until the releasing decrement after the handler returned.
+  func waitForDeliveriesInProgress() {
+    while deliveriesInProgress.load(ordering: .acquiring) != 0 { Thread.yield() }
   }
 
   /// The source if one was created (for removal).
@@ -177,7 +199,11 @@ final class PortRunLoopLink: @unchecked Sendable {
   private func deliverNext(
     to handler: @Sendable (PortMessage) -> Void, from queue: MessageQueue<QueuedPortMessage>, receivedBy port: WeakPort
   ) -> Int? {
+    // Relaxed: the queue's mutex, taken next, orders it (see `waitForDeliveriesInProgress`).
+    _ = deliveriesInProgress.increment(ordering: .relaxed)
+    defer { _ = deliveriesInProgress.decrement(ordering: .releasing) }
     guard case (.element(let message)?, let remaining) = queue.tryReceiveCounting() else { return nil }
+    messageTakenForTesting?()
     handler(message.message(receivedBy: port))
     return remaining
   }
