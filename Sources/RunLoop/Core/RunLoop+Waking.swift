@@ -106,11 +106,10 @@ extension RunLoop {
   /// of two threads waking each other through an eventfd (see the README's cost tables).
   /// The loop yields the CPU between looks, so a partner thread on the same CPU runs and
   /// answers rather than waiting for the loop to give up; and a `RunLoopExecutor`'s enqueue
-  /// made on the CPU where the loop watches yields that CPU back to the loop, which runs the
-  /// job at once (as a loop woken from a sleep would, by preempting its waker) instead of
-  /// after the enqueuing thread blocks. With every thread on one CPU of a 2-vCPU KVM guest,
-  /// that made an actor hop to a run-loop thread and back 0.84-0.85x the time of two
-  /// threads answering each other through eventfds, where it took 1.32x.
+  /// of a task that goes back and forth between the loop and its caller, made on the CPU
+  /// where the loop watches, yields that CPU back to the loop, which runs the job at once (as
+  /// a loop woken from a sleep would, by preempting its waker) instead of after the enqueuing
+  /// thread blocks (see that type's "Cost").
   ///
   /// **What it costs.** Up to 30 us of CPU before a sleep, and only while the loop's sleeps
   /// are that short: a loop whose sleeps are longer (timers, idle periods, work arriving

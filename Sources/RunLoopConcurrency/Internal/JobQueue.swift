@@ -119,10 +119,14 @@ enum JobSourceQueue {
   /// `signal` is a full barrier, which keeps the wake-up's read of the loop's state after it
   /// (see `RunLoopSource.signal`). `wakeUp` on the one loop served, without reading the
   /// source's list of loops.
+  ///
+  /// `yielding`: the enqueuing thread hands the loop a job of the task it hands the loop over
+  /// and over (see ``RunLoopExecutor``'s cost): it yields its CPU when the loop watches for
+  /// work there (``/RunLoop/RunLoop/wakeUpYieldingToWatcher()``).
   @inline(__always)
-  static func signal(_ source: RunLoopSource, _ runLoop: RunLoop) {
+  static func signal(_ source: RunLoopSource, _ runLoop: RunLoop, yielding: Bool = false) {
     source.signal()
-    runLoop.wakeUpYieldingToWatcher()
+    if yielding { runLoop.wakeUpYieldingToWatcher() } else { runLoop.wakeUp() }
   }
 
   /// One drain pass (a source's perform callback): runs as many jobs as `count` says are
