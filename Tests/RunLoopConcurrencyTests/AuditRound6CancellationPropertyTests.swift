@@ -25,10 +25,14 @@ struct AuditRound6CancellationPropertyTests {
   /// messages in the order sent, and so does each round of consumers after the one before
   /// ("Messages are returned in the order they were sent"; a
   /// message that reached no waiter "stays in the sequence for the next `next()` call").
-  @Test func messagesFromSeveralSendersToCancelledAndReplacedConsumersArriveOnceInEachSendersOrder() async {
+  @Test func messagesFromSeveralSendersToCancelledAndReplacedConsumersArriveOnceInEachSendersOrder() async throws {
     let seed: UInt64 = 0x63_0001
     var generator = SeededGenerator(seed: seed)
     let loop = LoopThread(name: "audit6-port")
+    // The consumers run on threads of their own: the senders wait for room in the port, and
+    // the shared cooperative pool may be held by other tests' blocking calls for longer than
+    // a send may wait (seen under ThreadSanitizer with the whole suite running).
+    let consumerThreads = try await RunLoopThreadGroup.start(threadCount: 2, name: "audit6-consumers")
     let port = Port(capacity: 16)
     let messages = port.messages(on: loop.runLoop)
     let senderCount = 3
@@ -52,7 +56,7 @@ struct AuditRound6CancellationPropertyTests {
         let batch = min(generator.below(6) + 1, wanted)
         wanted -= batch
         consumers.append(
-          Task {
+          Task(executorPreference: consumerThreads) {
             var got: [Int32] = []
             var iterator = messages.makeAsyncIterator()
             while got.count < batch, let message = await iterator.next() { got.append(message.msgid) }
@@ -82,6 +86,7 @@ struct AuditRound6CancellationPropertyTests {
     #expect(problems == [], "seed \(seed)")
     #expect(received.sorted() == expected.sorted(), "seed \(seed): lost or duplicated messages")
     #expect(port.pendingMessageCount == 0, "seed \(seed)")
+    await consumerThreads.shutDown()
     loop.stop()
   }
 
