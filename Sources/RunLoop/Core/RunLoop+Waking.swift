@@ -35,11 +35,6 @@ extension RunLoop {
     }
   }
 
-  /// Ends the innermost active run call: it returns ``RunLoopRunResult/stopped`` at the end
-  /// of its current pass (at once if it sleeps). Outer nested runs continue. Does nothing when
-  /// the loop is not running (a later run is not affected, as in Core Foundation; libuv's
-  /// `uv_stop` before `uv_run` would end that run after one iteration). Callable from any
-  /// thread. (`CFRunLoopStop`)
   /// ``wakeUp()``, then, when the loop's thread watches for the wake-up on the caller's own
   /// CPU (see ``spinsBeforeSleeping``), yields that CPU to it: the loop goes on at once, as
   /// a loop woken from a sleep would by preempting its waker, instead of waiting until the
@@ -51,6 +46,11 @@ extension RunLoop {
     if cpu >= 0 && cpu == tk_current_cpu() { Thread.yield() }
   }
 
+  /// Ends the innermost active run call: it returns ``RunLoopRunResult/stopped`` at the end
+  /// of its current pass (at once if it sleeps). Outer nested runs continue. Does nothing when
+  /// the loop is not running (a later run is not affected, as in Core Foundation; libuv's
+  /// `uv_stop` before `uv_run` would end that run after one iteration). Callable from any
+  /// thread. (`CFRunLoopStop`)
   public func stop() {
     let running: Bool = lock.withLock {
       guard let activation = activations.last else { return false }
