@@ -46,22 +46,38 @@ struct WakerYieldsToWatcherTests {
     return (ranFirst.load(ordering: .relaxed), handled.load(ordering: .relaxed))
   }
 
+  /// The count is a property of the scheduler, not only of the code: on a machine busy with
+  /// other tests the waker's CPU may go to a third thread when it yields. So each test makes up
+  /// to `attempts` independent attempts and needs one of them to show the behaviour; code
+  /// without the yield (or yielding everywhere) fails every attempt.
+  private let attempts = 5
+
   @Test("the loop runs the work before the waker goes on, and no wake-up is lost")
   func theWatchingLoopRunsBeforeTheWakerGoesOn() throws {
-    let rounds = 400
-    let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: true)
-    #expect(handled == rounds)
-    // Without the yield the loop cannot run before the waker blocks (one CPU); with it, it
-    // does nearly every time (a loop not yet watching, or another thread scheduled first on
-    // that CPU, accounts for the rest).
-    #expect(ranFirst >= rounds / 2, "the loop ran first in \(ranFirst) of \(rounds) rounds")
+    let rounds = 200
+    var counts: [Int] = []
+    for _ in 0..<attempts {
+      let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: true)
+      #expect(handled == rounds)
+      counts.append(ranFirst)
+      // Without the yield the loop cannot run before the waker blocks (one CPU); with it, it
+      // does nearly every time (a loop not yet watching, or another thread scheduled first on
+      // that CPU, accounts for the rest).
+      if ranFirst >= rounds / 2 { return }
+    }
+    Issue.record("the loop ran first in fewer than half of \(rounds) rounds in every attempt: \(counts)")
   }
 
   @Test("a plain wakeUp() does not yield: the waker goes on first")
   func aPlainWakeUpDoesNotYield() throws {
     let rounds = 200
-    let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: false)
-    #expect(handled == rounds)
-    #expect(ranFirst < rounds / 2, "the loop ran first in \(ranFirst) of \(rounds) rounds")
+    var counts: [Int] = []
+    for _ in 0..<attempts {
+      let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: false)
+      #expect(handled == rounds)
+      counts.append(ranFirst)
+      if ranFirst < rounds / 2 { return }
+    }
+    Issue.record("the loop ran first in at least half of \(rounds) rounds in every attempt: \(counts)")
   }
 }
