@@ -118,7 +118,16 @@ public final class Lock: Locking, @unchecked Sendable {
   @inline(__always)
   public func unlock() {
     if LockDiagnostics.releaseHooksRun { return unlockHooked() }
-    core.release(checkOwner: isChecked, typeName: "Lock")
+    // `isChecked` is read on the slow path only: one load fewer per uncontended pair.
+    if !core.tryReleaseUncontended() { unlockSlow() }
+  }
+
+  /// The release's slow path: sleepers or starving waiters to wake, or misuse (checked
+  /// against `isChecked`).
+  @usableFromInline
+  @inline(never)
+  func unlockSlow() {
+    core.releaseSlow(checkOwner: isChecked, typeName: "Lock")
   }
 
   /// Acquires the lock if it is free right now; never blocks. Returns false when it is held,

@@ -253,6 +253,17 @@ struct FutexLock {
     }
   }
 
+  /// The uncontended release alone: one compare-and-swap "held by me, nobody sleeping,
+  /// nobody starving" -> 0 with release ordering; false (nothing changed) when the word says
+  /// anything else, and the caller must then call ``releaseSlow(checkOwner:typeName:)``. For
+  /// a lock whose slow path needs state the fast path should not load (``Lock``'s checked
+  /// flag).
+  @inlinable
+  @inline(__always)
+  func tryReleaseUncontended() -> Bool {
+    UInt64.atomicCompareAndSwap(expected: Self.heldByCurrentThread, desired: 0, at: word, ordering: .releasing)
+  }
+
   @usableFromInline
   func releaseMisuse(typeName: String) -> Never {
     let bits = UInt64.atomicLoad(at: word, ordering: .relaxed) & Self.lockBits
