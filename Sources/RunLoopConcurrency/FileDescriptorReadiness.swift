@@ -14,7 +14,8 @@ extension RunLoop {
   /// ```
   ///
   /// Watching a descriptor the kernel cannot poll, or one another source of this loop already
-  /// watches, stops the process when the sequence is created (as for
+  /// watches (an earlier sequence of it included, until ``FileDescriptorReadiness/invalidate()``
+  /// returns or it is released), stops the process when the sequence is created (as for
   /// ``/RunLoop/FileDescriptorSource``); so does an empty `modes` (misuse: nothing would ever
   /// report the descriptor, and the sequence would not end with the loop's thread), and so
   /// do `events` without `.readable` or `.writable` (`[]`, or only `.error`/`.hangUp`, which
@@ -43,13 +44,14 @@ extension RunLoop {
 /// **The descriptor** must stay open while the sequence exists, as for
 /// ``/RunLoop/FileDescriptorSource``: once it is closed (with no duplicate left) the kernel
 /// stops reporting it, so a waiting task waits until it is cancelled or the sequence ends.
-/// Release the sequence (or leave the loop) before closing the descriptor.
+/// Call ``invalidate()`` (or leave the loop) before closing the descriptor.
 ///
 /// **End.** The sequence does not end for the descriptor (a hang-up is reported as
 /// `.hangUp`); leave the loop when done. It ends (`next()` returns nil, for waiting tasks at
 /// once) when the run loop's thread ends, or had ended when the sequence was created:
-/// nothing would ever report the descriptor again. Released, it invalidates its source (the
-/// descriptor is not closed: it is not the sequence's).
+/// nothing would ever report the descriptor again. ``invalidate()``, or releasing the
+/// sequence, invalidates its source (the descriptor is not closed: it is not the
+/// sequence's).
 public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   /// The events found ready.
   public typealias Element = FileDescriptorSource.Events
@@ -103,6 +105,37 @@ public final class FileDescriptorReadiness: AsyncSequence, Sendable {
   }
 
   deinit {
+    invalidate()
+  }
+
+  /// Whether ``invalidate()`` has run (set once, by whichever call runs it).
+  private let invalidated = AtomicBool(false)
+
+  /// Ends the sequence now, as releasing it would: the loop stops watching the descriptor
+  /// before this returns (its source is invalidated; the descriptor is not closed, it is
+  /// not the sequence's), tasks waiting in `next()` get nil at once, and every later call
+  /// returns nil after a report already made to nobody. Idempotent; any thread.
+  ///
+  /// Call it before you close the descriptor, or before you create a new sequence for it
+  /// on the same loop: dropping the last reference is not enough there, because the Swift
+  /// runtime may release a finished task's captures on its own thread after the task's
+  /// `value` has been returned, so the old sequence may still watch the descriptor when the
+  /// next line creates the new one (which stops the process: one source per descriptor).
+  ///
+  /// ```swift
+  /// let readiness = worker.runLoop.readiness(of: socket)
+  /// await Task {
+  ///   for await events in readiness where events.contains(.readable) {
+  ///     if drain(socket) { break }
+  ///   }
+  /// }.value
+  /// readiness.invalidate()
+  /// close(socket)
+  /// ```
+  public func invalidate() {
+    // Relaxed: the flag only picks the one call that tears down; each step below orders
+    // itself (locks; the source's invalidation waits for the loop's thread).
+    guard !invalidated.exchange(true, ordering: .relaxed) else { return }
     demand.close()
     loopEnd.stop()
     source.invalidate()

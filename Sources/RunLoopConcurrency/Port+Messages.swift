@@ -14,8 +14,8 @@ extension Port {
   /// The sequence owns the port's handler and invalidation handler (see
   /// ``PortMessages``), so a port has one sequence at a time: creating a second while the
   /// first exists stops the process (misuse: the two would take each other's handlers, and
-  /// one would wait for ever); iterate the one sequence from several tasks instead, or
-  /// release it first. An empty `modes` stops the process too (misuse: nothing would take
+  /// one would wait for ever); iterate the one sequence from several tasks instead, or end
+  /// it first with ``PortMessages/invalidate()``. An empty `modes` stops the process too (misuse: nothing would take
   /// messages from the port, and the sequence would not end with the loop's thread).
   public func messages(on runLoop: RunLoop, inModes modes: [RunLoopMode] = [.common]) -> PortMessages {
     PortMessages(port: self, runLoop: runLoop, modes: modes)
@@ -44,9 +44,10 @@ extension Port {
 /// messages from the port again; those still queued stay in the port.
 ///
 /// The sequence keeps the port alive and owns its handler and invalidation handler while it
-/// exists (setting either elsewhere breaks the sequence). Released, it removes the port from
-/// the run loop's modes and clears both handlers; messages it had taken from the port but not
-/// yet returned are then dropped.
+/// exists (setting either elsewhere breaks the sequence). Invalidated (``invalidate()``) or
+/// released, it removes the port from the run loop's modes and clears both handlers;
+/// messages it had taken from the port but not yet returned are then dropped when it is
+/// released (an invalidated sequence still returns them).
 public final class PortMessages: AsyncSequence, Sendable {
   /// Each element is a message of the port.
   public typealias Element = PortMessage
@@ -107,12 +108,47 @@ public final class PortMessages: AsyncSequence, Sendable {
   }
 
   deinit {
+    invalidate()
+  }
+
+  /// Whether ``invalidate()`` has run (set once, by whichever call runs it).
+  private let invalidated = AtomicBool(false)
+
+  /// Ends the sequence now, as releasing it would: removes the port from the run loop's
+  /// modes and clears its handler and invalidation handler, so that a new sequence of the
+  /// port can be created as soon as this returns. Idempotent; any thread, but not from the
+  /// port's handler.
+  ///
+  /// Why call it rather than drop the last reference: the Swift runtime may release a
+  /// finished task's captures on its own thread after the task's `value` has been
+  /// returned, so the sequence a task iterated may still exist when the next line of the
+  /// awaiting code creates a new one for the same port (which stops the process: one
+  /// sequence per port).
+  ///
+  /// Messages still queued in the port stay there for the next sequence; those the loop's
+  /// thread had already taken from the port are still returned by this sequence's `next()`
+  /// calls, then every call returns nil (tasks waiting at the moment get nil at once).
+  ///
+  /// ```swift
+  /// let messages = port.messages(on: worker.runLoop)
+  /// let first = await Task { () -> PortMessage? in
+  ///   var iterator = messages.makeAsyncIterator()
+  ///   return await iterator.next()
+  /// }.value
+  /// messages.invalidate()
+  /// let again = port.messages(on: worker.runLoop)  // never "a second message sequence"
+  /// ```
+  public func invalidate() {
+    // Relaxed: the flag only picks the one call that tears down; each step below orders
+    // itself (locks, the releasing store at the end).
+    guard !invalidated.exchange(true, ordering: .relaxed) else { return }
     demand.close()
     port.setInvalidationHandler(nil)
     for mode in modes { runLoop.remove(port, forMode: mode) }
     loopEnd.stop()
     mailbox.finish()
-    // After the handlers are cleared: a sequence created next sets its own.
+    // After the handlers are cleared: a sequence created next sets its own. Releasing: pairs
+    // with the next sequence's acquiring exchange (see `init`).
     port.hasMessageSequence.store(false, ordering: .releasing)
   }
 
