@@ -291,13 +291,7 @@ import Threads
     let loop = LoopThread()
     let port = Port()
     let messages = port.messages(on: loop.runLoop)
-    let waiting = Latch(count: 1)
-    let waiter = Task { () -> PortMessage? in
-      var iterator = messages.makeAsyncIterator()
-      waiting.countDown()
-      return await iterator.next()
-    }
-    await offPool { blockingWait(waiting) }
+    let waiter = await taskWaitingInNext(messages)
     await offPool { loop.stop() }
     let (message, rescued) = await valueUnlessHung(waiter)
     #expect(message == nil)
@@ -371,13 +365,7 @@ import Threads
     let loop = LoopThread()
     let (readEnd, writeEnd) = makePipe()
     let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
-    let waiting = Latch(count: 1)
-    let waiter = Task { () -> FileDescriptorSource.Events? in
-      var iterator = readiness.makeAsyncIterator()
-      waiting.countDown()
-      return await iterator.next()
-    }
-    await offPool { blockingWait(waiting) }
+    let waiter = await taskWaitingInNext(readiness)
     await offPool { loop.stop() }
     let (events, rescued) = await valueUnlessHung(waiter)
     #expect(events == nil)

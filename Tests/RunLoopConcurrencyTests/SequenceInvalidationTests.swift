@@ -48,13 +48,7 @@ struct SequenceInvalidationTests {
     let loop = LoopThread()
     let (readEnd, writeEnd) = makePipe()
     let readiness = loop.runLoop.readiness(of: readEnd, events: .readable)
-    let waiting = Latch(count: 1)
-    let waiter = Task { () -> FileDescriptorSource.Events? in
-      var iterator = readiness.makeAsyncIterator()
-      waiting.countDown()
-      return await iterator.next()
-    }
-    await offPool { blockingWait(waiting) }
+    let waiter = await taskWaitingInNext(readiness)
     readiness.invalidate()
     let (events, rescued) = await valueUnlessHung(waiter)
     #expect(events == nil)
@@ -125,13 +119,7 @@ struct SequenceInvalidationTests {
     var secondIterator = second.makeAsyncIterator()
     #expect(await secondIterator.next()?.msgid == 2)
     #expect(await secondIterator.next()?.msgid == 3)
-    let waiting = Latch(count: 1)
-    let waiter = Task { () -> PortMessage? in
-      var iterator = second.makeAsyncIterator()
-      waiting.countDown()
-      return await iterator.next()
-    }
-    await offPool { blockingWait(waiting) }
+    let waiter = await taskWaitingInNext(second)
     second.invalidate()
     let (message, rescued) = await valueUnlessHung(waiter)
     #expect(message == nil)

@@ -117,6 +117,22 @@ extension TestThread {
 /// blocks a thread of its own instead of a cooperative one.
 func blockingWait(_ latch: Latch) { latch.wait() }
 
+/// Starts a task that makes an iterator of `sequence` and waits in its `next()`, and returns
+/// the task once it is about to call `next()` (the wait for that blocks no cooperative
+/// thread). For tests of how a waiting `next()` ends; await the result with
+/// `valueUnlessHung`.
+func taskWaitingInNext<Sequence: AsyncSequence & Sendable>(_ sequence: Sequence) async -> Task<Sequence.Element?, Never>
+where Sequence.Element: Sendable, Sequence.Failure == Never {
+  let waiting = Latch(count: 1)
+  let waiter = Task { () -> Sequence.Element? in
+    var iterator = sequence.makeAsyncIterator()
+    waiting.countDown()
+    return await iterator.next(isolation: nil)
+  }
+  await offPool { blockingWait(waiting) }
+  return waiter
+}
+
 /// A thread whose run loop exists but does not run until `release()`: work queued on it
 /// waits without any callback blocking the loop (so no stall is reported). After the release
 /// the thread runs its loop until `stop()`, which joins it.
