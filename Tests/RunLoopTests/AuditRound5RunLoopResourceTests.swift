@@ -315,125 +315,118 @@ struct AuditRound5RunLoopResourceTests {
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support starting threads in a forked child"))
   func refusedCreationsLeakNothing() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
       // The windows below lower the descriptor limit for the whole process. In the exit
       // test's child, the test library's and the runtime's own threads open descriptors when
       // they like, and one refused there stops the child with no message. So the scenario
       // runs in a child forked from it, where only this thread exists.
-      let scenario = fork()
-      precondition(scenario >= 0, "fork failed: errno \(errno)")
-      guard scenario == 0 else {
-        let status = waitForExitStatus(scenario)
-        precondition(status == 0, "the EMFILE scenario ended with status \(status)")
-        return
-      }
-      armAlarm(seconds: 45)
-      blocking {
-        // Warm-up: first-use state (registries, the port directory) outside the windows.
-        let warmName = uniquePortName("round5-emfile-warm")
-        let warm = try! MessagePort.local(name: warmName) { _ in nil }
-        _ = try! MessagePort.remote(name: warmName)
-        warm.invalidate()
-        _ = try! Port().readinessDescriptor()
-        // A thread's run loop needs epoll, eventfd and timerfd: each partial failure.
-        for free in 0..<3 {
-          TestThread.run {
-            let before = round5Counts().descriptors
-            let refused: String = round5WithFreeDescriptors(free) {
-              do throws(SystemCallError) {
-                _ = try RunLoop.currentOrThrow()
-                return "created"
+      runScenarioInForkedChild("the EMFILE scenario") {
+        blocking {
+          // Warm-up: first-use state (registries, the port directory) outside the windows.
+          let warmName = uniquePortName("round5-emfile-warm")
+          let warm = try! MessagePort.local(name: warmName) { _ in nil }
+          _ = try! MessagePort.remote(name: warmName)
+          warm.invalidate()
+          _ = try! Port().readinessDescriptor()
+          // A thread's run loop needs epoll, eventfd and timerfd: each partial failure.
+          for free in 0..<3 {
+            TestThread.run {
+              let before = round5Counts().descriptors
+              let refused: String = round5WithFreeDescriptors(free) {
+                do throws(SystemCallError) {
+                  _ = try RunLoop.currentOrThrow()
+                  return "created"
+                } catch {
+                  return error.code == .tooManyOpenFiles ? "EMFILE" : "\(error)"
+                }
+              }
+              precondition(refused == "EMFILE", "currentOrThrow with \(free) free descriptors: \(refused)")
+              precondition(round5Counts().descriptors == before, "a refused run loop left descriptors open")
+              // Nothing of the failure is cached: the thread gets its run loop now.
+              let runLoop = try! RunLoop.currentOrThrow()
+              precondition(runLoop === RunLoop.current)
+            }
+          }
+          // A RunLoopThread whose loop cannot be made: .system, thread ended and joined.
+          for free in 0..<3 {
+            let before = round5Counts()
+            let outcome: String = round5WithFreeDescriptors(free) {
+              do throws(ThreadStartError) {
+                let worker = try RunLoopThread.start(name: "round5-emfile")
+                worker.stop()
+                return "started"
               } catch {
-                return error.code == .tooManyOpenFiles ? "EMFILE" : "\(error)"
+                return error.systemError?.code == .tooManyOpenFiles ? "EMFILE" : "\(error)"
               }
             }
-            precondition(refused == "EMFILE", "currentOrThrow with \(free) free descriptors: \(refused)")
-            precondition(round5Counts().descriptors == before, "a refused run loop left descriptors open")
-            // Nothing of the failure is cached: the thread gets its run loop now.
-            let runLoop = try! RunLoop.currentOrThrow()
-            precondition(runLoop === RunLoop.current)
-          }
-        }
-        // A RunLoopThread whose loop cannot be made: .system, thread ended and joined.
-        for free in 0..<3 {
-          let before = round5Counts()
-          let outcome: String = round5WithFreeDescriptors(free) {
-            do throws(ThreadStartError) {
-              let worker = try RunLoopThread.start(name: "round5-emfile")
-              worker.stop()
-              return "started"
-            } catch {
-              return error.systemError?.code == .tooManyOpenFiles ? "EMFILE" : "\(error)"
+            precondition(outcome == "EMFILE", "RunLoopThread.start with \(free) free descriptors: \(outcome)")
+            // The refused thread is joined; the runtime's own worker threads may come and go.
+            let giveUp = MonotonicInstant.after(.seconds(2))
+            var after = round5Counts()
+            while (after.descriptors != before.descriptors || after.threads > before.threads) && !giveUp.hasPassed {
+              sched_yield()
+              after = round5Counts()
             }
+            precondition(
+              after.descriptors == before.descriptors && after.threads <= before.threads,
+              "a refused RunLoopThread left \(before) -> \(after)")
           }
-          precondition(outcome == "EMFILE", "RunLoopThread.start with \(free) free descriptors: \(outcome)")
-          // The refused thread is joined; the runtime's own worker threads may come and go.
-          let giveUp = MonotonicInstant.after(.seconds(2))
-          var after = round5Counts()
-          while (after.descriptors != before.descriptors || after.threads > before.threads) && !giveUp.hasPassed {
-            sched_yield()
-            after = round5Counts()
+          // A local named port needs a lock file, eventfd, epoll, timerfd and a socket.
+          let name = uniquePortName("round5-emfile")
+          for free in 0..<5 {
+            let before = round5Counts().descriptors
+            let status: PortStatus? = round5WithFreeDescriptors(free) {
+              do throws(PortError) {
+                _ = try MessagePort.local(name: name) { _ in nil }
+                return nil
+              } catch {
+                return error.status
+              }
+            }
+            precondition(
+              status == .transportError,
+              "MessagePort.local with \(free) free descriptors: \(String(describing: status))")
+            precondition(round5Counts().descriptors == before, "a refused local port left descriptors open")
+            precondition(MessagePort.registered(name: name) == nil)
           }
-          precondition(
-            after.descriptors == before.descriptors && after.threads <= before.threads,
-            "a refused RunLoopThread left \(before) -> \(after)")
-        }
-        // A local named port needs a lock file, eventfd, epoll, timerfd and a socket.
-        let name = uniquePortName("round5-emfile")
-        for free in 0..<5 {
+          // The name was not kept by the refused attempts.
+          let local = try! MessagePort.local(name: name) { message in [UInt8(truncatingIfNeeded: message.msgid)] }
+          let server = TestThread.spawn { _ = try? local.serve(timeout: .seconds(20)) }
           let before = round5Counts().descriptors
-          let status: PortStatus? = round5WithFreeDescriptors(free) {
+          let refusedRemote: PortStatus? = round5WithFreeDescriptors(0) {
             do throws(PortError) {
-              _ = try MessagePort.local(name: name) { _ in nil }
+              _ = try MessagePort.remote(name: name)
               return nil
             } catch {
               return error.status
             }
           }
           precondition(
-            status == .transportError, "MessagePort.local with \(free) free descriptors: \(String(describing: status))")
-          precondition(round5Counts().descriptors == before, "a refused local port left descriptors open")
-          precondition(MessagePort.registered(name: name) == nil)
-        }
-        // The name was not kept by the refused attempts.
-        let local = try! MessagePort.local(name: name) { message in [UInt8(truncatingIfNeeded: message.msgid)] }
-        let server = TestThread.spawn { _ = try? local.serve(timeout: .seconds(20)) }
-        let before = round5Counts().descriptors
-        let refusedRemote: PortStatus? = round5WithFreeDescriptors(0) {
-          do throws(PortError) {
-            _ = try MessagePort.remote(name: name)
-            return nil
-          } catch {
-            return error.status
+            refusedRemote == .transportError,
+            "MessagePort.remote without descriptors: \(String(describing: refusedRemote))")
+          precondition(round5Counts().descriptors == before, "a refused remote port left descriptors open")
+          let remote = try! MessagePort.remote(name: name)
+          precondition(
+            try! remote.send(msgid: 4, sendTimeout: .seconds(10), receiveTimeout: .seconds(20), replyMode: .awaitReply)
+              == [4])
+          remote.invalidate()
+          local.invalidate()
+          server.join()
+          // A port's readiness descriptor.
+          let port = Port()
+          let refusedReadiness: Bool = round5WithFreeDescriptors(0) {
+            do throws(SystemCallError) {
+              _ = try port.readinessDescriptor()
+              return false
+            } catch {
+              return error.code == .tooManyOpenFiles
+            }
           }
+          precondition(refusedReadiness, "readinessDescriptor without descriptors did not throw EMFILE")
+          let descriptor = try! port.readinessDescriptor()
+          precondition(fcntl(descriptor, F_GETFD) >= 0)
+          precondition(try! port.readinessDescriptor() == descriptor)
         }
-        precondition(
-          refusedRemote == .transportError,
-          "MessagePort.remote without descriptors: \(String(describing: refusedRemote))")
-        precondition(round5Counts().descriptors == before, "a refused remote port left descriptors open")
-        let remote = try! MessagePort.remote(name: name)
-        precondition(
-          try! remote.send(msgid: 4, sendTimeout: .seconds(10), receiveTimeout: .seconds(20), replyMode: .awaitReply)
-            == [4])
-        remote.invalidate()
-        local.invalidate()
-        server.join()
-        // A port's readiness descriptor.
-        let port = Port()
-        let refusedReadiness: Bool = round5WithFreeDescriptors(0) {
-          do throws(SystemCallError) {
-            _ = try port.readinessDescriptor()
-            return false
-          } catch {
-            return error.code == .tooManyOpenFiles
-          }
-        }
-        precondition(refusedReadiness, "readinessDescriptor without descriptors did not throw EMFILE")
-        let descriptor = try! port.readinessDescriptor()
-        precondition(fcntl(descriptor, F_GETFD) >= 0)
-        precondition(try! port.readinessDescriptor() == descriptor)
       }
-      _exit(0)
     }
   }
 
