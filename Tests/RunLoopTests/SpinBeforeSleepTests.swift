@@ -32,27 +32,14 @@ struct SpinBeforeSleepTests {
   func pingPongLosesNoWakeUp(spins: Bool) throws {
     let worker = try RunLoopThread.start(name: "spin-pingpong")
     worker.runLoop.spinsBeforeSleeping = spins
-    let answered = Sync.Semaphore(value: 0)
-    let handled = AtomicInteger<Int>(0)
-    let source = RunLoopSource(perform: {
-      _ = handled.increment(ordering: .relaxed)
-      answered.signal()
-    })
-    #expect(worker.runLoop.add(source, forMode: .default))
+    let partner = AnsweringSource()
+    #expect(worker.runLoop.add(partner.source, forMode: .default))
     let rounds = isRunningUnderSanitizer ? 500 : 5_000
-    var timedOut = 0
-    for _ in 0..<rounds {
-      source.signal()
-      worker.runLoop.wakeUp()
-      // A bound only a lost wake-up reaches.
-      if !answered.wait(timeout: .seconds(10)) {
-        timedOut += 1
-        break
-      }
-    }
-    #expect(timedOut == 0, "a signal was not handled: the loop missed its wake-up")
-    #expect(handled.load(ordering: .relaxed) == rounds)
-    source.invalidate()
+    var lost = false
+    for _ in 0..<rounds where !lost { lost = !partner.ping(worker.runLoop) }
+    #expect(!lost, "a signal was not handled: the loop missed its wake-up")
+    #expect(partner.handledCount == rounds)
+    partner.source.invalidate()
     worker.stop()
   }
 
@@ -60,38 +47,28 @@ struct SpinBeforeSleepTests {
   func stopWhileWatchingEndsTheRun() throws {
     for _ in 0..<20 {
       let worker = try RunLoopThread.start(name: "spin-stop")
-      let answered = Sync.Semaphore(value: 0)
-      let source = RunLoopSource(perform: { answered.signal() })
-      #expect(worker.runLoop.add(source, forMode: .default))
-      // Short sleeps first, so the loop watches before its next one.
-      for _ in 0..<50 {
-        source.signal()
-        worker.runLoop.wakeUp()
-        #expect(answered.wait(timeout: .seconds(10)))
-      }
+      let partner = AnsweringSource()
+      #expect(worker.runLoop.add(partner.source, forMode: .default))
+      makeLoopWatch(worker, partner)
       // `stop()` requests the thread's exit and joins it: a hang here is a lost request.
       worker.stop()
-      source.invalidate()
+      partner.source.invalidate()
     }
   }
 
-  /// Short sleeps first, so the loop watches: `rounds` signals of `source`, each answered.
-  private func makeLoopWatch(_ worker: borrowing RunLoopThread, _ source: RunLoopSource, _ answered: Sync.Semaphore) {
-    for _ in 0..<50 {
-      source.signal()
-      worker.runLoop.wakeUp()
-      #expect(answered.wait(timeout: .seconds(10)))
-    }
+  /// Short sleeps first, so the loop watches before its next one: 50 signals of the
+  /// partner's source, each answered.
+  private func makeLoopWatch(_ worker: borrowing RunLoopThread, _ partner: AnsweringSource) {
+    for _ in 0..<50 { #expect(partner.ping(worker.runLoop)) }
   }
 
   @Test("a timer added from another thread while the loop watches fires, never early")
   func timerAddedWhileWatchingFires() throws {
     let worker = try RunLoopThread.start(name: "spin-timer")
-    let answered = Sync.Semaphore(value: 0)
-    let source = RunLoopSource(perform: { answered.signal() })
-    #expect(worker.runLoop.add(source, forMode: .default))
+    let partner = AnsweringSource()
+    #expect(worker.runLoop.add(partner.source, forMode: .default))
     for _ in 0..<10 {
-      makeLoopWatch(worker, source, answered)
+      makeLoopWatch(worker, partner)
       // The loop now watches (or sleeps) with no timer: adding one must end the watch, so the
       // loop sleeps until the timer's date instead of on its futex for ever.
       let fired = Sync.Semaphore(value: 0)
@@ -107,18 +84,17 @@ struct SpinBeforeSleepTests {
       if let firedAt = firedAt.value { #expect(firedAt >= due, "the timer fired early") }
       timer.invalidate()
     }
-    source.invalidate()
+    partner.source.invalidate()
     worker.stop()
   }
 
   @Test("a descriptor source added from another thread while the loop watches is served")
   func descriptorAddedWhileWatchingIsServed() throws {
     let worker = try RunLoopThread.start(name: "spin-descriptor")
-    let answered = Sync.Semaphore(value: 0)
-    let source = RunLoopSource(perform: { answered.signal() })
-    #expect(worker.runLoop.add(source, forMode: .default))
+    let partner = AnsweringSource()
+    #expect(worker.runLoop.add(partner.source, forMode: .default))
     for _ in 0..<10 {
-      makeLoopWatch(worker, source, answered)
+      makeLoopWatch(worker, partner)
       var ends: [Int32] = [0, 0]
       #expect(pipe(&ends) == 0)
       let readEnd = ends[0]
@@ -139,7 +115,7 @@ struct SpinBeforeSleepTests {
       close(ends[0])
       close(ends[1])
     }
-    source.invalidate()
+    partner.source.invalidate()
     worker.stop()
   }
 }

@@ -17,23 +17,20 @@ struct WakerYieldsToWatcherTests {
     var configuration = ThreadConfiguration()
     configuration.cpuAffinity = [cpu]
     let worker = try RunLoopThread.start(name: "yield-watcher", configuration: configuration)
-    let answered = Sync.Semaphore(value: 0)
-    let handled = AtomicInteger<Int>(0)
-    let source = RunLoopSource(perform: {
-      _ = handled.increment(ordering: .relaxed)
-      answered.signal()
-    })
-    #expect(worker.runLoop.add(source, forMode: .default))
+    let partner = AnsweringSource()
+    #expect(worker.runLoop.add(partner.source, forMode: .default))
     let runLoop = worker.runLoop
     let ranFirst = AtomicInteger<Int>(0)
     let lost = AtomicBool(false)
     let waker = try Thread.spawn(name: "yield-waker", configuration: configuration) { () throws(Never) in
       for round in 0..<rounds {
-        source.signal()
-        if yielding { runLoop.wakeUpYieldingToWatcher() } else { runLoop.wakeUp() }
-        if handled.load(ordering: .relaxed) == round + 1 { _ = ranFirst.increment(ordering: .relaxed) }
-        // A bound only a lost wake-up reaches.
-        if !answered.wait(timeout: .seconds(10)) {
+        // Whether the loop ran the handler before the wake-up call returned is read between
+        // the wake-up and the wait for the answer.
+        let answered = partner.ping(runLoop) { runLoop in
+          if yielding { runLoop.wakeUpYieldingToWatcher() } else { runLoop.wakeUp() }
+          if partner.handledCount == round + 1 { _ = ranFirst.increment(ordering: .relaxed) }
+        }
+        if !answered {
           lost.store(true, ordering: .relaxed)
           return
         }
@@ -41,9 +38,9 @@ struct WakerYieldsToWatcherTests {
     }
     waker.join()
     #expect(!lost.load(ordering: .relaxed), "a signal was not handled: the loop missed its wake-up")
-    source.invalidate()
+    partner.source.invalidate()
     worker.stop()
-    return (ranFirst.load(ordering: .relaxed), handled.load(ordering: .relaxed))
+    return (ranFirst.load(ordering: .relaxed), partner.handledCount)
   }
 
   /// The count is a property of the scheduler, not only of the code: on a machine busy with
