@@ -11,12 +11,12 @@ extension Port {
   /// }
   /// ```
   ///
-  /// The sequence owns the port's handler and invalidation handler (see
-  /// ``PortMessages``), so a port has one sequence at a time: creating a second while the
-  /// first exists stops the process (misuse: the two would take each other's handlers, and
-  /// one would wait for ever); iterate the one sequence from several tasks instead, or end
-  /// it first with ``PortMessages/invalidate()``. An empty `modes` stops the process too (misuse: nothing would take
-  /// messages from the port, and the sequence would not end with the loop's thread).
+  /// The sequence owns the port's handler and invalidation handler (see ``PortMessages``), so a
+  /// port has one sequence at a time: creating a second while the first exists stops the process
+  /// (misuse: the two would take each other's handlers, and one would wait for ever); iterate the
+  /// one sequence from several tasks instead, or end it first with ``PortMessages/invalidate()``.
+  /// An empty `modes` stops the process too (misuse: nothing would take messages from the port, and
+  /// the sequence would not end with the loop's thread).
   public func messages(on runLoop: RunLoop, inModes modes: [RunLoopMode] = [.common]) -> PortMessages {
     PortMessages(port: self, runLoop: runLoop, modes: modes)
   }

@@ -1,29 +1,27 @@
 /// A value that only one thread at a time may touch, with its lock beside it: the toolkit's
 /// `Synchronization.Mutex<Value>` (and SwiftNIO's `NIOLockedValueBox`).
 ///
-/// The state you protect lives inside the object, one allocation with the lock, and ends
-/// where the lock word begins: a value of up to 8 bytes always shares the word's cache line
-/// (the object is 16-byte aligned), and the end of a larger one does unless the value ends
-/// exactly at a line boundary, as in `Synchronization.Mutex` and SwiftNIO's
-/// `NIOLockedValueBox`. A thread that takes the lock
-/// from another core then fetches one line, not two, before it can touch the value. The
-/// price: a waiter polling the word pulls the value's line away from the holder too.
-/// Measured in `cost-tables` on a 2-vCPU AMD EPYC VM, 2-32 threads, five and three
-/// interleaved runs of a build with the value 64 bytes away from the word against this
-/// layout: with private work between acquisitions (`contention.scaling-with-work-N`, the
-/// usual shape of real code) this layout took 35.8-37.3 ns per acquisition against
-/// 40.7-42.8 ns; back-to-back acquisitions (`contention.scaling-N`, `mutex.contended-N`)
-/// took 11-21 ns against 10-15 ns, still well under every peer. (On an Intel Xeon VM the
-/// separated layout measured 17-31% faster back-to-back; with work between, it was not
-/// measured there.)
+/// The state you protect lives inside the object, one allocation with the lock, and ends where the
+/// lock word begins: a value of up to 8 bytes always shares the word's cache line (the object is
+/// 16-byte aligned), and the end of a larger one does unless the value ends exactly at a line
+/// boundary, as in `Synchronization.Mutex` and SwiftNIO's `NIOLockedValueBox`. A thread that takes
+/// the lock from another core then fetches one line, not two, before it can touch the value. The
+/// price: a waiter polling the word pulls the value's line away from the holder too. Measured in
+/// `cost-tables` on a 2-vCPU AMD EPYC VM, 2-32 threads, five and three interleaved runs of a build
+/// with the value 64 bytes away from the word against this layout: with private work between
+/// acquisitions (`contention.scaling-with-work-N`, the usual shape of real code) this layout took
+/// 35.8-37.3 ns per acquisition against 40.7-42.8 ns; back-to-back acquisitions
+/// (`contention.scaling-N`, `mutex.contended-N`) took 11-21 ns against 10-15 ns, still well under
+/// every peer. (On an Intel Xeon VM the separated layout measured 17-31% faster back-to-back; with
+/// work between, it was not measured there.)
 ///
 /// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
-/// then sleeping in the kernel), with the same **bounded wait**: once a waiter has slept
-/// about 1 ms, releases hand the lock to the starving waiters instead of letting others
-/// barge in (see ``Lock``'s Fairness section for the rule and its cost). Always scoped: the value is reachable only inside
-/// the `withLock` family, so it can be neither touched unlocked nor left locked. `Value` may
-/// be non-copyable (a file handle, a unique buffer): it is stored in place and only ever
-/// lent to the bodies.
+/// then sleeping in the kernel), with the same **bounded wait**: once a waiter has slept about
+/// 1 ms, releases hand the lock to the starving waiters instead of letting others barge in (see
+/// ``Lock``'s Fairness section for the rule and its cost). Always scoped: the value is
+/// reachable only inside the `withLock` family, so it can be neither touched unlocked nor left
+/// locked. `Value` may be non-copyable (a file handle, a unique buffer): it is stored in place
+/// and only ever lent to the bodies.
 ///
 /// **Waiting for a state** (Abseil's `LockWhen`): ``withLock(when:_:)`` blocks until the
 /// predicate holds, then runs its body under the same lock acquisition, so nothing can
@@ -57,10 +55,10 @@ public final class LockedValue<Value: ~Copyable>: @unchecked Sendable {
   // @unchecked: `value` is touched only by the thread holding `core`; values cross
   // threads only as `sending` values.
 
-  /// Everything the object holds, in one allocation: the value, then the lock's words, then
-  /// the predicate waiters' words. The value comes first, right before the lock word, so
-  /// that a small one shares the word's cache line (see the type's discussion for why). Swift lays a struct's fields out in declaration order, each at its
-  /// alignment.
+  /// Everything the object holds, in one allocation: the value, then the lock's words, then the
+  /// predicate waiters' words. The value comes first, right before the lock word, so that a small
+  /// one shares the word's cache line (see the type's discussion for why). Swift lays a struct's
+  /// fields out in declaration order, each at its alignment.
   @usableFromInline
   struct Storage: ~Copyable {
     var value: Value
