@@ -714,7 +714,7 @@ struct AuditRound5SyncContendedSignalTests {
         let threads = 6
         // Fewer rounds under a sanitizer, which slows every lock operation several times: the
         // storm must end well inside the child's alarm on a loaded 2-core machine.
-        let rounds = isRunningUnderSanitizer ? 100 : 400
+        let rounds = isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer ? 100 : 400
         for kind in stormLocks() {
           let inside = AtomicInteger<Int>(0)
           let overlaps = AtomicInteger<Int>(0)
