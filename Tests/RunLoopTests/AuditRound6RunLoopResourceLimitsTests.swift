@@ -33,7 +33,10 @@ struct AuditRound6RunLoopResourceLimitsTests {
   /// stopped), `runLoop(of:)` answers nil, and nothing is left open; once descriptors are
   /// free, the main run loop is made and the requests queue on it.
   @Test(
-    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support starting threads in a forked child"))
+    .disabled(
+      if: isRunningUnderSanitizer,
+      "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
+    ))
   func requestsToAMainThreadWhoseRunLoopCannotBeMadeThrowNoRunLoop() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("perform on the main thread without descriptors") {
@@ -70,7 +73,10 @@ struct AuditRound6RunLoopResourceLimitsTests {
   /// `accept` is reported once, the loop keeps running (it does not spin on the pending
   /// connection), and once descriptors are free again the client is accepted and answered.
   @Test(
-    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support starting threads in a forked child"))
+    .disabled(
+      if: isRunningUnderSanitizer,
+      "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
+    ))
   func aPortServedByARunLoopAcceptsAgainOnceDescriptorsAreFree() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("a run-loop port out of descriptors") {
