@@ -38,7 +38,7 @@ let package = Package(
     // Helpers shared by the test targets above Sync (never by SyncTests or ThreadsTests,
     // which must not trust the primitives they test).
     .target(
-      name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads"], path: "Tests/TestSupport",
+      name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads", "ProcessTestSupport"], path: "Tests/TestSupport",
       exclude: ["Process"], swiftSettings: strict),
     // Fork helpers (wait for a child, bound it with an alarm): Glibc only, so SyncTests and
     // ThreadsTests may use them too.

@@ -180,7 +180,7 @@ func manyJobsFromEightThreads() async -> (notMarkedOnce: Int, wrongThread: Int) 
   // for the queue's lock while a preempted producer holds it), can be away longer than
   // the stall threshold in the middle of a short pass; a short burst keeps that unlikely.
   let diagnostics = getenv("THREADING_TOOLKIT_DIAGNOSTICS") != nil
-  let perThread = stress ? 125_000 : diagnostics ? 2_500 : loadTestsRunUnderThreadSanitizer ? 12_500 : 25_000
+  let perThread = stress ? 125_000 : diagnostics ? 2_500 : isRunningUnderThreadSanitizer ? 12_500 : 25_000
   let total = 8 * perThread
   let marks = Marks(count: total)
   let remaining = AtomicInteger<Int>(total)
@@ -199,6 +199,3 @@ func manyJobsFromEightThreads() async -> (notMarkedOnce: Int, wrongThread: Int) 
   await offPool { blockingWait(allRan) }
   return (marks.notMarkedOnce(), wrongThread.load(ordering: .relaxed))
 }
-
-/// Whether the test process runs with ThreadSanitizer's runtime.
-let loadTestsRunUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil

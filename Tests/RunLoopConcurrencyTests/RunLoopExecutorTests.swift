@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
@@ -109,6 +110,3 @@ actor Pinned {
   init(executor: RunLoopExecutor) { self.executor = executor }
   func answer() -> Int { 42 }
 }
-
-/// Whether the test process runs with ThreadSanitizer's runtime.
-private let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -165,10 +166,7 @@ struct LockDiagnosticsTests {
       // 4 after it) and destroyed: 655,360 diagnosed acquisitions, 524,288 distinct orders.
       // A sixteenth under ThreadSanitizer or AddressSanitizer, which slow every atomic
       // (ThreadSanitizer, about tenfold) and every allocation (both).
-      let underSanitizer =
-        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
-        || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
-      let count = underSanitizer ? 8_192 : 131_072
+      let count = isRunningUnderSanitizer ? 8_192 : 131_072
       let start = MonotonicInstant.now
       var window: [Condition] = []
       blocking {

@@ -1,5 +1,6 @@
 import CThreadingShims
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 

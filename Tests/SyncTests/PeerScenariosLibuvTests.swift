@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -737,8 +738,3 @@ struct PeerLibuvOnceTests {
     }
   }
 }
-
-/// Whether a sanitizer slows the process (stress loops scale down under it).
-private let isRunningUnderSanitizer =
-  dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
-  || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil

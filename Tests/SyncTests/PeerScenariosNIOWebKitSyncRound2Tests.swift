@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -8,10 +9,6 @@ import Testing
 // `withLock`, `NIOLock` is ``Lock``, NIO's `ConditionLock(value:)` is ``ConditionLock``
 // (`lock(whenValue:timeoutSeconds:)` is `lock(whenCondition:timeout:)`); WTF's `Lock` is
 // ``Lock`` and its `Condition` (with its own lock) is ``Condition``.
-
-private let isRunningUnderSanitizer =
-  dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
-  || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 
 private struct BoxError: Error, Equatable { let code: Int }
 

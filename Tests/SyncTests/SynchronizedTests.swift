@@ -198,9 +198,3 @@ func forkWhileAnotherThreadEntersSections() {
   }
   _exit(Int32(failures.load(ordering: .relaxed)))
 }
-
-/// Whether the test process runs with AddressSanitizer's runtime.
-let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
-
-/// Whether the test process runs with ThreadSanitizer's runtime.
-let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil

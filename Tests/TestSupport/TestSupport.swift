@@ -3,6 +3,8 @@
 // thread's observable state (never on elapsed time). SyncTests and ThreadsTests keep their
 // own pthread-based helpers on purpose: they must not trust the primitives they test.
 
+// The sanitizer flags (`isRunningUnderSanitizer` and the two it combines) come from here.
+@_exported import ProcessTestSupport
 import RunLoop
 import Sync
 import Threads
@@ -127,16 +129,6 @@ public func remotePortEventually(_ name: String, within limit: Duration = .secon
     }
   }
 }
-
-/// Whether the test process runs with ThreadSanitizer's runtime (stress loops scale down).
-public let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
-
-/// Whether the test process runs with AddressSanitizer's runtime (stress loops scale down;
-/// glibc's allocation statistics do not see ASan's allocator).
-public let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
-
-/// Whether a sanitizer slows the process down (ThreadSanitizer or AddressSanitizer).
-public var isRunningUnderSanitizer: Bool { isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer }
 
 /// Where the process's threads whose kernel names (`/proc/self/task/*/comm`) start with
 /// `prefix` are, one line each: thread id, name, the kernel function it sleeps in

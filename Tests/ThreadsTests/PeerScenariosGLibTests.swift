@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -425,9 +426,6 @@ struct PeerScenariosGLibThreadExitEdgeTests {
     #expect(!ran.value)
   }
 }
-
-/// Whether AddressSanitizer (with its leak checker) runs the tests.
-private let isRunningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 
 @Suite("GLib peer scenarios: joining and freeing thread-locals", .timeLimit(.minutes(1)))
 struct PeerScenariosGLibJoinAndFreeTests {

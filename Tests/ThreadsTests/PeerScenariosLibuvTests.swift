@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 import Threads

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -6,12 +7,6 @@ import Testing
 #if canImport(Glibc)
   import Glibc
 #endif
-
-/// Whether the test process runs with ThreadSanitizer's runtime (stress loops scale down:
-/// it slows every thread hand-off about tenfold).
-let isRunningUnderThreadSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
-let isRunningUnderSanitizer =
-  isRunningUnderThreadSanitizer || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 
 /// Waits (suspended, polling every millisecond) until `condition` holds, for at most 20 s
 /// on the monotonic clock; returns whether it held. Waits on another thread's observable
