@@ -43,38 +43,39 @@ struct WakerYieldsToWatcherTests {
     return (ranFirst.load(ordering: .relaxed), partner.handledCount)
   }
 
+  /// The ping-pong rounds of each attempt.
+  private let rounds = 200
+
   /// The count is a property of the scheduler, not only of the code: on a machine busy with
-  /// other tests the waker's CPU may go to a third thread when it yields. So each test makes up
-  /// to `attempts` independent attempts and needs one of them to show the behaviour; code
-  /// without the yield (or yielding everywhere) fails every attempt.
-  private let attempts = 5
+  /// other tests the waker's CPU may go to a third thread when it yields. So each test makes
+  /// up to five independent attempts and needs one of them to show the behaviour (`shows`
+  /// of the rounds in which the loop ran first); code without the yield (or yielding
+  /// everywhere) fails every attempt. Returns the counts of the attempts made when none did.
+  private func countsUnlessAnAttemptShows(yielding: Bool, _ shows: (Int) -> Bool) throws -> [Int]? {
+    var counts: [Int] = []
+    for _ in 0..<5 {
+      let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: yielding)
+      #expect(handled == rounds)
+      if shows(ranFirst) { return nil }
+      counts.append(ranFirst)
+    }
+    return counts
+  }
 
   @Test("the loop runs the work before the waker goes on, and no wake-up is lost")
   func theWatchingLoopRunsBeforeTheWakerGoesOn() throws {
-    let rounds = 200
-    var counts: [Int] = []
-    for _ in 0..<attempts {
-      let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: true)
-      #expect(handled == rounds)
-      counts.append(ranFirst)
-      // Without the yield the loop cannot run before the waker blocks (one CPU); with it, it
-      // does nearly every time (a loop not yet watching, or another thread scheduled first on
-      // that CPU, accounts for the rest).
-      if ranFirst >= rounds / 2 { return }
+    // Without the yield the loop cannot run before the waker blocks (one CPU); with it, it
+    // does nearly every time (a loop not yet watching, or another thread scheduled first on
+    // that CPU, accounts for the rest).
+    if let counts = try countsUnlessAnAttemptShows(yielding: true, { $0 >= rounds / 2 }) {
+      Issue.record("the loop ran first in fewer than half of \(rounds) rounds in every attempt: \(counts)")
     }
-    Issue.record("the loop ran first in fewer than half of \(rounds) rounds in every attempt: \(counts)")
   }
 
   @Test("a plain wakeUp() does not yield: the waker goes on first")
   func aPlainWakeUpDoesNotYield() throws {
-    let rounds = 200
-    var counts: [Int] = []
-    for _ in 0..<attempts {
-      let (ranFirst, handled) = try pingPongOnOneCPU(rounds: rounds, yielding: false)
-      #expect(handled == rounds)
-      counts.append(ranFirst)
-      if ranFirst < rounds / 2 { return }
+    if let counts = try countsUnlessAnAttemptShows(yielding: false, { $0 < rounds / 2 }) {
+      Issue.record("the loop ran first in at least half of \(rounds) rounds in every attempt: \(counts)")
     }
-    Issue.record("the loop ran first in at least half of \(rounds) rounds in every attempt: \(counts)")
   }
 }
