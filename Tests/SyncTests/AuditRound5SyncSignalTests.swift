@@ -66,29 +66,6 @@ private final class Message: @unchecked Sendable {
   var text: String?
 }
 
-/// Starts a raw pthread running `body`.
-private func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  final class Box: @unchecked Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-  }
-  var thread = pthread_t()
-  let box = Unmanaged.passRetained(Box(body)).toOpaque()
-  let result = pthread_create(
-    &thread, nil,
-    { raw in
-      Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-      return nil
-    }, box)
-  precondition(result == 0, "pthread_create failed: \(result)")
-  return thread
-}
-
-private func joinThread(_ thread: pthread_t) {
-  let result = pthread_join(thread, nil)
-  precondition(result == 0, "pthread_join failed: \(result)")
-}
-
 /// Sends one SIGUSR1 to `thread`, then pauses about 300 µs.
 private func pulse(_ thread: pthread_t) {
   let result = pthread_kill(thread, SIGUSR1)

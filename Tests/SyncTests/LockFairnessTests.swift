@@ -121,6 +121,9 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   let wakeWaiter: @Sendable () -> Void
   /// The address of the word a starving waiter sleeps on (the hand-over counter).
   let handOffWord: UInt
+  /// The address of the word other waiters sleep on, for the futex locks (`Lock`,
+  /// `RecursiveLock`); nil for the others.
+  var sleepWord: UInt? = nil
 
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
     nonisolated(unsafe) let word = core.word
@@ -130,7 +133,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits == 2 },
       waiterStarves: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask != 0 },
-      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: core.handOff))
+      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: core.handOff),
+      sleepWord: UInt(bitPattern: core.futexWord))
   }
 
   /// A spin lock counts its waiters in a word of their own (see `SpinLock.words`).
@@ -341,6 +345,89 @@ struct LockHandOverRaceTests {
       blocking { starvingWaiterMissesItsHandOver() }
     }
   }
+
+  @Test("a starving waiter that gives up after its hand-over was taken back wakes a thread asleep on the lock")
+  func starvingWaiterGivesUpAfterItsHandOverWasTakenBack() async {
+    await #expect(processExitsWith: .success) {
+      blocking { starvingWaiterLeavesAfterItsHandOverWasTakenBack() }
+    }
+  }
+}
+
+/// Exit-test body. A timed waiter starves on a held lock while another thread sleeps on the
+/// lock word; its deadline passes, and just before it leaves the starving count the holder
+/// unlocks: the hand-over wakes nobody (the starving waiter is running) and is taken back,
+/// freeing the lock without waking the sleeper (the starving waiter would take the lock
+/// marked "sleepers" and wake it on release). Leaving instead, the starving waiter must wake
+/// the sleeper, or it sleeps beside a free lock. Exits 0 if the sleeper got the lock well
+/// before its own 5 s deadline.
+func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
+  let lock = Lock()
+  let core = lock.core
+  let target = UInt(bitPattern: core.base)
+  nonisolated(unsafe) let word = core.word
+  nonisolated(unsafe) let futexWord = core.futexWord
+  let sleepWord = UInt(bitPattern: core.futexWord)
+  let holding = Gate()
+  let starving = Gate()
+  let leaving = Gate()
+  let released = Gate()
+  let sleeperThread = AtomicInteger<Int32>(0)
+  let sleeperWaited = AtomicInteger<Int>(-1)
+  // Set before any thread starts (thread creation orders it before every read).
+  FutexLock.beforeLeavingStarving = { base in
+    guard UInt(bitPattern: base) == target, !leaving.isOpen else { return }
+    leaving.open()
+    released.wait()
+  }
+  runConcurrently(3) { index in
+    switch index {
+    case 1:
+      // The timed waiter: starves, then gives up at its deadline.
+      holding.wait()
+      let acquired = lock.lock(timeout: .milliseconds(300))
+      if acquired { lock.unlock() }
+    case 2:
+      // The sleeper, once the other waiter starves (so the word's wake-up is not its).
+      starving.wait()
+      sleeperThread.store(tk_gettid(), ordering: .relaxed)
+      let start = monotonicSeconds()
+      let acquired = lock.lock(timeout: .seconds(5))
+      let elapsed = monotonicSeconds() - start
+      if acquired { lock.unlock() }
+      sleeperWaited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+    default:
+      lock.lock()
+      holding.open()
+      let giveUp = monotonicSeconds() + 10
+      while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits != 2 && monotonicSeconds() < giveUp {
+        sched_yield()
+      }
+      // Keep it asleep past the starvation threshold (the duration under test).
+      let end = monotonicSeconds() + 0.002
+      while monotonicSeconds() < end {}
+      // Wake it with the lock still held: it counts itself as starving.
+      while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask == 0
+        && monotonicSeconds() < giveUp
+      {
+        Futex.wake(futexWord, count: 1)
+        sched_yield()
+      }
+      starving.open()
+      while (sleeperThread.load(ordering: .relaxed) == 0
+        || !isBlockedInFutex(thread: sleeperThread.load(ordering: .relaxed), on: sleepWord))
+        && monotonicSeconds() < giveUp
+      {
+        sched_yield()
+      }
+      // The timed waiter's deadline passes; it stops just before leaving.
+      leaving.wait()
+      lock.unlock()
+      released.open()
+    }
+  }
+  FutexLock.beforeLeavingStarving = nil
+  _exit(sleeperWaited.load(ordering: .relaxed) == 1 ? 0 : 1)
 }
 
 /// Exit-test body. A waiter starves on a held lock; just before it reads the hand-over
@@ -424,6 +511,90 @@ struct LockFairnessForkTests {
       }
     }
   }
+}
+
+@Suite("Lock fairness across fork, with threads in the child", .timeLimit(.minutes(1)))
+struct LockFairnessForkSleeperTests {
+  // Not under any sanitizer: the child of the exit test's multithreaded process starts a
+  // thread, and a sanitizer's runtime state can be copied locked into such a child.
+  @Test(
+    "in the child of a fork, a thread asleep on a lock whose starving waiter stayed in the parent is woken by the unlock",
+    .disabled(
+      if: isRunningUnderSanitizer, "a sanitizer's runtime may be copied locked into a multithreaded fork's child"),
+    arguments: [0, 1])
+  func sleeperInTheChildIsWoken(subjectIndex: Int) async {
+    if subjectIndex == 1 {
+      await #expect(processExitsWith: .success) {
+        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[1]) }
+      }
+    } else {
+      await #expect(processExitsWith: .success) {
+        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[0]) }
+      }
+    }
+  }
+}
+
+/// Makes a waiter starve on a held futex lock (`Lock` or `RecursiveLock`), forks, and in the
+/// child starts a thread that sleeps on the lock word, then unlocks. The unlock hands the lock
+/// to the starving waiter, which does not exist in the child, so the hand-over wakes nobody
+/// and is taken back: that must wake the new sleeper, which in the parent the starving
+/// waiter's own release would. Exits 0 if the child's thread got the lock (the child's alarm
+/// ends a hang in 10 s).
+func sleeperInForkedChildIsWoken(_ subject: HandOverSubject) {
+  guard let sleepWord = subject.sleepWord else { preconditionFailure("not a futex lock") }
+  let holding = Gate()
+  let childFailed = AtomicInteger<Int>(1)
+  runConcurrently(2) { index in
+    if index == 0 {
+      holding.wait()
+      subject.lock()
+      subject.unlock()
+      return
+    }
+    subject.hold()
+    holding.open()
+    let giveUp = monotonicSeconds() + 10
+    while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
+    // Keep it asleep past the starvation threshold (the duration under test).
+    let end = monotonicSeconds() + 0.002
+    while monotonicSeconds() < end {}
+    while !subject.waiterStarves() && monotonicSeconds() < giveUp {
+      subject.wakeWaiter()
+      sched_yield()
+    }
+    precondition(subject.waiterStarves(), "no starving waiter")
+    let child = fork()
+    if child == 0 {
+      var alarmOnly = sigset_t()
+      sigemptyset(&alarmOnly)
+      sigaddset(&alarmOnly, SIGALRM)
+      pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
+      alarm(10)
+      let sleeper = AtomicInteger<Int32>(0)
+      let acquired = AtomicBool(false)
+      let thread = startThread {
+        sleeper.store(tk_gettid(), ordering: .relaxed)
+        subject.lock()
+        acquired.store(true, ordering: .relaxed)
+        subject.unlock()
+      }
+      while sleeper.load(ordering: .relaxed) == 0 { sched_yield() }
+      let tid = sleeper.load(ordering: .relaxed)
+      while !isBlockedInFutex(thread: tid, on: sleepWord) { sched_yield() }
+      subject.unlock()
+      joinThread(thread)
+      _exit(acquired.load(ordering: .relaxed) ? 0 : 1)
+    }
+    precondition(child > 0, "fork failed: \(errno)")
+    var status: Int32 = 0
+    while waitpid(child, &status, 0) == -1 {
+      precondition(errno == EINTR, "waitpid failed: \(errno)")
+    }
+    childFailed.store(status == 0 ? 0 : 1, ordering: .relaxed)
+    subject.unlock()  // hands the lock to the waiter, which exists here
+  }
+  _exit(childFailed.load(ordering: .relaxed) == 0 ? 0 : 1)
 }
 
 /// Makes a waiter starve on a held lock, forks, and in the child releases and re-uses the

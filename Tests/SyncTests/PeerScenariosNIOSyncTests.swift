@@ -381,7 +381,7 @@ struct PeerScenariosNIOLockTests {
     let arrived = Latch(count: 1)
     let done = Latch(count: 1)
     hold()
-    let other = spawnThread {
+    let other = startThread {
       arrived.countDown()
       acquireAndSet(value)
       done.countDown()
@@ -424,7 +424,7 @@ struct PeerScenariosNIOLockTests {
     let done = Latch(count: 1)
     let other = Box<pthread_t?>(nil)
     locked.withLock { value in
-      other.unprotected = spawnThread {
+      other.unprotected = startThread {
         arrived.countDown()
         locked.withLock { $0 = 2 }
         done.countDown()
@@ -447,7 +447,7 @@ struct PeerScenariosNIOLockTests {
     #expect(lock.condition == 1)
 
     let handedBack = Latch(count: 1)
-    let waiter = spawnThread {
+    let waiter = startThread {
       lock.lock(whenCondition: 2)
       lock.unlock(withCondition: 3)
       handedBack.countDown()
@@ -468,7 +468,7 @@ struct PeerScenariosNIOLockTests {
     #expect(!lock.lock(whenCondition: 4, timeout: .zero))
     #expect(!lock.lock(whenCondition: 4, timeout: .seconds(-1)))
 
-    let setter = spawnThread {
+    let setter = startThread {
       lock.lock()
       lock.unlock(withCondition: 4)
     }
@@ -487,7 +487,7 @@ struct PeerScenariosNIOLockTests {
       let done = Semaphore(value: 0)
       let seen = Box<[Int]>([])
       let waiters = [1, 2].map { wanted in
-        spawnThread {
+        startThread {
           ready.signal()
           lock.lock(whenCondition: wanted)
           lock.unlock()
@@ -519,29 +519,6 @@ private final class Box<Value>: @unchecked Sendable {
   private let lock = Lock()
   init(_ value: Value) { unprotected = value }
   func update<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&unprotected) } }
-}
-
-/// Starts a raw pthread running `body`; join it with `joinThread`.
-private func spawnThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
-  final class Context {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-  }
-  var thread = pthread_t()
-  let context = Unmanaged.passRetained(Context(body)).toOpaque()
-  let result = pthread_create(
-    &thread, nil,
-    { raw in
-      Unmanaged<Context>.fromOpaque(raw!).takeRetainedValue().body()
-      return nil
-    }, context)
-  precondition(result == 0, "pthread_create failed: \(result)")
-  return thread
-}
-
-private func joinThread(_ thread: pthread_t) {
-  let result = pthread_join(thread, nil)
-  precondition(result == 0, "pthread_join failed: \(result)")
 }
 
 @Suite("SwiftNIO condition-lock edge cases", .timeLimit(.minutes(1)))
@@ -599,7 +576,7 @@ struct PeerScenariosNIOTimedWaitChurnTests {
     churn: @escaping @Sendable (Int) -> Void, wait: () -> Bool
   ) -> (Bool, Duration) {
     let stop = AtomicBool(false)
-    let churner = spawnThread {
+    let churner = startThread {
       var round = 0
       while !stop.load(ordering: .acquiring) {
         churn(1 + round % 4)

@@ -4,28 +4,33 @@ import Sync
 /// Starts `count` raw pthreads running `body(index)` and joins them all before returning.
 /// (SyncTests sits below the Threads module, so it drives pthreads directly.)
 func runConcurrently(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+  let threads = (0..<count).map { index in startThread { body(index) } }
+  for thread in threads { joinThread(thread) }
+}
+
+/// Starts a thread that runs `body`; the caller joins it with ``joinThread(_:)``.
+func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t {
   final class Box: @unchecked Sendable {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }
   }
-  var threads: [pthread_t] = []
-  for index in 0..<count {
-    let box = Unmanaged.passRetained(Box { body(index) }).toOpaque()
-    var thread = pthread_t()
-    let result = pthread_create(
-      &thread, nil,
-      { raw in
-        let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-        box.body()
-        return nil
-      }, box)
-    precondition(result == 0, "pthread_create failed: \(result)")
-    threads.append(thread)
-  }
-  for thread in threads {
-    let result = pthread_join(thread, nil)
-    precondition(result == 0, "pthread_join failed: \(result)")
-  }
+  let box = Unmanaged.passRetained(Box(body)).toOpaque()
+  var thread = pthread_t()
+  let result = pthread_create(
+    &thread, nil,
+    { raw in
+      let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+      box.body()
+      return nil
+    }, box)
+  precondition(result == 0, "pthread_create failed: \(result)")
+  return thread
+}
+
+/// Waits for a thread started by ``startThread(_:)`` to end.
+func joinThread(_ thread: pthread_t) {
+  let result = pthread_join(thread, nil)
+  precondition(result == 0, "pthread_join failed: \(result)")
 }
 
 /// A one-shot gate on a Sync lock-free atomic: threads wait until it opens. Spinning with

@@ -141,6 +141,12 @@ struct FutexLock {
   /// happen; nil otherwise (one load on a path that is about to sleep in the kernel).
   nonisolated(unsafe) static var beforeStarvingSleep: ((UnsafeMutableRawPointer) -> Void)?
 
+  /// Called with the lock's words by a starving waiter whose deadline passed, just before
+  /// it leaves the starving count (``leaveStarving(owner:)``): the window in which a
+  /// hand-over to it can be taken back. Tests set it as ``beforeStarvingSleep``; nil
+  /// otherwise (one load on a path that is giving up).
+  nonisolated(unsafe) static var beforeLeavingStarving: ((UnsafeMutableRawPointer) -> Void)?
+
   /// Allocates a 64-byte, 64-aligned heap block for the words (its own cache line); the
   /// owner frees it with ``deallocate(typeName:)``.
   init() {
@@ -315,12 +321,26 @@ struct FutexLock {
   }
 
   /// A hand-over whose wake-up woke nobody: the starving waiters are running (about to
-  /// sleep, or giving up), or they do not exist (the child of a fork, where only the forking
-  /// thread lives). Frees the lock instead, if no starving waiter claimed it meanwhile, and
-  /// wakes one sleeper on the lock word as a plain release would: a running starving waiter
-  /// finds the counter bumped, so it does not sleep, and takes the free lock; in a forked
-  /// child the lock keeps working (its count of absent waiters only keeps it on the slow
-  /// paths).
+  /// sleep, woken but not yet on a processor, or giving up), or they do not exist (the child
+  /// of a fork, where only the forking thread lives). Frees the lock instead, if no starving
+  /// waiter claimed it meanwhile: a running starving waiter finds the counter bumped, so it
+  /// does not sleep, and takes the free lock.
+  ///
+  /// It wakes no sleeper on the lock word, though the hand-over dropped the word's "someone
+  /// may sleep" state, because a starving waiter stands in for that wake-up: the count is
+  /// at least one while the word says handed over (a starving waiter leaves it only by
+  /// claiming the hand-over or, with its deadline passed, by ``leaveStarving(owner:)``), and
+  /// each counted waiter either takes the lock marked "sleepers" (2), so the release that
+  /// ends the starving phase wakes one, or leaves the count and wakes one itself. Waking one
+  /// here as well was the cost of the bound with many more threads than processors: a
+  /// woken starving waiter that waits for a processor makes every release meanwhile a
+  /// hand-over that wakes nobody, and each such release woke a sleeper that then competed
+  /// for the processors with the starving waiter (64 threads on 2 CPUs: 2.2x the time per
+  /// acquisition of the lock without the bound, 1.1x without that wake). In the child of a
+  /// fork the count may stand for waiters that do not exist there, so a forked child (or a
+  /// process whose fork handler could not be registered) wakes a sleeper as a plain
+  /// release would, and the lock keeps working (its count of absent waiters only keeps it
+  /// on the slow paths).
   @usableFromInline
   func takeBackHandOver() {
     var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
@@ -330,11 +350,19 @@ struct FutexLock {
       let seen = UInt64.atomicCompareExchange(
         expected: current, desired: current & ~Self.lockBits, at: word, ordering: .releasing)
       if seen == current {
-        Futex.wake(futexWord, count: 1)
+        if Self.starvingCountMayBeStale { Futex.wake(futexWord, count: 1) }
         return
       }
       current = seen
     }
+  }
+
+  /// Whether a starving count may stand for waiters that do not exist: in the child of a
+  /// fork (the flag is set by a fork handler registered when the toolkit loads, before any
+  /// thread can fork), or when that handler could not be registered.
+  @usableFromInline
+  static var starvingCountMayBeStale: Bool {
+    tk_diagnostics_fork_handler_status() != 0 || tk_diagnostics_in_forked_child() != 0
   }
 
   @usableFromInline
@@ -404,7 +432,10 @@ struct FutexLock {
         }
       }
       if deadline != .distantFuture, deadline.hasPassed {
-        if starving { return leaveStarving(owner: me) }
+        if starving {
+          if let hook = Self.beforeLeavingStarving { hook(base) }
+          return leaveStarving(owner: me)
+        }
         // Our 2 may remain in the word: the next unlock makes one spare wake.
         return false
       }
@@ -441,6 +472,12 @@ struct FutexLock {
 
   /// A starving waiter whose deadline passed: takes itself out of the starving count, or
   /// claims the lock if it was handed over meanwhile (then it returns true: acquired).
+  ///
+  /// Leaving without the lock, it wakes one sleeper on the lock word: a hand-over taken back
+  /// while it was counted woke nobody (``takeBackHandOver()``), counting on it to take the
+  /// lock marked "sleepers", and the lock may now be free, or held by a thread that took it
+  /// without that mark. A sleeper woken while the lock is held marks the word and sleeps
+  /// again, so the wake-up is never lost and at worst spare.
   @usableFromInline
   func leaveStarving(owner me: UInt64) -> Bool {
     var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
@@ -452,7 +489,10 @@ struct FutexLock {
       // merely leaving.
       let seen = UInt64.atomicCompareExchange(
         expected: current, desired: desired, at: word, ordering: claim ? .acquiring : .relaxed)
-      if seen == current { return claim }
+      if seen == current {
+        if !claim { Futex.wake(futexWord, count: 1) }
+        return claim
+      }
       current = seen
     }
   }
