@@ -77,15 +77,18 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   // The rules that keep the wake-ups from getting lost:
   // - A release that leaves the lock free (bits 0-20 zero) with a waiting bit set calls
   //   `wakeWriterOrReaders`, which clears those bits and wakes whom the cleared bit stood
-  //   for. That covers a writer's release, the last reader's release, a hand-over taken
-  //   back, and the last starving writer giving up while the lock is free. The only other
-  //   place that clears them is `withdrawWritersWaiting`, a writer giving up while readers
-  //   hold the lock, and it too wakes everyone they stood for.
+  //   for. That covers a writer's release, the last reader's release, and the last starving
+  //   writer giving up while the lock is free. The only other place that clears them is
+  //   `withdrawWritersWaiting`, a writer giving up while readers hold the lock, and it too
+  //   wakes everyone they stood for. The one release that leaves the lock free with the
+  //   bits set and unserved is a hand-over taken back: the starving writers it counts
+  //   (at least one) serve them, each taking the lock with the bits kept or leaving last
+  //   from a free lock (in a forked child, where they may not exist, it serves them).
   // - While the starving count is not zero, a writer's release and the last reader's release
   //   never free the lock: they set `writeLocked | handedOver`, bump `handOff` (releasing)
   //   and wake one starving writer. If that woke nobody, every starving writer is running
-  //   (or, in a forked child, absent), and the hand-over is taken back: the lock is freed and
-  //   the waiting bits served as above.
+  //   (or, in a forked child, absent), and the hand-over is taken back: the lock is freed,
+  //   its waiting bits left to the starving writers as above.
   // - A starving writer sleeps on `handOff` only while the lock is *held* (not free, not
   //   handed over) by someone else, as read *after* loading `handOff` (acquiring). It stays
   //   counted until it claims a hand-over, takes a free lock, or gives up.
@@ -692,11 +695,23 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   }
 
   /// A hand-over whose wake-up woke nobody: the starving writers are running (about to
-  /// sleep, or giving up), or they do not exist (a forked child). Frees the lock instead, if
-  /// no starving writer claimed it meanwhile, and serves the waiting bits as a release would.
-  /// A running starving writer finds the counter bumped (so it does not sleep) and takes the
-  /// free lock; in a forked child, the lock keeps working (its count of absent writers only
-  /// keeps it on the slow paths).
+  /// sleep, woken but not yet on a processor, or giving up), or they do not exist (a forked
+  /// child). Frees the lock instead, if no starving writer claimed it meanwhile; a running
+  /// starving writer finds the counter bumped (so it does not sleep) and takes the free lock.
+  ///
+  /// The waiting bits stay set and nobody is woken for them, because a starving writer
+  /// stands in for that wake-up: the count is at least one while the lock is handed over (a
+  /// starving writer leaves it only by claiming or, its deadline passed, by
+  /// ``leaveStarving(owner:)``), and each counted writer either takes the lock keeping the
+  /// bits, so that its release serves them, or leaves the count serving them itself when it
+  /// leaves a free lock last. Meanwhile the bits keep new readers queued, as they did while
+  /// the starving writer slept. Serving them here as well was the cost of the bound with many
+  /// more threads than processors: each hand-over whose starving writer waited for a
+  /// processor woke another writer to compete with it (64 writers on 2 CPUs: 2.3x the time
+  /// per acquisition of the lock without the bound). In the child of a fork the count may
+  /// stand for writers left in the parent, so there (or if the fork handler could not be
+  /// registered) the bits are served as a release would, and the lock keeps working (its
+  /// count of absent writers only keeps it on the slow paths).
   @usableFromInline
   func takeBackHandOver() {
     var current = UInt32.atomicLoad(at: state, ordering: .relaxed)
@@ -705,7 +720,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       // Releasing, as any release: the next owner reads it.
       let seen = UInt32.atomicCompareExchange(expected: current, desired: now, at: state, ordering: .releasing)
       if seen == current {
-        if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
+        if FutexLock.starvingCountMayBeStale, now & (Self.readersWaiting | Self.writersWaiting) != 0 {
+          wakeWriterOrReaders(now)
+        }
         return
       }
       current = seen

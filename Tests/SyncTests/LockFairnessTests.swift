@@ -121,8 +121,9 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   let wakeWaiter: @Sendable () -> Void
   /// The address of the word a starving waiter sleeps on (the hand-over counter).
   let handOffWord: UInt
-  /// The address of the word other waiters sleep on, for the futex locks (`Lock`,
-  /// `RecursiveLock`); nil for the others.
+  /// The address of the word other waiters sleep on (the lock word of `Lock` and
+  /// `RecursiveLock`, the writers' notification counter of `ReadWriteLock`); nil for
+  /// `SpinLock`, whose waiters nap on a timer.
   var sleepWord: UInt? = nil
 
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
@@ -173,7 +174,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryWriteLock() },
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0 },
-      wakeWaiter: { Futex.wake(notify, count: 1) }, handOffWord: UInt(bitPattern: lock.handOff))
+      wakeWaiter: { Futex.wake(notify, count: 1) }, handOffWord: UInt(bitPattern: lock.handOff),
+      sleepWord: UInt(bitPattern: notify))
   }
 }
 
@@ -521,13 +523,22 @@ struct LockFairnessForkSleeperTests {
     "in the child of a fork, a thread asleep on a lock whose starving waiter stayed in the parent is woken by the unlock",
     .disabled(
       if: isRunningUnderSanitizer, "a sanitizer's runtime may be copied locked into a multithreaded fork's child"),
-    arguments: [0, 1])
+    arguments: [0, 1, 3, 4])
   func sleeperInTheChildIsWoken(subjectIndex: Int) async {
-    if subjectIndex == 1 {
+    switch subjectIndex {
+    case 1:
       await #expect(processExitsWith: .success) {
         blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[1]) }
       }
-    } else {
+    case 3:
+      await #expect(processExitsWith: .success) {
+        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[3]) }
+      }
+    case 4:
+      await #expect(processExitsWith: .success) {
+        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[4]) }
+      }
+    default:
       await #expect(processExitsWith: .success) {
         blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[0]) }
       }
@@ -535,8 +546,9 @@ struct LockFairnessForkSleeperTests {
   }
 }
 
-/// Makes a waiter starve on a held futex lock (`Lock` or `RecursiveLock`), forks, and in the
-/// child starts a thread that sleeps on the lock word, then unlocks. The unlock hands the lock
+/// Makes a waiter starve on a held lock (`Lock`, `RecursiveLock`, or a `ReadWriteLock` held
+/// for writing or reading with a writer starving), forks, and in the child starts a thread
+/// that sleeps on the lock (for a `ReadWriteLock`, a writer), then unlocks. The unlock hands the lock
 /// to the starving waiter, which does not exist in the child, so the hand-over wakes nobody
 /// and is taken back: that must wake the new sleeper, which in the parent the starving
 /// waiter's own release would. Exits 0 if the child's thread got the lock (the child's alarm
