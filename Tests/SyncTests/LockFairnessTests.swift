@@ -548,13 +548,53 @@ struct LockFairnessForkSleeperTests {
 
 /// Makes a waiter starve on a held lock (`Lock`, `RecursiveLock`, or a `ReadWriteLock` held
 /// for writing or reading with a writer starving), forks, and in the child starts a thread
-/// that sleeps on the lock (for a `ReadWriteLock`, a writer), then unlocks. The unlock hands the lock
-/// to the starving waiter, which does not exist in the child, so the hand-over wakes nobody
-/// and is taken back: that must wake the new sleeper, which in the parent the starving
-/// waiter's own release would. Exits 0 if the child's thread got the lock (the child's alarm
-/// ends a hang in 10 s).
+/// that sleeps on the lock (for a `ReadWriteLock`, a writer), then unlocks. The unlock hands
+/// the lock to the starving waiter, which does not exist in the child, so the hand-over
+/// wakes nobody and is taken back: that must wake the new sleeper, which in the parent the
+/// starving waiter's own release would. Exits 0 if the child's thread got the lock.
 func sleeperInForkedChildIsWoken(_ subject: HandOverSubject) {
-  guard let sleepWord = subject.sleepWord else { preconditionFailure("not a futex lock") }
+  guard let sleepWord = subject.sleepWord else { preconditionFailure("no word the waiters sleep on") }
+  forkWithStarvingWaiter(subject) {
+    let sleeper = AtomicInteger<Int32>(0)
+    let acquired = AtomicBool(false)
+    let thread = startThread {
+      sleeper.store(tk_gettid(), ordering: .relaxed)
+      subject.lock()
+      acquired.store(true, ordering: .relaxed)
+      subject.unlock()
+    }
+    while sleeper.load(ordering: .relaxed) == 0 { sched_yield() }
+    let tid = sleeper.load(ordering: .relaxed)
+    while !isBlockedInFutex(thread: tid, on: sleepWord) { sched_yield() }
+    subject.unlock()
+    joinThread(thread)
+    return acquired.load(ordering: .relaxed)
+  }
+}
+
+/// Makes a waiter starve on a held lock, forks, and in the child releases and re-uses the
+/// lock (the child has no waiter to hand it to). Exits with the child's status.
+func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
+  forkWithStarvingWaiter(subject) {
+    subject.unlock()
+    for _ in 0..<3 {
+      subject.lock()
+      subject.unlock()
+    }
+    // Free for anyone: the waiter's kind of lock, then the holder's (for a read-write lock
+    // held by a reader, a read lock beside the absent writer's count).
+    guard subject.tryLock() else { return false }
+    subject.unlock()
+    return subject.tryHold()
+  }
+}
+
+/// Exit-test body. Holds `subject`'s lock while another thread waits for it until it
+/// starves, then forks; the child (whose only thread holds the lock, with a starving count
+/// of a waiter that is not there) runs `child` under a 10 s alarm and exits 0 if it returns
+/// true. Then the lock is handed to the waiter in this process, and this process exits
+/// with the child's verdict.
+func forkWithStarvingWaiter(_ subject: HandOverSubject, child: @escaping @Sendable () -> Bool) {
   let holding = Gate()
   let childFailed = AtomicInteger<Int>(1)
   runConcurrently(2) { index in
@@ -571,89 +611,24 @@ func sleeperInForkedChildIsWoken(_ subject: HandOverSubject) {
     // Keep it asleep past the starvation threshold (the duration under test).
     let end = monotonicSeconds() + 0.002
     while monotonicSeconds() < end {}
-    while !subject.waiterStarves() && monotonicSeconds() < giveUp {
-      subject.wakeWaiter()
-      sched_yield()
-    }
-    precondition(subject.waiterStarves(), "no starving waiter")
-    let child = fork()
-    if child == 0 {
-      var alarmOnly = sigset_t()
-      sigemptyset(&alarmOnly)
-      sigaddset(&alarmOnly, SIGALRM)
-      pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
-      alarm(10)
-      let sleeper = AtomicInteger<Int32>(0)
-      let acquired = AtomicBool(false)
-      let thread = startThread {
-        sleeper.store(tk_gettid(), ordering: .relaxed)
-        subject.lock()
-        acquired.store(true, ordering: .relaxed)
-        subject.unlock()
-      }
-      while sleeper.load(ordering: .relaxed) == 0 { sched_yield() }
-      let tid = sleeper.load(ordering: .relaxed)
-      while !isBlockedInFutex(thread: tid, on: sleepWord) { sched_yield() }
-      subject.unlock()
-      joinThread(thread)
-      _exit(acquired.load(ordering: .relaxed) ? 0 : 1)
-    }
-    precondition(child > 0, "fork failed: \(errno)")
-    var status: Int32 = 0
-    while waitpid(child, &status, 0) == -1 {
-      precondition(errno == EINTR, "waitpid failed: \(errno)")
-    }
-    childFailed.store(status == 0 ? 0 : 1, ordering: .relaxed)
-    subject.unlock()  // hands the lock to the waiter, which exists here
-  }
-  _exit(childFailed.load(ordering: .relaxed) == 0 ? 0 : 1)
-}
-
-/// Makes a waiter starve on a held lock, forks, and in the child releases and re-uses the
-/// lock (the child has no waiter to hand it to). Exits with the child's status.
-func lockAcrossForkWithStarvingWaiter(_ subject: HandOverSubject) {
-  let holding = Gate()
-  let childFailed = AtomicInteger<Int>(1)
-  runConcurrently(2) { index in
-    if index == 0 {
-      holding.wait()
-      subject.lock()
-      subject.unlock()
-      return
-    }
-    subject.hold()
-    holding.open()
-    let giveUp = monotonicSeconds() + 10
-    while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
-    let end = monotonicSeconds() + 0.002
-    while monotonicSeconds() < end {}
     // Woken while the lock is still held, after over a millisecond asleep: it starves.
     while !subject.waiterStarves() && monotonicSeconds() < giveUp {
       subject.wakeWaiter()
       sched_yield()
     }
     precondition(subject.waiterStarves(), "no starving waiter")
-    let child = fork()
-    if child == 0 {
+    let process = fork()
+    if process == 0 {
       var alarmOnly = sigset_t()
       sigemptyset(&alarmOnly)
       sigaddset(&alarmOnly, SIGALRM)
       pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
       alarm(10)
-      subject.unlock()
-      for _ in 0..<3 {
-        subject.lock()
-        subject.unlock()
-      }
-      // Free for anyone: the waiter's kind of lock, then the holder's (for a read-write lock
-      // held by a reader, a read lock beside the absent writer's count).
-      guard subject.tryLock() else { _exit(1) }
-      subject.unlock()
-      _exit(subject.tryHold() ? 0 : 1)
+      _exit(child() ? 0 : 1)
     }
-    precondition(child > 0, "fork failed: \(errno)")
+    precondition(process > 0, "fork failed: \(errno)")
     var status: Int32 = 0
-    while waitpid(child, &status, 0) == -1 {
+    while waitpid(process, &status, 0) == -1 {
       precondition(errno == EINTR, "waitpid failed: \(errno)")
     }
     childFailed.store(status == 0 ? 0 : 1, ordering: .relaxed)
