@@ -494,23 +494,8 @@ struct LockFairnessForkTests {
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
     arguments: [0, 2, 3, 4])
   func starvingWaiterLeftInTheParent(subjectIndex: Int) async {
-    switch subjectIndex {
-    case 2:
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[2]) }
-      }
-    case 3:
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[3]) }
-      }
-    case 4:
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[4]) }
-      }
-    default:
-      await #expect(processExitsWith: .success) {
-        blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[0]) }
-      }
+    await #expect(processExitsWith: .success) { [subjectIndex] in
+      blocking { lockAcrossForkWithStarvingWaiter(HandOverSubject.all[subjectIndex]) }
     }
   }
 }
@@ -525,23 +510,8 @@ struct LockFairnessForkSleeperTests {
       if: isRunningUnderSanitizer, "a sanitizer's runtime may be copied locked into a multithreaded fork's child"),
     arguments: [0, 1, 3, 4])
   func sleeperInTheChildIsWoken(subjectIndex: Int) async {
-    switch subjectIndex {
-    case 1:
-      await #expect(processExitsWith: .success) {
-        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[1]) }
-      }
-    case 3:
-      await #expect(processExitsWith: .success) {
-        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[3]) }
-      }
-    case 4:
-      await #expect(processExitsWith: .success) {
-        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[4]) }
-      }
-    default:
-      await #expect(processExitsWith: .success) {
-        blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[0]) }
-      }
+    await #expect(processExitsWith: .success) { [subjectIndex] in
+      blocking { sleeperInForkedChildIsWoken(HandOverSubject.all[subjectIndex]) }
     }
   }
 }
