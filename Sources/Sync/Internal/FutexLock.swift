@@ -50,7 +50,7 @@ import CThreadingShims
 /// (including handing it over) make the protected writes visible to the next owner on x86
 /// and arm64 alike (and tell ThreadSanitizer so).
 ///
-/// The words (``wordsSize`` bytes: `word`, `handOff`, a spare 32 bits, `depth`) live
+/// The words (``wordsSize`` bytes: `word`, `handOff`, `takeBackWake`, `depth`) live
 /// wherever the owner puts them, 8-byte aligned and at a stable address: inside the owning
 /// object (``Lock``, ``LockedValue``...) or in a heap block (`init()`).
 @usableFromInline
@@ -69,6 +69,10 @@ struct FutexLock {
   /// The starving waiters' wake-up counter: bumped by each hand-over, slept on by them.
   @inlinable
   var handOff: UnsafeMutablePointer<UInt32> { (base + 8).assumingMemoryBound(to: UInt32.self) }
+  /// When a taken-back hand-over last woke a sleeper on the lock word, in units of 2^20 ns
+  /// (about 1 ms) of the monotonic clock, truncated to 32 bits (see ``takeBackHandOver()``).
+  @inlinable
+  var takeBackWake: UnsafeMutablePointer<UInt32> { (base + 12).assumingMemoryBound(to: UInt32.self) }
   /// Recursion depth, used by ``RecursiveLock`` and `synchronized` only; touched by the
   /// holder only. (``SpinLock`` counts its waiters here instead.)
   @inlinable
@@ -83,7 +87,7 @@ struct FutexLock {
     @usableFromInline
     var handOff: UInt32 = 0
     @usableFromInline
-    var spare: UInt32 = 0
+    var takeBackWake: UInt32 = 0
     @usableFromInline
     var depth: Int = 0
     @usableFromInline
@@ -326,21 +330,24 @@ struct FutexLock {
   /// waiter claimed it meanwhile: a running starving waiter finds the counter bumped, so it
   /// does not sleep, and takes the free lock.
   ///
-  /// It wakes no sleeper on the lock word, though the hand-over dropped the word's "someone
-  /// may sleep" state, because a starving waiter stands in for that wake-up: the count is
-  /// at least one while the word says handed over (a starving waiter leaves it only by
-  /// claiming the hand-over or, with its deadline passed, by ``leaveStarving(owner:)``), and
-  /// each counted waiter either takes the lock marked "sleepers" (2), so the release that
-  /// ends the starving phase wakes one, or leaves the count and wakes one itself. Waking one
-  /// here as well was the cost of the bound with many more threads than processors: a
-  /// woken starving waiter that waits for a processor makes every release meanwhile a
-  /// hand-over that wakes nobody, and each such release woke a sleeper that then competed
-  /// for the processors with the starving waiter (64 threads on 2 CPUs: 2.2x the time per
-  /// acquisition of the lock without the bound, 1.1x without that wake). In the child of a
-  /// fork the count may stand for waiters that do not exist there, so a forked child (or a
-  /// process whose fork handler could not be registered) wakes a sleeper as a plain
-  /// release would, and the lock keeps working (its count of absent waiters only keeps it
-  /// on the slow paths).
+  /// It need not wake a sleeper on the lock word, though the hand-over dropped the word's
+  /// "someone may sleep" state, because a starving waiter stands in for that wake-up: the
+  /// count is at least one while the word says handed over (a starving waiter leaves it
+  /// only by claiming the hand-over or, with its deadline passed, by
+  /// ``leaveStarving(owner:)``), and each counted waiter either takes the lock marked
+  /// "sleepers" (2), so the release that ends the starving phase wakes one, or leaves the
+  /// count and wakes one itself. So it wakes one at most once a millisecond (``takeBackWake``),
+  /// enough for sleepers to wake, find they have waited past the threshold and count
+  /// themselves as starving while the phase lasts. Waking one at every take-back was the
+  /// cost of the bound with many more threads than processors: a woken starving waiter that
+  /// waits for a processor makes every release meanwhile a hand-over that wakes nobody, and
+  /// each such release woke a sleeper that then competed for the processors with the
+  /// starving waiter (64 threads on 2 CPUs: 2.2x the time per acquisition of the lock without
+  /// the bound, 1.1x without those wake-ups). In the child of a fork the count may stand for
+  /// waiters that do not exist there, so a forked child (or a process whose fork handler
+  /// could not be registered) wakes a sleeper at every take-back as a plain release would,
+  /// and the lock keeps working (its count of absent waiters only keeps it on the slow
+  /// paths).
   @usableFromInline
   func takeBackHandOver() {
     var current = UInt64.atomicLoad(at: word, ordering: .relaxed)
@@ -350,7 +357,17 @@ struct FutexLock {
       let seen = UInt64.atomicCompareExchange(
         expected: current, desired: current & ~Self.lockBits, at: word, ordering: .releasing)
       if seen == current {
-        if Self.starvingCountMayBeStale { Futex.wake(futexWord, count: 1) }
+        if Self.starvingCountMayBeStale {
+          Futex.wake(futexWord, count: 1)
+          return
+        }
+        // Relaxed: the stamp orders nothing; two releases racing here may both wake one,
+        // or a stale read skip one, which the paragraph above allows either way.
+        let now = UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20)
+        if now &- UInt32.atomicLoad(at: takeBackWake, ordering: .relaxed) >= 1 {
+          UInt32.atomicStore(now, at: takeBackWake, ordering: .relaxed)
+          Futex.wake(futexWord, count: 1)
+        }
         return
       }
       current = seen
