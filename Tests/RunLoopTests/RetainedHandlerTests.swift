@@ -131,16 +131,23 @@ struct RetainedHandlerTests {
 
   @Test("a port's capacity is not allocated up front: Port(capacity: 10_000_000) costs a few KiB")
   func largeCapacityIsNotAllocatedUpFront() {
-    let before = tk_test_allocated_bytes()
-    let port = Port(capacity: 10_000_000)
-    let after = tk_test_allocated_bytes()
-    withExtendedLifetime(port) {}
+    // glibc's counters are the process's: tests running beside this one allocate too, so
+    // the least of five tries is the port's own cost (a port that allocated its capacity up
+    // front would cost megabytes in every try).
+    var least = Int.max
+    for _ in 0..<5 {
+      let before = tk_test_allocated_bytes()
+      let port = Port(capacity: 10_000_000)
+      let after = tk_test_allocated_bytes()
+      withExtendedLifetime(port) {}
+      #expect(port.capacity == 10_000_000)
+      least = min(least, after - before)
+    }
     // glibc's statistics do not see AddressSanitizer's allocator; LeakSanitizer and the
     // plain run cover this there.
     if !isRunningUnderAddressSanitizer {
-      #expect(after - before < 64 * 1024, "allocated \(after - before) bytes")
+      #expect(least < 64 * 1024, "allocated \(least) bytes in the least of five tries")
     }
-    #expect(port.capacity == 10_000_000)
   }
 
   @Test("a port grows past its first buffer in order, also with the ring wrapped around")
