@@ -75,6 +75,17 @@ struct BoundedWaitLock: Sendable {
   let tryRun: @Sendable (Duration, () -> Void) -> Bool
 }
 
+/// Takes a lock with `acquire` (given a 5 s limit) and releases it with `release`; returns
+/// whether it got the lock well within the limit (2.5 s), the race tests' verdict: a waiter
+/// whose wake-up was lost gets it only when its own deadline ends the sleep.
+func acquiresPromptly(_ acquire: (Duration) -> Bool, release: () -> Void) -> Bool {
+  let start = monotonicSeconds()
+  let acquired = acquire(.seconds(5))
+  let elapsed = monotonicSeconds() - start
+  if acquired { release() }
+  return acquired && elapsed < 2.5
+}
+
 /// Keeps the processor busy for `seconds` (a critical section's work; not synchronization).
 private func busy(seconds: Double) {
   let end = monotonicSeconds() + seconds
@@ -369,6 +380,7 @@ func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
   let target = UInt(bitPattern: core.base)
   nonisolated(unsafe) let word = core.word
   nonisolated(unsafe) let futexWord = core.futexWord
+  nonisolated(unsafe) let takeBackWake = core.takeBackWake
   let sleepWord = UInt(bitPattern: core.futexWord)
   let holding = Gate()
   let starving = Gate()
@@ -393,11 +405,8 @@ func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
       // The sleeper, once the other waiter starves (so the word's wake-up is not its).
       starving.wait()
       sleeperThread.store(tk_gettid(), ordering: .relaxed)
-      let start = monotonicSeconds()
-      let acquired = lock.lock(timeout: .seconds(5))
-      let elapsed = monotonicSeconds() - start
-      if acquired { lock.unlock() }
-      sleeperWaited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+      sleeperWaited.store(
+        acquiresPromptly({ lock.lock(timeout: $0) }, release: { lock.unlock() }) ? 1 : 0, ordering: .relaxed)
     default:
       lock.lock()
       holding.open()
@@ -406,8 +415,7 @@ func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
         sched_yield()
       }
       // Keep it asleep past the starvation threshold (the duration under test).
-      let end = monotonicSeconds() + 0.002
-      while monotonicSeconds() < end {}
+      busy(seconds: 0.002)
       // Wake it with the lock still held: it counts itself as starving.
       while UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask == 0
         && monotonicSeconds() < giveUp
@@ -424,6 +432,10 @@ func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
       }
       // The timed waiter's deadline passes; it stops just before leaving.
       leaving.wait()
+      // As if a take-back had just woken a sleeper: the next one within the millisecond
+      // wakes nobody, leaving the wake-up to the starving waiter.
+      UInt32.atomicStore(
+        UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20), at: takeBackWake, ordering: .relaxed)
       lock.unlock()
       released.open()
     }
@@ -456,11 +468,7 @@ func starvingWaiterMissesItsHandOver() {
   runConcurrently(2) { index in
     if index == 1 {
       holding.wait()
-      let start = monotonicSeconds()
-      let acquired = lock.lock(timeout: .seconds(5))
-      let elapsed = monotonicSeconds() - start
-      if acquired { lock.unlock() }
-      waited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+      waited.store(acquiresPromptly({ lock.lock(timeout: $0) }, release: { lock.unlock() }) ? 1 : 0, ordering: .relaxed)
       return
     }
     lock.lock()
@@ -470,8 +478,7 @@ func starvingWaiterMissesItsHandOver() {
       sched_yield()
     }
     // Keep it asleep past the starvation threshold (the duration under test).
-    let end = monotonicSeconds() + 0.002
-    while monotonicSeconds() < end {}
+    busy(seconds: 0.002)
     // Wake it with the lock still held: it counts itself as starving and reaches the hook.
     while !releaseNow.isOpen && monotonicSeconds() < giveUp {
       Futex.wake(futexWord, count: 1)
@@ -579,8 +586,7 @@ func forkWithStarvingWaiter(_ subject: HandOverSubject, child: @escaping @Sendab
     let giveUp = monotonicSeconds() + 10
     while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
     // Keep it asleep past the starvation threshold (the duration under test).
-    let end = monotonicSeconds() + 0.002
-    while monotonicSeconds() < end {}
+    busy(seconds: 0.002)
     // Woken while the lock is still held, after over a millisecond asleep: it starves.
     while !subject.waiterStarves() && monotonicSeconds() < giveUp {
       subject.wakeWaiter()
@@ -669,11 +675,8 @@ func starvingWriterRace(_ race: StarvingWriterRace) {
     if index == 1 {
       waiterThread.store(tk_gettid(), ordering: .relaxed)
       holding.wait()
-      let start = monotonicSeconds()
-      let acquired = lock.writeLock(timeout: .seconds(5))
-      let elapsed = monotonicSeconds() - start
-      if acquired { lock.unlock() }
-      waited.store(acquired && elapsed < 2.5 ? 1 : 0, ordering: .relaxed)
+      waited.store(
+        acquiresPromptly({ lock.writeLock(timeout: $0) }, release: { lock.unlock() }) ? 1 : 0, ordering: .relaxed)
       return
     }
     if race == .lastReaderReleases { lock.readLockForScope() } else { lock.lockForScope() }
