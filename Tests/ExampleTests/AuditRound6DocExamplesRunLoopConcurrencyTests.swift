@@ -14,7 +14,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite("RunLoopConcurrency doc-comment examples", .timeLimit(.minutes(1)))
+@Suite("RunLoopConcurrency doc-comment examples", .timeLimit(.minutes(3)))
 struct AuditRound6DocExamplesRunLoopConcurrencyTests {
   private static func startWorker(_ name: String) throws -> RunLoopThread { try RunLoopThread.start(name: name) }
   private static func stopWorker(_ worker: consuming RunLoopThread) { worker.stop() }

@@ -13,7 +13,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite("RunLoop doc-comment examples", .timeLimit(.minutes(1)))
+@Suite("RunLoop doc-comment examples", .timeLimit(.minutes(3)))
 struct AuditRound6DocExamplesRunLoopTests {
   @Test("RunLoop overview: a repeating timer invalidated after five ticks")
   func overviewTimer() throws {

@@ -11,7 +11,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite("Sync doc-comment examples", .timeLimit(.minutes(1)))
+@Suite("Sync doc-comment examples", .timeLimit(.minutes(3)))
 struct AuditRound6DocExamplesSyncTests {
   @Test("AtomicBool: a stop flag polled between work items")
   func atomicBoolStopFlag() {

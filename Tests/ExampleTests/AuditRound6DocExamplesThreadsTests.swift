@@ -7,7 +7,7 @@ import TestSupport
 import Testing
 import Threads
 
-@Suite("Threads doc-comment examples", .timeLimit(.minutes(1)))
+@Suite("Threads doc-comment examples", .timeLimit(.minutes(3)))
 struct AuditRound6DocExamplesThreadsTests {
   static let data = Array(1...100)
   @Sendable static func sum(of data: [Int], half: Int) -> Int {

@@ -6,7 +6,7 @@ import Testing
 /// the condition, appends, and unlocks with HAS_DATA; the consumer locks only when the
 /// condition is HAS_DATA, removes one item and unlocks with NO_DATA or HAS_DATA depending
 /// on what is left.
-@Suite("NSConditionLock: producer and consumer with NO_DATA / HAS_DATA", .timeLimit(.minutes(2)))
+@Suite("NSConditionLock: producer and consumer with NO_DATA / HAS_DATA", .timeLimit(.minutes(3)))
 struct ConditionLockExampleTests {
   static let noData = 0
   static let hasData = 1

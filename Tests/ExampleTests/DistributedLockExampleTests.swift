@@ -10,7 +10,7 @@ import Testing
 ///    child, and the child is no longer alive.
 /// 3. The parent breaks the stale lock (only if it still records that owner) and takes it; a second child's `tryLock` now fails
 ///    (exit code 1), and after the parent's `unlock` a third child's succeeds (exit code 0).
-@Suite("NSDistributedLock: two processes, try / unlock / break", .timeLimit(.minutes(2)))
+@Suite("NSDistributedLock: two processes, try / unlock / break", .timeLimit(.minutes(3)))
 struct DistributedLockExampleTests {
   @Test("a lock left by a dead process is seen as stale, broken, and re-taken")
   func listing() async throws {

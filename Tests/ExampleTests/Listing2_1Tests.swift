@@ -8,7 +8,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite("Listing 2-1: launching a detached thread with attributes", .timeLimit(.minutes(2)))
+@Suite("Listing 2-1: launching a detached thread with attributes", .timeLimit(.minutes(3)))
 struct Listing2_1Tests {
   /// The guide's `LaunchThread()`: attributes set explicitly (detached, here also a stack size
   /// and a name), creation errors logged rather than crashing.

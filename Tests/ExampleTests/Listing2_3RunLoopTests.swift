@@ -7,7 +7,7 @@ import Threads
 /// Listing 2-3: a long job that, after each chunk of work, runs its run loop for zero time and
 /// reads an exit flag from its thread dictionary; another thread sets the flag through a custom
 /// input source installed on the worker's run loop.
-@Suite(.timeLimit(.minutes(2))) struct Listing2_3RunLoopTests {
+@Suite(.timeLimit(.minutes(3))) struct Listing2_3RunLoopTests {
   @Test func exitFlagSetThroughACustomInputSource() {
     let installed = Box<(RunLoop, RunLoopSource)?>(nil)
     let chunks = Box(0)

@@ -5,7 +5,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite("Listing 2-3: checking for an exit condition during a long job", .timeLimit(.minutes(2)))
+@Suite("Listing 2-3: checking for an exit condition during a long job", .timeLimit(.minutes(3)))
 struct Listing2_3Tests {
   enum Ending: Equatable {
     case workFinished

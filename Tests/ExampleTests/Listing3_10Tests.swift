@@ -5,7 +5,7 @@ import Testing
 
 /// Listing 3-10: two timers, one created by hand to start after 1 s and repeat every 0.1 s,
 /// one scheduled to fire every 0.2 s. (Times scaled by 1/10.)
-@Suite(.timeLimit(.minutes(2))) struct Listing3_10Tests {
+@Suite(.timeLimit(.minutes(3))) struct Listing3_10Tests {
   @Test func timerAddedByHandAndScheduledTimer() {
     let first = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()
     let second = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()

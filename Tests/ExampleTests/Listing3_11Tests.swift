@@ -9,7 +9,7 @@ import Testing
 ///
 /// Each run ends when its mode has seen a fire (the callback stops the loop), not after a
 /// fixed window: on a loaded machine a window can hold two fires or none.
-@Suite(.timeLimit(.minutes(2))) struct Listing3_11Tests {
+@Suite(.timeLimit(.minutes(3))) struct Listing3_11Tests {
   @Test func timerInTheCommonModes() {
     let fires = Recorder<(mode: RunLoopMode?, scheduled: MonotonicInstant, actual: MonotonicInstant)>()
     let firstFire = Box<MonotonicInstant>(.now)

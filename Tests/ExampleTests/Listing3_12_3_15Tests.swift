@@ -89,7 +89,7 @@ private final class MainThreadController: Sendable {
   }
 }
 
-@Suite("Listings 3-12..3-15: port check-in between the main thread and a worker", .timeLimit(.minutes(2)))
+@Suite("Listings 3-12..3-15: port check-in between the main thread and a worker", .timeLimit(.minutes(3)))
 struct Listing3_12_3_15Tests {
   @Test("the worker checks in with its own port; the main thread then talks to it")
   func checkIn() throws {

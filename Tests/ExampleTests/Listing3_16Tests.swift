@@ -11,7 +11,7 @@ import Testing
 // installed in the current run loop, and registered with a name that must be unique (per
 // user); other threads and processes find it by that name.
 
-@Suite("Listing 3-16: registering a message port", .timeLimit(.minutes(2)))
+@Suite("Listing 3-16: registering a message port", .timeLimit(.minutes(3)))
 struct Listing3_16Tests {
   @Test("a local port registered by name is found by name; the name is unique")
   func register() throws {

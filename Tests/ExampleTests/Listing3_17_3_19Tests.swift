@@ -93,7 +93,7 @@ func serverThreadEntryPoint(mainPortName: String, myPortName: String) {
   myPort.invalidate()
 }
 
-@Suite("Listings 3-17..3-19: named message ports, check-in by name", .timeLimit(.minutes(2)))
+@Suite("Listings 3-17..3-19: named message ports, check-in by name", .timeLimit(.minutes(3)))
 struct Listing3_17_3_19Tests {
   @Test("between the main thread and a worker thread")
   func twoThreads() throws {

@@ -5,7 +5,7 @@ import Testing
 
 /// Listing 3-1: a thread adds an observer of every activity and a repeating 0.1 s timer to its
 /// run loop, then runs it until a date one second ahead, ten times. (Times scaled by 1/10.)
-@Suite(.timeLimit(.minutes(2))) struct Listing3_1Tests {
+@Suite(.timeLimit(.minutes(3))) struct Listing3_1Tests {
   @Test func observerAndRepeatingTimerOverTenRunsUntilDate() {
     let activities = Recorder<RunLoopActivity>()
     let fires = Recorder<(scheduled: MonotonicInstant, actual: MonotonicInstant)>()

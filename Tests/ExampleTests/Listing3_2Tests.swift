@@ -5,7 +5,7 @@ import Testing
 
 /// Listing 3-2: a skeleton thread main routine runs its run loop with a timeout, returning
 /// after each source, and ends when the loop was stopped or has nothing left to run.
-@Suite(.timeLimit(.minutes(2))) struct Listing3_2Tests {
+@Suite(.timeLimit(.minutes(3))) struct Listing3_2Tests {
   @Test func skeletonThreadMainRunsUntilStoppedOrFinished() {
     let handled = Recorder<Int>()
     let results = Recorder<RunLoopRunResult>()

@@ -102,7 +102,7 @@ final class SourceRegistry: Sendable {
   }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct Listing3_3_3_9Tests {
+@Suite(.timeLimit(.minutes(3))) struct Listing3_3_3_9Tests {
   @Test func customInputSourceWithCommandBuffer() {
     // The coordinator ("main") thread runs its run loop until told to finish.
     let registryBox = Box<SourceRegistry?>(nil)

@@ -3,7 +3,7 @@ import Testing
 
 /// Listing 4-1: atomic test-and-set and compare-and-swap on a 32-bit value, with the guide's
 /// bit numbering (bit 0 is the high bit of the first byte).
-@Suite("Listing 4-1: atomic operations", .timeLimit(.minutes(2)))
+@Suite("Listing 4-1: atomic operations", .timeLimit(.minutes(3)))
 struct Listing4_1Tests {
   @Test("test-and-set gives 128, 1, 256; compare-and-swap gives 512, then still 512")
   func listing() {

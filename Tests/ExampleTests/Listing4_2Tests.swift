@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 
 /// Listing 4-2: a POSIX-style mutex (`pthread_mutex_lock`/`unlock` around the work).
-@Suite("Listing 4-2: using a mutex lock", .timeLimit(.minutes(2)))
+@Suite("Listing 4-2: using a mutex lock", .timeLimit(.minutes(3)))
 struct Listing4_2Tests {
   final class Shared: @unchecked Sendable {
     let mutex = Lock()  // the guide's `pthread_mutex_t mutex` + `pthread_mutex_init`

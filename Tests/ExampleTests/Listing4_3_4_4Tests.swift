@@ -5,7 +5,7 @@ import Testing
 /// Listings 4-3 and 4-4: an `NSCondition` guarding a work counter. The worker waits in a
 /// loop while there is no work (conditions may wake spuriously) and takes one unit; the
 /// producer adds a unit and signals while holding the lock.
-@Suite("Listings 4-3 and 4-4: using a condition", .timeLimit(.minutes(2)))
+@Suite("Listings 4-3 and 4-4: using a condition", .timeLimit(.minutes(3)))
 struct Listing4_3_4_4Tests {
   final class Shared: @unchecked Sendable {
     let cocoaCondition = Condition()

@@ -5,7 +5,7 @@ import Testing
 /// Listings 4-5 and 4-6: a POSIX condition variable paired with a mutex and a `ready_to_go`
 /// flag. The waiter loops on the flag with the mutex held, does its work, and resets the
 /// flag; the signaller sets the flag and signals under the mutex.
-@Suite("Listings 4-5 and 4-6: using a POSIX condition", .timeLimit(.minutes(2)))
+@Suite("Listings 4-5 and 4-6: using a POSIX condition", .timeLimit(.minutes(3)))
 struct Listing4_5_4_6Tests {
   final class Shared: @unchecked Sendable {
     // MyCondInitFunction: pthread_mutex_init + pthread_cond_init.

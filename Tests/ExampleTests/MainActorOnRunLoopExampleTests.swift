@@ -2,7 +2,7 @@ import Testing
 
 /// Examples/MainActorOnRunLoop, run as a child process (installing the main executor changes
 /// the whole process, and a test runner's main thread never runs a run loop).
-@Suite(.timeLimit(.minutes(1))) struct MainActorOnRunLoopExampleTests {
+@Suite(.timeLimit(.minutes(3))) struct MainActorOnRunLoopExampleTests {
   /// The checks the program makes with the switch installed, in order.
   static let installedChecks = [
     "ok: @MainActor code starts on the main thread",

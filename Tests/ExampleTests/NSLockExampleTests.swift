@@ -4,7 +4,7 @@ import Testing
 
 /// The guide's NSLock example: a thread keeps computing and only updates the display
 /// (shared state) when `tryLock` succeeds, instead of blocking.
-@Suite("NSLock example: try in a loop", .timeLimit(.minutes(2)))
+@Suite("NSLock example: try in a loop", .timeLimit(.minutes(3)))
 struct NSLockExampleTests {
   final class Display: @unchecked Sendable {
     let theLock = Lock()

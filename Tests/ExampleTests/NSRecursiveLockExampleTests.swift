@@ -4,7 +4,7 @@ import Testing
 
 /// The guide's NSRecursiveLock example: a recursive function takes the lock on every call;
 /// called with 5 it re-acquires five more times without deadlocking.
-@Suite("NSRecursiveLock example: recursive function", .timeLimit(.minutes(2)))
+@Suite("NSRecursiveLock example: recursive function", .timeLimit(.minutes(3)))
 struct NSRecursiveLockExampleTests {
   final class Example: @unchecked Sendable {
     let theLock = RecursiveLock()

@@ -8,7 +8,7 @@ import Threads
 // (performSelectorOnMainThread:, performSelector:onThread:, performSelector:afterDelay:,
 // cancelPreviousPerformRequestsWithTarget:).
 
-@Suite("Perform requests (Table 3-2)", .timeLimit(.minutes(2)))
+@Suite("Perform requests (Table 3-2)", .timeLimit(.minutes(3)))
 struct PerformRequestExampleTests {
   @Test("performSelectorOnMainThread: workers hand results to the coordinating thread")
   func performOnMain() throws {

@@ -8,7 +8,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite("README examples", .timeLimit(.minutes(2)))
+@Suite("README examples", .timeLimit(.minutes(3)))
 struct ReadmeExamplesTests {
   @Test("Sync in one minute")
   func syncExample() {

@@ -5,7 +5,7 @@ import Testing
 /// The guide's `@synchronized(anObj) { ... }`: any object is the lock key; everything in
 /// the braces is protected; different objects do not block each other; the block is left
 /// safely when it throws.
-@Suite("@synchronized: object-keyed critical sections", .timeLimit(.minutes(2)))
+@Suite("@synchronized: object-keyed critical sections", .timeLimit(.minutes(3)))
 struct SynchronizedExampleTests {
   final class Inventory: @unchecked Sendable {
     var items: [String: Int] = [:]  // protected by synchronized(self)

@@ -9,7 +9,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite("Table 2-2: setting the stack size", .timeLimit(.minutes(2)))
+@Suite("Table 2-2: setting the stack size", .timeLimit(.minutes(3)))
 struct Table2_2Tests {
   static let requested = 1024 * 1024
 

@@ -26,7 +26,7 @@ private actor PinnedCounter {
 private func startWorker() throws -> RunLoopThread { try RunLoopThread.start(name: "interop-actor") }
 private func stopWorker(_ worker: consuming RunLoopThread) { worker.stop() }
 
-@Suite("RunLoopConcurrency beside Foundation", .timeLimit(.minutes(2)))
+@Suite("RunLoopConcurrency beside Foundation", .timeLimit(.minutes(3)))
 struct ConcurrencyInteropTests {
   @Test("every RunLoopConcurrency public API is usable with Foundation imported")
   func executorAndAsyncJoin() async throws {

@@ -5,7 +5,7 @@ import RunLoop
 import Sync
 import Testing
 
-@Suite("Ports beside Foundation", .timeLimit(.minutes(2)))
+@Suite("Ports beside Foundation", .timeLimit(.minutes(3)))
 struct PortsInteropTests {
   @Test("ports, messages, results and sources are usable with Foundation imported")
   func types() throws {

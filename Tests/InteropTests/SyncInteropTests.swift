@@ -6,7 +6,7 @@ import Sync
 import Synchronization
 import Testing
 
-@Suite("Sync beside Foundation and Synchronization", .timeLimit(.minutes(2)))
+@Suite("Sync beside Foundation and Synchronization", .timeLimit(.minutes(3)))
 struct SyncInteropTests {
   @Test("every Sync lock type is usable with the peers imported")
   func locks() {

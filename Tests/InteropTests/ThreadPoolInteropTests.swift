@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 import Threads
 
-@Suite("ThreadPool beside Foundation", .timeLimit(.minutes(1)))
+@Suite("ThreadPool beside Foundation", .timeLimit(.minutes(3)))
 struct ThreadPoolInteropTests {
   @Test("every ThreadPool public API is usable with Foundation imported")
   func poolTypes() async throws {

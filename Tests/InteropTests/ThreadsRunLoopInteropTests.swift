@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 import Threads
 
-@Suite("Threads and RunLoop beside Foundation", .timeLimit(.minutes(2)))
+@Suite("Threads and RunLoop beside Foundation", .timeLimit(.minutes(3)))
 struct ThreadsRunLoopInteropTests {
   @Test("every Threads public type is usable with Foundation imported")
   func threads() throws {

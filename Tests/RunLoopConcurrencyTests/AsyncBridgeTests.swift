@@ -10,7 +10,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(1))) struct PerformAndAwaitTests {
+@Suite(.timeLimit(.minutes(3))) struct PerformAndAwaitTests {
   struct Failed: Error, Equatable { let code: Int }
 
   @Test func theBlockRunsOnTheLoopsThreadAndItsValueIsReturned() async throws {
@@ -117,7 +117,7 @@ import Threads
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct PortMessagesTests {
+@Suite(.timeLimit(.minutes(3))) struct PortMessagesTests {
   /// Two sequences would take each other's handlers (releasing one clears the other's, which
   /// then waits for ever): the second is refused with a message naming the misuse.
   @Test func aSecondSequenceForAPortWhileTheFirstExistsStopsTheProcess() async {
@@ -314,7 +314,7 @@ import Threads
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct FileDescriptorReadinessTests {
+@Suite(.timeLimit(.minutes(3))) struct FileDescriptorReadinessTests {
   @Test func aWrittenPipeIsReportedReadableAndAgainUntilRead() async {
     let loop = LoopThread()
     let (readEnd, writeEnd) = makePipe()
@@ -427,7 +427,7 @@ func writeByte(_ descriptor: Int32) {
 /// The async bridges suspend the awaiting task instead of blocking its thread: with
 /// `Diagnostics.Kind.blockingInTask` on, awaiting a thread's value and a block on a loop's
 /// thread, each about ten thresholds long, reports nothing.
-@Suite(.timeLimit(.minutes(1))) struct AsyncBridgesDoNotBlockTests {
+@Suite(.timeLimit(.minutes(3))) struct AsyncBridgesDoNotBlockTests {
   @Test func awaitingAThreadOrALoopBlockReportsNoBlockingInTheTask() async {
     let result = await #expect(
       processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]

@@ -10,7 +10,7 @@ import Threads
 #endif
 
 /// Promises of the executors' doc comments that no other test checks.
-@Suite(.timeLimit(.minutes(1))) struct AuditRound3ExecutorsTests {
+@Suite(.timeLimit(.minutes(3))) struct AuditRound3ExecutorsTests {
   /// `RunLoopExecutor.shutDown()`: "Returns at once when already shut down." The loop's
   /// thread is held in a run of another mode, so a call that waits for the loop cannot
   /// return.

@@ -11,7 +11,7 @@ import Threads
 #endif
 
 /// Round 4: bad input and hostile sequences for the RunLoopConcurrency module.
-@Suite(.timeLimit(.minutes(1))) struct AuditRound4ConcurrencyTests {
+@Suite(.timeLimit(.minutes(3))) struct AuditRound4ConcurrencyTests {
   // MARK: Readiness: events of interest
 
   /// `readiness(of:events:)` with no event of interest (`[]`, or only `.hangUp`/`.error`,

@@ -7,7 +7,7 @@ import Threads
 
 /// Round 5: Swift runtime executor scenarios not ported before
 /// (`test/Concurrency/Runtime/async_task_executor_unstructured_task_ownership.swift`).
-@Suite("Audit round 5: concurrency, peer scenarios", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: concurrency, peer scenarios", .timeLimit(.minutes(3)))
 struct AuditRound5ConcurrencyPeerTests {
   /// The runtime's task-executor ownership test: an unstructured task keeps its preferred
   /// executor alive, so the executor is released only after the task completes, whenever

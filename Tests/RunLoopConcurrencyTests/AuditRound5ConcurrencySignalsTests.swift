@@ -15,7 +15,7 @@ import Threads
 /// Round 5: signals without `SA_RESTART` delivered to the threads the RunLoopConcurrency
 /// module blocks or runs loops on, and resource accounting over many lifecycles. Every
 /// scenario runs in an exit test (a process-wide handler; process-wide counts).
-@Suite("Audit round 5: concurrency under signals and resource accounting", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: concurrency under signals and resource accounting", .timeLimit(.minutes(3)))
 struct AuditRound5ConcurrencySignalsTests {
   // MARK: Signals
 
@@ -77,7 +77,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// descriptors and threads come back, and each group object is released.
   @Test func manyGroupLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 55)
+      armAlarm(seconds: 150)
       await groupLifecycles()
       exit(0)
     }
@@ -87,7 +87,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// released unused, and 200 run-loop threads each with an executor: nothing is left.
   @Test func manyExecutorLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 55)
+      armAlarm(seconds: 150)
       await executorLifecycles()
       exit(0)
     }
@@ -98,7 +98,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// and released: the descriptors and threads come back and each object is released.
   @Test func manyBridgeLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 55)
+      armAlarm(seconds: 150)
       await bridgeLifecycles()
       exit(0)
     }

@@ -29,7 +29,7 @@ private func round6Refusal(_ start: () throws(ThreadStartError) -> Void) -> Stri
   }
 }
 
-@Suite("Audit round 6: creations refused under resource limits", .timeLimit(.minutes(1)))
+@Suite("Audit round 6: creations refused under resource limits", .timeLimit(.minutes(3)))
 struct AuditRound6ResourceLimitsTests {
   /// Without address space for a stack, every way of starting a thread throws
   /// `pthread_create`'s `EAGAIN` as `.system`, runs no body, and leaves no thread, descriptor

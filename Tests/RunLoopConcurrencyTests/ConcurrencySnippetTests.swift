@@ -8,7 +8,7 @@ import Threads
 /// The module's overview snippets, compiled and run: an actor pinned to a run-loop thread, a
 /// thread group as a task executor, a block awaited on a loop's thread, a port's messages as
 /// a sequence.
-@Suite(.timeLimit(.minutes(1))) struct ConcurrencySnippetTests {
+@Suite(.timeLimit(.minutes(3))) struct ConcurrencySnippetTests {
   struct StoreError: Error {}
 
   actor Renderer {

@@ -23,7 +23,7 @@ private func stallTheThread() {
   Thread.sleep(for: .seconds(30))
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ExecutorStallTests {
+@Suite(.timeLimit(.minutes(3))) struct ExecutorStallTests {
   @Test func aStalledActorJobIsReportedAsTheExecutorsSourceOnItsLoopThread() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.stallThreshold = .milliseconds(10)

@@ -3,7 +3,7 @@ import Sync
 import Testing
 import Threads
 
-@Suite(.timeLimit(.minutes(2))) struct JoinableThreadValueTests {
+@Suite(.timeLimit(.minutes(3))) struct JoinableThreadValueTests {
   struct Failed: Error, Equatable { let code: Int }
 
   @Test func valueReturnsTheBodysResult() async {

@@ -2,7 +2,7 @@ import RunLoopConcurrency
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct MainRunLoopExecutorMisuseTests {
+@Suite(.timeLimit(.minutes(3))) struct MainRunLoopExecutorMisuseTests {
   @Test func installingOffTheMainThreadStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       TestThread.run { try? MainRunLoopExecutor.install() }

@@ -48,7 +48,7 @@ private actor LoopBound {
   }
 }
 
-@Suite("SwiftNIO serial- and task-executor scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO serial- and task-executor scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOExecutorTests {
   @Test func anActorOnOneLoopOfAGroupRunsOnThatLoopsThreadAndNotOnTheOther() async {
     let group = makeGroup(threadCount: 2)
@@ -163,7 +163,7 @@ struct PeerScenariosNIOExecutorTests {
   }
 }
 
-@Suite("SwiftNIO event-loop-group scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO event-loop-group scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOGroupTests {
   @Test func aGroupsThreadsAreNamedAfterItAndEachRunsItsOwnLoop() async throws {
     let group = try await RunLoopThreadGroup.start(threadCount: 3, name: "nio-loops")
@@ -187,7 +187,7 @@ struct PeerScenariosNIOGroupTests {
   }
 }
 
-@Suite("SwiftNIO thread take-over and shutdown scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO thread take-over and shutdown scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOTakeOverTests {
   @Test func aPlainThreadLendsItselfToAnActorByRunningItsOwnLoopThenTakesItselfBack() async {
     // NIO's `withCurrentThreadAsEventLoop`: a thread runs its own loop for an actor's jobs
@@ -237,7 +237,7 @@ struct PeerScenariosNIOTakeOverTests {
   }
 }
 
-@Suite("SwiftNIO shutdown-on-the-loop scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO shutdown-on-the-loop scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOShutDownOnLoopTests {
   // NIO stops the process when a loop is shut down synchronously from its own thread. The
   // executor does too, also before the loop has made the pass that tells it its thread.

@@ -132,7 +132,7 @@ private func makeResident(_ loop: LoopThread) -> OrderResident {
   OrderResident(executor: RunLoopExecutor(runLoop: loop.runLoop), loopThread: loop.thread)
 }
 
-@Suite("Swift runtime serial-executor scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("Swift runtime serial-executor scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftSerialExecutorRound2Tests {
   @Test func jobsEnqueuedFromTheLoopThreadDuringAJobRunAfterItInEnqueueOrder() async {
     let loop = LoopThread()
@@ -303,7 +303,7 @@ extension OrderResident {
   }
 }
 
-@Suite("Swift runtime isolated-deinit scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("Swift runtime isolated-deinit scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftIsolatedDeinitRound2Tests {
   @Test func aChainOfActorsReleasedOffTheLoopRunsEveryIsolatedDeinitOnItInOrder() async {
     let loop = LoopThread()
@@ -379,7 +379,7 @@ struct PeerScenariosSwiftIsolatedDeinitRound2Tests {
   }
 }
 
-@Suite("Swift runtime task-executor scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("Swift runtime task-executor scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftTaskExecutorRound2Tests {
   @Test func anActorOnOneOfTheGroupsOwnLoopsRunsThereAndNonisolatedWorkGoesToTheGroup() async {
     let group = makeGroup(threadCount: 2)

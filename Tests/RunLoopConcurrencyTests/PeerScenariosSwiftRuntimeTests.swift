@@ -140,7 +140,7 @@ private func makeResident(_ loop: LoopThread) -> LoopResident {
   LoopResident(executor: RunLoopExecutor(runLoop: loop.runLoop), loopThread: loop.thread)
 }
 
-@Suite("Swift runtime serial-executor scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime serial-executor scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftSerialExecutorTests {
   @Test func anActorOnALoopStaysOnTheLoopThreadAcrossEveryKindOfSuspension() async {
     let loop = LoopThread()
@@ -322,7 +322,7 @@ private func waitUntilQueued(_ executor: RunLoopExecutor, count: Int) async {
   while executor.queuedJobCount < count { await Task.yield() }
 }
 
-@Suite("Swift runtime task-executor scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime task-executor scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftTaskExecutorTests {
   @Test func childTasksOfEveryKindInheritThePreferenceAndRunOnTheGroup() async {
     let group = makeGroup(threadCount: 2)
@@ -433,7 +433,7 @@ struct PeerScenariosSwiftTaskExecutorTests {
   }
 }
 
-@Suite("Swift runtime cooperative-pool scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime cooperative-pool scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftCooperativePoolTests {
   /// Far more awaits than the cooperative pool has threads: if any of these calls blocked
   /// its thread, the task that opens the gate could never run and the test would hang.
@@ -491,7 +491,7 @@ struct PeerScenariosSwiftCooperativePoolTests {
   }
 }
 
-@Suite("Swift runtime delayed-job misuse scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime delayed-job misuse scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftDelayedJobMisuseTests {
   @Test func aJobDelayedOnAShutDownExecutorStopsTheProcessAtTheCall() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -533,7 +533,7 @@ private actor PriorityProbe {
   }
 }
 
-@Suite("Swift runtime job-priority scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime job-priority scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftJobPriorityTests {
   @Test func jobsEnqueuedFromManyThreadsOnAWaitingLoopRunOnceEachHighestPriorityFirst() async {
     let jobCount = 96
@@ -571,7 +571,7 @@ struct PeerScenariosSwiftJobPriorityTests {
   }
 }
 
-@Suite("Swift runtime executor-mode scenarios", .timeLimit(.minutes(1)))
+@Suite("Swift runtime executor-mode scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftExecutorModeTests {
   @Test func anExecutorInAPrivateModeRunsItsJobsOnlyInRunsOfThatMode() async {
     let loop = LoopThread()

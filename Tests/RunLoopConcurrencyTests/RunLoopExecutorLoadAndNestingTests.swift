@@ -10,7 +10,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorLoadAndNestingTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorLoadAndNestingTests {
   /// Jobs from 8 threads, each a task created on one of them and isolated to a global actor
   /// pinned to a run loop, so each task's only job is enqueued by the creating thread. Run
   /// in a child process (an exit test), so its allocations do not disturb the tests that

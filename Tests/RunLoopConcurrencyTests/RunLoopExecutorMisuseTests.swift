@@ -10,7 +10,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(2))) struct RunLoopExecutorMisuseTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorMisuseTests {
   @Test func assumeIsolatedOffTheLoopThreadStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()

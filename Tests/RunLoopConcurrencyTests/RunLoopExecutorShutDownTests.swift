@@ -11,7 +11,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorShutDownTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorShutDownTests {
   @Test func shutDownReturnsOnceEveryQueuedJobHasRun() async {
     let held = HeldLoop()
     let executor = RunLoopExecutor(runLoop: held.runLoop)
@@ -132,7 +132,7 @@ import Threads
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct RunLoopExecutorSchedulingTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorSchedulingTests {
   @Test func aJobDelayedOnTheContinuousClockNeverRunsEarly() async {
     let loop = LoopThread()
     let executor = RunLoopExecutor(runLoop: loop.runLoop)

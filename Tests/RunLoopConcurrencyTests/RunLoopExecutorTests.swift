@@ -9,7 +9,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(2))) struct RunLoopExecutorTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorTests {
   @Test func pinnedActorMutatesStateOnlyOnTheLoopThreadUnderEightCallers() async {
     let loop = LoopThread()
     let counter = PinnedCounter(on: loop)

@@ -9,7 +9,7 @@ import Threads
 /// `Task.sleep` in tasks that prefer a `RunLoopThreadGroup`: the runtime asks the task's
 /// preferred executor to schedule the wake-up, and the group times it with its threads'
 /// run-loop timers.
-@Suite(.timeLimit(.minutes(1))) struct RunLoopThreadGroupSchedulingTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopThreadGroupSchedulingTests {
   /// A group whose armed timers (weakly held) and their tolerances are recorded.
   static func makeRecordingGroup(threadCount: Int) -> (RunLoopThreadGroup, Recorder<WeakTimer>) {
     let group = makeGroup(threadCount: threadCount)

@@ -6,7 +6,7 @@ import TestSupport
 import Testing
 import Threads
 
-@Suite(.timeLimit(.minutes(1))) struct RunLoopThreadGroupTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopThreadGroupTests {
   @Test func aTaskPreferringTheGroupRunsOnOneOfItsThreads() async {
     let group = makeGroup(threadCount: 2)
     let thread = await Task(executorPreference: group) { Thread.current }.value

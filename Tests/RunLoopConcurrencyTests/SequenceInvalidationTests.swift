@@ -14,7 +14,7 @@ import Threads
 /// at once, and a new sequence of the same descriptor or port can be made right after, even
 /// while the runtime still holds the old one (a finished task's captures are released on the
 /// runtime's own thread, possibly after its `value` was returned).
-@Suite("Async sequences invalidated explicitly", .timeLimit(.minutes(1)))
+@Suite("Async sequences invalidated explicitly", .timeLimit(.minutes(3)))
 struct SequenceInvalidationTests {
   /// Each round: a task takes one report from a new sequence and returns; the awaiting code
   /// invalidates the sequence and makes the next one for the same descriptor at once. Every

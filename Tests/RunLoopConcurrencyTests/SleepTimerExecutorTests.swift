@@ -24,7 +24,7 @@ private actor Sleeper {
 /// The sleep timers of `MainRunLoopExecutor` (its default executor), exercised without
 /// installing anything: a task that prefers an executor sleeps through that executor's
 /// scheduling (the runtime asks the current task executor before the default one).
-@Suite(.timeLimit(.minutes(1))) struct SleepTimerExecutorTests {
+@Suite(.timeLimit(.minutes(3))) struct SleepTimerExecutorTests {
   /// A fresh executor (its own timer thread, joined when it is released) and the
   /// tolerances of the timers it armed.
   static func makeExecutor() throws -> (RunLoopSleepTimerExecutor, Recorder<Duration>) {

@@ -17,7 +17,7 @@ private final class AuditProbe: Sendable {
 
 /// Audit round 3: promises of the RunLoop module's doc comments that no other test checked,
 /// at edge inputs (embedding and exit requests, common modes, timer changes, huge values).
-@Suite("Audit round 3: RunLoop", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: RunLoop", .timeLimit(.minutes(3)))
 struct AuditRound3RunLoopTests {
   /// Polls `descriptor` for reading for at most `milliseconds`; true when it is readable.
   private static func isReadable(_ descriptor: Int32, within milliseconds: Int32) -> Bool {

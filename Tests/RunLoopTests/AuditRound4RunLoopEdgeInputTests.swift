@@ -33,7 +33,7 @@ private func round4WatchOwnPollDescriptor() {
 /// and odd names, duplicate modes, invalid descriptors, extreme message ids and sizes) and
 /// hostile sequences (calls from inside the callbacks they affect, calls after
 /// invalidation).
-@Suite("Audit round 4: RunLoop edge inputs", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: RunLoop edge inputs", .timeLimit(.minutes(3)))
 struct AuditRound4RunLoopEdgeInputTests {
   // MARK: Running
 

@@ -30,7 +30,7 @@ private func round4ServeFromTheOwnHandler() {
 /// Audit round 4: hostile sequences in the RunLoop module: changes made from inside the
 /// callbacks they affect, calls after invalidation, extreme limits on waits that must not
 /// overflow or hang.
-@Suite("Audit round 4: RunLoop hostile sequences", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: RunLoop hostile sequences", .timeLimit(.minutes(3)))
 struct AuditRound4RunLoopHostileSequenceTests {
   /// "Zero or less makes the timer one-shot: it is invalidated after its next firing", also
   /// when set (to the most negative Duration) from the timer's own callback.

@@ -25,7 +25,7 @@ import Threads
 /// - after its callback, a one-shot timer is invalidated (unless its callback re-armed it);
 ///   a repeating timer takes a date set during the callback when later than the instant it
 ///   was due at, else its next grid point.
-@Suite("Audit round 4: RunLoop timer model", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: RunLoop timer model", .timeLimit(.minutes(3)))
 struct AuditRound4RunLoopTimerModelTests {
   /// A fire date: nanoseconds after the (past) base instant, or far in the future.
   enum When: Equatable, CustomStringConvertible {

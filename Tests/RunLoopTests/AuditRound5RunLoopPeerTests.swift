@@ -14,7 +14,7 @@ import Testing
 // g_unix_fd_add -> FileDescriptorSource; a source returning FALSE -> invalidate() in its
 // handler.
 
-@Suite("Audit round 5: GLib mainloop scenarios", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: GLib mainloop scenarios", .timeLimit(.minutes(3)))
 struct AuditRound5RunLoopPeerTests {
   @Test(
     "test_unix_fd: a pipe pumped by a writer and a reader source; each one-source pass runs exactly one handler, all bytes arrive"

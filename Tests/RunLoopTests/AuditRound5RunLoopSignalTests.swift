@@ -88,12 +88,12 @@ func round5RequireNotEarly(_ start: MonotonicInstant, _ limit: Duration, _ what:
   precondition(elapsed >= limit, "\(what) returned after \(elapsed), before its \(limit)")
 }
 
-@Suite("Audit round 5: RunLoop blocking calls interrupted by signals", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: RunLoop blocking calls interrupted by signals", .timeLimit(.minutes(3)))
 struct AuditRound5RunLoopSignalTests {
   @Test("a run with a deadline (epoll sleep) times out at its deadline, not at the first signal")
   func aTimedRunIsNotShortenedBySignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         round5Interrupted {
           let runLoop = RunLoop.current
@@ -112,7 +112,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("a run without a deadline (futex sleep) does not return for a signal, and a signal-and-wake-up ends it")
   func anUntimedFutexRunIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let source = Box<RunLoopSource?>(nil)
         let fired = AtomicInteger<Int>(0)
@@ -133,7 +133,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("a run without a deadline watching a descriptor (epoll sleep) returns only once the descriptor is readable")
   func anUntimedEpollRunIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         var ends: [Int32] = [0, 0]
         precondition(pipe(&ends) == 0)
@@ -163,7 +163,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("a one-shot timer of a signalled loop fires once, not before its fire date, and the run then finishes")
   func aTimerIsNotFiredEarlyBySignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         round5Interrupted {
           let runLoop = RunLoop.current
@@ -181,7 +181,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("a repeating timer of a signalled loop keeps its grid: no firing ahead of it, none doubled")
   func aRepeatingTimerKeepsItsGridUnderSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         round5Interrupted {
           let runLoop = RunLoop.current
@@ -209,7 +209,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("Port.receive(timeout:) on a signalled thread throws receiveTimeout at the deadline, not earlier")
   func aTimedReceiveIsNotShortenedBySignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let port = Port()
         round5Interrupted {
@@ -229,7 +229,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("Port.receive(before: .distantFuture) on a signalled thread returns only the message sent later")
   func anUntimedReceiveIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let port = Port()
         let received = Box<Int32?>(nil)
@@ -247,7 +247,7 @@ struct AuditRound5RunLoopSignalTests {
     "Port.send to a full port on a signalled thread throws sendTimeout at the deadline; an untimed one waits for room")
   func sendsToAFullPortIgnoreSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let port = Port(capacity: 1)
         try! port.send(PortMessage(msgid: 1), timeout: .zero)
@@ -272,7 +272,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("MessagePort.serve(timeout:) on a signalled thread returns 0 at the deadline, and serves what arrives")
   func servingIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let name = uniquePortName("round5-serve-signals")
         let port = try! MessagePort.local(name: name) { message in [UInt8(truncatingIfNeeded: message.msgid)] }
@@ -310,7 +310,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("MessagePort.send on a signalled thread waits receiveTimeout for a late reply, and gets a reply in time")
   func aRequestIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let name = uniquePortName("round5-request-signals")
         let answer = Semaphore(value: 0)
@@ -352,7 +352,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("MessagePort.send to a peer that reads nothing times out at sendTimeout on a signalled thread, not earlier")
   func aStuckSendIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let name = uniquePortName("round5-stuck-send")
         // Never served: the connection is accepted by the kernel's backlog, nothing reads it.
@@ -379,7 +379,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("a run loop whose own thread is signalled throughout loses no wake-up: every waited-for request runs")
   func aSignalledLoopLosesNoWakeUp() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         let loop = Box<RunLoop?>(nil)
         let ran = AtomicInteger<Int>(0)
@@ -424,7 +424,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("performAndWait on a signalled thread times out at its deadline, and an untimed one returns once the block ran")
   func performAndWaitIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         // A loop whose thread does not run it yet: the timed request is withdrawn.
         let loop = Box<RunLoop?>(nil)
@@ -458,7 +458,7 @@ struct AuditRound5RunLoopSignalTests {
   @Test("RunLoopThread.start and stop on a signalled thread start and join the thread")
   func runLoopThreadStartAndStopIgnoreSignals() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       blocking {
         round5Interrupted {
           for _ in 0..<50 {

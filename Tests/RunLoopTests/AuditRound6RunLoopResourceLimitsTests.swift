@@ -24,7 +24,7 @@ private func round6PerformOutcome(_ request: () throws(PerformError) -> Void) ->
   }
 }
 
-@Suite("Audit round 6: RunLoop under resource limits", .timeLimit(.minutes(1)))
+@Suite("Audit round 6: RunLoop under resource limits", .timeLimit(.minutes(3)))
 struct AuditRound6RunLoopResourceLimitsTests {
   /// The `on: Thread` perform requests throw ``PerformError/noRunLoop`` when the target's run
   /// loop cannot be created. The main thread's run loop is made on first use by whichever

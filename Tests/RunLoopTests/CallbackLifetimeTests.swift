@@ -19,7 +19,7 @@ private final class DeinitProbe: Sendable {
 /// invalidation or cancellation, and never while a run loop lock is held (a capture's deinit
 /// may call the same run loop: with a lock held that would stop the process as a
 /// self-deadlock).
-@Suite("RunLoop callback lifetimes", .timeLimit(.minutes(1)))
+@Suite("RunLoop callback lifetimes", .timeLimit(.minutes(3)))
 struct CallbackLifetimeTests {
   /// A probe whose deinit queues a block on `runLoop` and adds and invalidates a timer there
   /// (each takes the loop's lock), then logs "deinit".

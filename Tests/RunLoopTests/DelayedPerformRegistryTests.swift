@@ -36,7 +36,7 @@ private final class ReentrantCapture: Sendable {
 
 private final class Target: Sendable {}
 
-@Suite(.timeLimit(.minutes(1))) struct DelayedPerformRegistryTests {
+@Suite(.timeLimit(.minutes(3))) struct DelayedPerformRegistryTests {
   @Test func aPurgedRequestOfAnEndedLoopReleasesItsBlockOutsideTheRegistryLock() {
     let released = Latch(count: 1)
     let target = Target()

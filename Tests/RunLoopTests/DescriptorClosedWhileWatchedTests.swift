@@ -12,7 +12,7 @@ import Testing
 /// source's registration, and the number may name another file meanwhile. The toolkit stops
 /// with a misuse message instead of calling the handler with a closed number's `POLLNVAL` or
 /// another file's readiness.
-@Suite("Descriptors closed while watched", .timeLimit(.minutes(1)))
+@Suite("Descriptors closed while watched", .timeLimit(.minutes(3)))
 struct DescriptorClosedWhileWatchedTests {
   @Test("a watched descriptor closed while a duplicate stays open is reported, the handler not called")
   func closedWithADuplicateOpenIsReported() async {

@@ -12,7 +12,7 @@ import Testing
 /// `invalidate()` returns, the toolkit never touches the descriptor number again, so the owner
 /// may close it, and a later source on a descriptor reusing the number works. The member's
 /// test seam puts the invalidation at the points a real race could hit.
-@Suite("RunLoop descriptor sources invalidated while firing", .timeLimit(.minutes(1)))
+@Suite("RunLoop descriptor sources invalidated while firing", .timeLimit(.minutes(3)))
 struct DescriptorInvalidationRaceTests {
   @Test("a source invalidated and closed before its member re-arms leaves a new source on the reused number working")
   func reArmAfterInvalidationSparesTheReusedNumber() {

@@ -9,7 +9,7 @@ import Testing
 
 /// A run loop finds ready descriptor sources through the list its epoll wait fills, not by
 /// looking at every source: these tests pin down that nothing is missed or fired twice.
-@Suite("RunLoop descriptor sources at scale", .timeLimit(.minutes(2)))
+@Suite("RunLoop descriptor sources at scale", .timeLimit(.minutes(3)))
 struct DescriptorReadyListTests {
   @Test("of 200 watched pipes, exactly the readable ones fire, each once per pass, in the order added")
   func onlyReadyOnesFire() {

@@ -65,7 +65,7 @@ enum ForeignLoop {
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct EmbeddingTests {
+@Suite(.timeLimit(.minutes(3))) struct EmbeddingTests {
   @Test func aTimerFiresWhenDueWithoutATickler() {
     let fired = Box<MonotonicInstant?>(nil)
     let fireDate = Box(MonotonicInstant.distantFuture)

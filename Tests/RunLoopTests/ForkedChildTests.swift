@@ -16,7 +16,7 @@ import Testing
 // Not under ThreadSanitizer: its runtime does not support allocating in the child of a
 // multithreaded fork.
 @Suite(
-  "fork() children and inherited run loops", .timeLimit(.minutes(1)),
+  "fork() children and inherited run loops", .timeLimit(.minutes(3)),
   .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
 struct ForkedChildTests {
   @Test("running an inherited run loop stops the child; the parent's timer still fires on time")

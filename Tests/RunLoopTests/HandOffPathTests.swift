@@ -7,7 +7,7 @@ import Testing
 /// hand-off steps (the source's handler is followed by the next pass's source check and sleep
 /// decision in one critical section): what the rest of the pass would have done still
 /// happens in order. Each test runs its loop on a fresh thread.
-@Suite(.timeLimit(.minutes(1))) struct HandOffPathTests {
+@Suite(.timeLimit(.minutes(3))) struct HandOffPathTests {
   @Test func aSourceSignalledByItsOwnHandlerFiresAgainInTheNextPassWithoutAWakeUp() {
     TestThread.run {
       let runLoop = RunLoop.current

@@ -16,7 +16,7 @@ private final class Captured: @unchecked Sendable {
 /// an observer's context then), and a source whose work was already taken handles nothing.
 /// Each test runs its loop on a toolkit thread and checks, on the test's thread, what that
 /// thread recorded.
-@Suite("RunLoop: invalidation releases, handled sources", .timeLimit(.minutes(1)))
+@Suite("RunLoop: invalidation releases, handled sources", .timeLimit(.minutes(3)))
 struct InvalidationReleaseTests {
   @Test("an invalidated observer releases its callback's captures at once, though still referenced")
   func invalidatedObserverReleasesItsCallback() {

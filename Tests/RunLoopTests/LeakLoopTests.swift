@@ -19,7 +19,7 @@ import Threads
 /// totals are read again: descriptors and threads must be back to the same count, and live
 /// heap bytes within `allocationTolerance`, which is below one leaked allocation per cycle.
 /// A failing child prints the three totals.
-@Suite("Leak loops", .timeLimit(.minutes(2)))
+@Suite("Leak loops", .timeLimit(.minutes(3)))
 struct LeakLoopTests {
   @Test("threads: spawn (with an exit-request handler capturing the thread) and join")
   func threads() async {

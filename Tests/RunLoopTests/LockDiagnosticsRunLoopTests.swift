@@ -24,7 +24,7 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// The deadlock watchdog and the held-lock check of run-loop callbacks, with named toolkit
 /// threads. Each test switches a process-wide detector on, so each runs as an exit test in a
 /// fresh process; the child's findings go to standard error (the default handler).
-@Suite("Lock diagnostics on threads and run loops", .timeLimit(.minutes(1)))
+@Suite("Lock diagnostics on threads and run loops", .timeLimit(.minutes(3)))
 struct LockDiagnosticsRunLoopTests {
   @Test("three threads in a lock cycle are found by the watchdog with their names, their waits marked timed")
   func watchdogFindsThreeThreadCycle() async {

@@ -24,7 +24,7 @@ private func waitForABlockForNoMode() {
   try? worker.runLoop.performAndWait(inModes: []) {}
 }
 
-@Suite(.timeLimit(.minutes(2))) struct MisuseTests {
+@Suite(.timeLimit(.minutes(3))) struct MisuseTests {
   @Test func runningTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let runLoop = RunLoop.current

@@ -3,7 +3,7 @@ import Sync
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct ModeAndBlockTests {
+@Suite(.timeLimit(.minutes(3))) struct ModeAndBlockTests {
   @Test func commonItemsArePresentInEveryCommonModeIncludingLaterOnes() {
     TestThread.run {
       let runLoop = RunLoop.current

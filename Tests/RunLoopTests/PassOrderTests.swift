@@ -5,7 +5,7 @@ import Testing
 
 /// The exact sequence of one run's observer notifications (GUIDE.md section 3, "The order of
 /// one pass"), each on a fresh thread so its run loop starts empty.
-@Suite(.timeLimit(.minutes(2))) struct PassOrderTests {
+@Suite(.timeLimit(.minutes(3))) struct PassOrderTests {
   @Test func emptyModeReturnsFinishedAtOnceWithoutEntryOrExit() {
     TestThread.run {
       let log = Recorder<String>()

@@ -9,7 +9,7 @@ import Threads
 // TestTimer, written against this toolkit's API. Each test runs on a fresh thread (so its run
 // loop starts empty) unless it needs two.
 
-@Suite("CF scenarios: run results", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: run results", .timeLimit(.minutes(3)))
 struct PeerCFRunResultTests {
   @Test func runInAModeWithNothingReturnsFinishedAtOnceEvenWithALongTimeout() {
     TestThread.run {
@@ -245,7 +245,7 @@ struct PeerCFRunResultTests {
   }
 }
 
-@Suite("CF scenarios: observers", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: observers", .timeLimit(.minutes(3)))
 struct PeerCFObserverTests {
   @Test func observersAtOnePointRunInIncreasingOrderThenInTheOrderAdded() {
     TestThread.run {
@@ -333,7 +333,7 @@ struct PeerCFObserverTests {
   }
 }
 
-@Suite("CF scenarios: version-0 sources", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: version-0 sources", .timeLimit(.minutes(3)))
 struct PeerCFSourceTests {
   @Test func scheduleAndCancelCallbacksFollowEveryModeTheSourceEntersAndLeaves() {
     TestThread.run {
@@ -482,7 +482,7 @@ struct PeerCFSourceTests {
   }
 }
 
-@Suite("CF scenarios: timers", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: timers", .timeLimit(.minutes(3)))
 struct PeerCFTimerTests {
   @Test func aNewTimerKeepsItsFireDateAndRepeatsOnlyWithAPositiveInterval() {
     let fireDate = MonotonicInstant.now
@@ -747,7 +747,7 @@ struct PeerCFTimerTests {
   }
 }
 
-@Suite("CF scenarios: blocks and common modes", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: blocks and common modes", .timeLimit(.minutes(3)))
 struct PeerCFBlockTests {
   @Test func aBlockForAnotherModeWaitsForARunInThatMode() {
     TestThread.run {
@@ -818,7 +818,7 @@ struct PeerCFBlockTests {
   }
 }
 
-@Suite("CF scenarios: getting run loops and ports", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: getting run loops and ports", .timeLimit(.minutes(3)))
 struct PeerCFRunLoopIdentityTests {
   @Test func modeNamesAreCoreFoundationsConstants() {
     #expect(RunLoopMode.common.rawValue == "kCFRunLoopCommonModes")
@@ -899,7 +899,7 @@ struct PeerCFRunLoopIdentityTests {
   }
 }
 
-@Suite("CF scenarios: cross-thread changes and re-entrancy", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: cross-thread changes and re-entrancy", .timeLimit(.minutes(3)))
 struct PeerCFCrossThreadAndReentrancyTests {
   @Test func handledSourceWinsOverAStopAndATimeoutWinsOverAStop() {
     TestThread.run {
@@ -1126,7 +1126,7 @@ struct PeerCFCrossThreadAndReentrancyTests {
   }
 }
 
-@Suite("CF scenarios: timer tolerance", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: timer tolerance", .timeLimit(.minutes(3)))
 struct PeerCFTimerToleranceTests {
   @Test func aRepeatingTimersToleranceIsCappedAtHalfItsInterval() {
     let repeating = RunLoopTimer(after: .seconds(3600), interval: .milliseconds(20), tolerance: .seconds(1)) { _ in }
@@ -1163,7 +1163,7 @@ struct PeerCFTimerToleranceTests {
   }
 }
 
-@Suite("CF scenarios: moving a repeating timer from its callout", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: moving a repeating timer from its callout", .timeLimit(.minutes(3)))
 struct PeerCFTimerCalloutFireDateTests {
   /// `__CFRunLoopDoTimer`: a date set from the callout is honoured only when later than the
   /// date the firing was due at; otherwise the timer continues on its grid.
@@ -1213,7 +1213,7 @@ struct PeerCFTimerCalloutFireDateTests {
   }
 }
 
-@Suite("CF scenarios: work handed over at before-waiting", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: work handed over at before-waiting", .timeLimit(.minutes(3)))
 struct PeerCFBeforeWaitingTests {
   @Test func aSignalAndWakeUpFromABeforeWaitingObserverKeepsTheLoopFromSleeping() {
     TestThread.run {
@@ -1248,7 +1248,7 @@ struct PeerCFBeforeWaitingTests {
   }
 }
 
-@Suite("CF scenarios: modes", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: modes", .timeLimit(.minutes(3)))
 struct PeerCFModeTests {
   /// CFRunLoopRunInMode looks the mode up without creating it; adding an item or queueing a
   /// block for a mode creates it (CFRunLoopPerformBlock "ensures the mode exists").
@@ -1306,7 +1306,7 @@ struct PeerCFModeTests {
   }
 }
 
-@Suite("CF scenarios: many timers", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: many timers", .timeLimit(.minutes(3)))
 struct PeerCFManyTimersTests {
   @Test func aDueTimerMovedLaterByAnEarlierTimersCalloutDoesNotFireInThatPass() {
     TestThread.run {

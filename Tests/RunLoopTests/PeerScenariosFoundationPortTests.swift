@@ -8,7 +8,7 @@ import Testing
 // `MessagePort`'s, covered in PortsMessagePortInvalidationTests and PortsSelfServedTests).
 // Foundation's `send(before:components:from:reserved:)` returns a Bool; the toolkit's
 // `send(_:before:)` throws `PortError` with the guide's status instead.
-@Suite("Foundation scenarios: in-process ports", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: in-process ports", .timeLimit(.minutes(3)))
 struct PeerFoundationPortTests {
   /// A message sent from another thread reaches the handler of a port scheduled in the
   /// receiving thread's run loop, payload intact; a passed deadline still sends when the

@@ -11,7 +11,7 @@ import Threads
 // `Timer` becomes `RunLoopTimer`. Each test runs on a fresh thread (its run loop starts empty)
 // unless it needs two.
 
-@Suite("Foundation scenarios, round 2: running and limit dates", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: running and limit dates", .timeLimit(.minutes(3)))
 struct PeerFoundationRunLoopRound2Tests {
   /// TestRunLoop.test_runLoopRunMode: a repeating timer counts to three while the caller runs
   /// the loop in its mode, one `run(mode:before:)` call at a time.
@@ -146,7 +146,7 @@ struct PeerFoundationRunLoopRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: what keeps a run going", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: what keeps a run going", .timeLimit(.minutes(3)))
 struct PeerFoundationRunLoopEmptyModeRound2Tests {
   /// CFRunLoopRunSpecific: observers alone do not keep a mode alive; the run returns
   /// finished at once, without entry or exit notifications.
@@ -225,7 +225,7 @@ struct PeerFoundationRunLoopEmptyModeRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: timers", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: timers", .timeLimit(.minutes(3)))
 struct PeerFoundationTimerRound2Tests {
   /// TestTimer.test_scheduledTimer: a scheduled timer is in the calling thread's default mode
   /// only, and fires when that loop runs.
@@ -435,7 +435,7 @@ struct PeerFoundationTimerRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: run loop lifetime", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: run loop lifetime", .timeLimit(.minutes(3)))
 struct PeerFoundationRunLoopLifetimeRound2Tests {
   /// TestRunLoop's "main run loop and thread do not retain each other", for a spawned thread:
   /// a thread's run loop is released when the thread ends, even with a repeating timer whose
@@ -467,7 +467,7 @@ struct PeerFoundationRunLoopLifetimeRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: ports and queued work", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: ports and queued work", .timeLimit(.minutes(3)))
 struct PeerFoundationPortsAndQueuedWorkRound2Tests {
   /// TestRunLoop.test_addingRemovingPorts, with a version-0 source standing for the custom
   /// `Port` (its `schedule`/`cancel` callbacks are the port's `schedule(in:forMode:)` and
@@ -554,7 +554,7 @@ struct PeerFoundationPortsAndQueuedWorkRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: changing a timer", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: changing a timer", .timeLimit(.minutes(3)))
 struct PeerFoundationTimerChangeRound2Tests {
   /// CFRunLoopTimerSetNextFireDate on a timer in no run loop yet: the date is kept, and the
   /// timer fires at it once added.
@@ -660,7 +660,7 @@ struct PeerFoundationTimerChangeRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: sources signalled during a pass", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: sources signalled during a pass", .timeLimit(.minutes(3)))
 struct PeerFoundationSignalDuringPassRound2Tests {
   /// `__CFRunLoopDoSources0` collects the signalled sources before firing any: a source
   /// signalled by another source's perform fires in the next pass, so a zero-timeout run (one
@@ -714,7 +714,7 @@ struct PeerFoundationSignalDuringPassRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: extreme dates", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: extreme dates", .timeLimit(.minutes(3)))
 struct PeerFoundationExtremeDatesRound2Tests {
   /// `Date.distantFuture`-like values everywhere: a run with a huge timeout still ends when
   /// its timer leaves the mode; a huge delay, interval or tolerance saturates instead of
@@ -762,7 +762,7 @@ struct PeerFoundationExtremeDatesRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: common-mode bookkeeping", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: common-mode bookkeeping", .timeLimit(.minutes(3)))
 struct PeerFoundationCommonModeBookkeepingRound2Tests {
   /// `CFRunLoopRemoveSource(rl, rls, kCFRunLoopCommonModes)` removes the source from each
   /// common mode, and a direct removal from one common mode leaves the common set's entry:
@@ -813,7 +813,7 @@ struct PeerFoundationCommonModeBookkeepingRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: waiting perform on the calling thread", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: waiting perform on the calling thread", .timeLimit(.minutes(3)))
 struct PeerFoundationPerformOnCallerRound2Tests {
   /// `performSelector:onThread:withObject:waitUntilDone:YES` naming the calling thread
   /// performs at once (the guide's rule, and `RunLoop.performAndWait(on:inModes:before:_:)`'s
@@ -840,7 +840,7 @@ struct PeerFoundationPerformOnCallerRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: work handed to a loop asleep without a deadline", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: work handed to a loop asleep without a deadline", .timeLimit(.minutes(3)))
 struct PeerFoundationFutexSleepRound2Tests {
   /// Runs `body` once `runLoop` sleeps in a run with no deadline (nothing but a source), then
   /// returns what the run returned; the run is expected to end by a stop from the work.
@@ -929,7 +929,7 @@ struct PeerFoundationFutexSleepRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: observers and nested runs", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: observers and nested runs", .timeLimit(.minutes(3)))
 struct PeerFoundationObserverNestingRound2Tests {
   /// `__CFRunLoopDoObservers` skips an observer that is firing: a run nested in an
   /// observer's callout does not call that observer again, but calls the mode's others, and
@@ -982,7 +982,7 @@ struct PeerFoundationObserverNestingRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: a run loop made as its thread ends", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: a run loop made as its thread ends", .timeLimit(.minutes(3)))
 struct PeerFoundationLateRunLoopRound2Tests {
   /// A run loop first asked for by an exit handler (NSThreadWillExitNotification's observer
   /// using `RunLoop.current`) is still released with its thread: its sources are cancelled

@@ -45,7 +45,7 @@ private final class SocketPair: @unchecked Sendable {
   }
 }
 
-@Suite("libuv/GLib scenarios: descriptor readiness", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: descriptor readiness", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibPollTests {
   @Test("poll: a watched socket reports readable with the peer's data, then hang-up when the peer closes")
   func readableThenHangUp() {
@@ -220,7 +220,7 @@ struct PeerLibuvGLibPollTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: idle, liveness and one-pass runs", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: idle, liveness and one-pass runs", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibLivenessTests {
   @Test("idle_starvation: a source that is always ready does not keep a timer from firing")
   func alwaysReadySourceDoesNotStarveTimers() {
@@ -344,7 +344,7 @@ struct PeerLibuvGLibLivenessTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: removal, recursion and cross-thread changes", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: removal, recursion and cross-thread changes", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibRecursionTests {
   @Test("mainloop: a source removed from its own callback never fires again; signals after are ignored")
   func sourceRemovedInItsOwnCallback() {
@@ -521,7 +521,7 @@ struct PeerLibuvGLibRecursionTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: descriptors across modes and nested runs", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: descriptors across modes and nested runs", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibDescriptorModeTests {
   @Test("recursion with a descriptor: a handler that runs the loop nested is not re-entered for the same readiness")
   func descriptorHandlerIsNotReentered() {
@@ -637,7 +637,7 @@ struct PeerLibuvGLibDescriptorModeTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: handles closed while the loop waits", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: handles closed while the loop waits", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibClosingTests {
   @Test("unref_in_prepare_cb: the only item removed by a before-waiting observer ends the run instead of a sleep")
   func lastItemRemovedBeforeWaiting() {
@@ -755,7 +755,7 @@ struct PeerLibuvGLibClosingTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: periodic timers, dropped handles, prepare/check", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: periodic timers, dropped handles, prepare/check", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibPeriodicTests {
   @Test("test_timeouts: repeating timers of 10, 25 and 33 ms over 105 ms never fire ahead of their grid")
   func periodicTimersNeverRunAhead() {
@@ -887,7 +887,7 @@ struct PeerLibuvGLibPeriodicTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: nested dispatch and invoke", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: nested dispatch and invoke", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibNestedDispatchTests {
   @Test(
     "recursion: descriptors ready in one pass; the first handler's nested run fires the second, which then fires once")
@@ -938,7 +938,7 @@ struct PeerLibuvGLibNestedDispatchTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: cross-thread ping-pong and close order", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: cross-thread ping-pong and close order", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibPingPongTests {
   @Test(
     "async ping-pong: two loops hand a token back and forth with signalAndWakeUp; no hand-off is lost",
@@ -1023,7 +1023,7 @@ struct PeerLibuvGLibPingPongTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: timers changed from another thread", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: timers changed from another thread", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibTimerChangeTests {
   /// Runs a loop on a new thread with `timer` in its default mode until the timer's callback
   /// stops it; once the loop sleeps (after `firstFirings` firings), `change` runs on this
@@ -1086,7 +1086,7 @@ struct PeerLibuvGLibTimerChangeTests {
   }
 }
 
-@Suite("libuv/GLib scenarios: descriptor misuse", .timeLimit(.minutes(1)))
+@Suite("libuv/GLib scenarios: descriptor misuse", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibDescriptorMisuseTests {
   @Test(
     "poll_multiple_handles: a second source for a descriptor the loop already watches stops the process (FileDescriptorSource's doc)"

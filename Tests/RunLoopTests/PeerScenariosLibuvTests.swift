@@ -15,7 +15,7 @@ import Threads
 // `UV_RUN_NOWAIT` is a run with a zero timeout, and `uv_backend_fd` with
 // `uv_run(UV_RUN_NOWAIT)` is `pollDescriptor` with `runDueWork()`.
 
-@Suite("libuv scenarios: async wake-ups", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: async wake-ups", .timeLimit(.minutes(3)))
 struct PeerLibuvAsyncTests {
   @Test(
     "async: many sends from several threads coalesce, and a callback runs after the last send",
@@ -194,7 +194,7 @@ struct PeerLibuvAsyncTests {
   }
 }
 
-@Suite("libuv scenarios: stopping a loop", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: stopping a loop", .timeLimit(.minutes(3)))
 struct PeerLibuvLoopStopTests {
   @Test("loop_stop: stop from a timer ends the run after that pass; later runs continue where it left off")
   func stopFromATimer() {
@@ -262,7 +262,7 @@ struct PeerLibuvLoopStopTests {
   }
 }
 
-@Suite("libuv scenarios: timers", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: timers", .timeLimit(.minutes(3)))
 struct PeerLibuvTimerTests {
   @Test("timer: one-shot timers fire once each, a repeating one until it stops itself, a stopped one never; none early")
   func basicTimers() {
@@ -564,7 +564,7 @@ private final class EmbedPoller: @unchecked Sendable {
   }
 }
 
-@Suite("libuv scenarios: embedding a loop in another's poll", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: embedding a loop in another's poll", .timeLimit(.minutes(3)))
 struct PeerLibuvEmbedTests {
   /// Runs the loop of the calling thread the way libuv's external loop does: another thread
   /// polls its descriptor; each time it is readable, one `runDueWork()` here, until
@@ -675,7 +675,7 @@ struct PeerLibuvEmbedTests {
   }
 }
 
-@Suite("libuv scenarios: thread pool with several event loops", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: thread pool with several event loops", .timeLimit(.minutes(3)))
 struct PeerLibuvThreadPoolLoopsTests {
   @Test(
     "threadpool_multiple_event_loops: work from several loop threads runs on the pool and each completion runs on its own loop's thread"

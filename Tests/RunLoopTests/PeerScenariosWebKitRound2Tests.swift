@@ -12,7 +12,7 @@ import Threads
 
 private let scale = isRunningUnderSanitizer ? 10 : 1
 
-@Suite("WebKit WTF scenarios, round 2: messages, sync dispatch, timers", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios, round 2: messages, sync dispatch, timers", .timeLimit(.minutes(3)))
 struct PeerWebKitRunLoopRound2Tests {
   @Test(
     "several threads each sending many waited-for messages to one thread: every one ran there, once (ThreadMessages)")

@@ -33,7 +33,7 @@ private final class DeinitProbe: Sendable {
   deinit { onDeinit() }
 }
 
-@Suite("WebKit WTF scenarios: RunLoop", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: RunLoop", .timeLimit(.minutes(3)))
 struct PeerWebKitRunLoopTests {
   @Test("a block whose captures queue a new block on the same loop when released does not deadlock")
   func captureDeinitQueuesBlockOnSameLoop() throws {
@@ -413,7 +413,7 @@ struct PeerWebKitRunLoopTests {
   }
 }
 
-@Suite("WebKit WTF scenarios: WorkQueue on a run-loop thread", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: WorkQueue on a run-loop thread", .timeLimit(.minutes(3)))
 struct PeerWebKitWorkQueueTests {
   @Test("a serial queue runs its blocks one after another in order (Simple)")
   func serialQueueKeepsOrder() throws {

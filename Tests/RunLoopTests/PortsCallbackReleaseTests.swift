@@ -10,7 +10,7 @@ private final class OnDeinit: Sendable {
   deinit { body() }
 }
 
-@Suite("Ports: invalidation handlers are run and released outside the port's locks", .timeLimit(.minutes(1)))
+@Suite("Ports: invalidation handlers are run and released outside the port's locks", .timeLimit(.minutes(3)))
 struct PortsCallbackReleaseTests {
   @Test("a handler set after the invalidation was reported runs at once, as the first one did")
   func handlerSetAfterReportedInvalidationRuns() throws {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import RunLoop
 
-@Suite("Ports: messages that wait are delivered", .timeLimit(.minutes(1)))
+@Suite("Ports: messages that wait are delivered", .timeLimit(.minutes(3)))
 struct PortsDeliveryTests {
   @Test("a message sent before the port is added to a run loop is delivered by the loop's next run")
   func messageSentBeforeAddIsDelivered() throws {

@@ -5,7 +5,7 @@ import Testing
 
 @testable import RunLoop
 
-@Suite("Ports: per-user directory", .timeLimit(.minutes(2)))
+@Suite("Ports: per-user directory", .timeLimit(.minutes(3)))
 struct PortsDirectoryTests {
   @Test("a missing directory is created with mode 0700")
   func creates() throws {

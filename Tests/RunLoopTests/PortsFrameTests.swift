@@ -2,7 +2,7 @@ import Testing
 
 @testable import RunLoop
 
-@Suite("Ports: frames and names", .timeLimit(.minutes(2)))
+@Suite("Ports: frames and names", .timeLimit(.minutes(3)))
 struct PortsFrameTests {
   static let samples: [Frame] = [
     Frame(kind: .oneWay, msgid: 100, sequence: 1, replyPortName: "com.MyApp.Thread-7", payload: []),

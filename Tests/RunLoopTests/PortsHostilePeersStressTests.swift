@@ -8,7 +8,7 @@ import Testing
 /// Pauses a hostile peer between moves: pacing what it does, not waiting for anything.
 private func pace(_ microseconds: UInt32) { _ = usleep(microseconds) }
 
-@Suite("Ports: a server among hostile peers", .timeLimit(.minutes(1)))
+@Suite("Ports: a server among hostile peers", .timeLimit(.minutes(3)))
 struct PortsHostilePeersStressTests {
   @Test(
     "garbage senders, non-readers, slowloris peers and a connection flood leave a legitimate client's p99 under 500 ms")

@@ -63,7 +63,7 @@ private final class PendingRequest: Sendable {
   }
 }
 
-@Suite("Ports: MessagePort invalidation is prompt, remote ports are shared", .timeLimit(.minutes(1)))
+@Suite("Ports: MessagePort invalidation is prompt, remote ports are shared", .timeLimit(.minutes(3)))
 struct PortsMessagePortInvalidationTests {
   /// How long a step that must not wait for the busy handler may take before the test
   /// calls it blocked (the handler stays busy until the test ends it, so a blocked step

@@ -46,7 +46,7 @@ func portsChildServer(_ name: String) {
   exit(1)
 }
 
-@Suite("Ports: MessagePort", .timeLimit(.minutes(2)))
+@Suite("Ports: MessagePort", .timeLimit(.minutes(3)))
 struct PortsMessagePortTests {
   @Test("creating a local port under a registered name returns the existing port")
   func existingName() throws {
@@ -219,7 +219,7 @@ private func openDescriptorCount() -> Int {
   return count - 3  // ".", "..", and the directory's own descriptor
 }
 
-@Suite("Ports: MessagePort registration failures, send timeouts, remote validity", .timeLimit(.minutes(1)))
+@Suite("Ports: MessagePort registration failures, send timeouts, remote validity", .timeLimit(.minutes(3)))
 struct PortsMessagePortEdgeTests {
   // A stale directory (anything unlink refuses) at the socket's path makes registration fail
   // after the listener opened its descriptors: it closes them once, and leaves the claim.

@@ -92,7 +92,7 @@ extension NamedPortConnection {
   }
 }
 
-@Suite("Ports: named transport", .timeLimit(.minutes(2)))
+@Suite("Ports: named transport", .timeLimit(.minutes(3)))
 struct PortsNamedTransportTests {
   @Test("request/reply and one-way messages between two threads, handled on the serving thread")
   func requestReply() throws {
@@ -236,7 +236,7 @@ struct PortsNamedTransportTests {
   }
 }
 
-@Suite("Ports: name claim files", .timeLimit(.minutes(1)))
+@Suite("Ports: name claim files", .timeLimit(.minutes(3)))
 struct PortsClaimFileTests {
   /// The names directly inside `path`.
   func entries(_ path: String) -> [String] {

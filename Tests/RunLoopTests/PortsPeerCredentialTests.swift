@@ -5,7 +5,7 @@ import Testing
 
 @testable import RunLoop
 
-@Suite("Ports: peer credentials (SO_PEERCRED)", .timeLimit(.minutes(2)))
+@Suite("Ports: peer credentials (SO_PEERCRED)", .timeLimit(.minutes(3)))
 struct PortsPeerCredentialTests {
   @Test("a socket pair reports this process's pid, uid and gid")
   func ownCredentials() throws {

@@ -6,7 +6,7 @@ import Threads
 
 @testable import RunLoop
 
-@Suite("Ports: perform requests", .timeLimit(.minutes(2)))
+@Suite("Ports: perform requests", .timeLimit(.minutes(3)))
 struct PortsPerformTests {
   @Test("performAndWait on another thread: runs there, before the call returns")
   func performAndWaitRunsOnTheTargetBeforeReturning() throws {

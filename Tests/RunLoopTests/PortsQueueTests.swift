@@ -13,7 +13,7 @@ func portsIsReadable(_ descriptor: Int32) -> Bool {
   return ready == 1
 }
 
-@Suite("Ports: bounded in-process queue and Port", .timeLimit(.minutes(2)))
+@Suite("Ports: bounded in-process queue and Port", .timeLimit(.minutes(3)))
 struct PortsQueueTests {
   @Test("messages come out in the order they went in")
   func fifo() throws {

@@ -35,7 +35,7 @@ final class PortsPipe: @unchecked Sendable {
   }
 }
 
-@Suite("Ports: in run loops", .timeLimit(.minutes(2)))
+@Suite("Ports: in run loops", .timeLimit(.minutes(3)))
 struct PortsRunLoopTests {
   @Test("a port scheduled in a run loop delivers every message, in order, on the loop's thread")
   func portDelivers() throws {
@@ -259,7 +259,7 @@ struct PortsRunLoopTests {
   }
 }
 
-@Suite("Ports: run-loop edge cases", .timeLimit(.minutes(2)))
+@Suite("Ports: run-loop edge cases", .timeLimit(.minutes(3)))
 struct PortsRunLoopEdgeTests {
   @Test("a descriptor source's handler runs on the thread of the loop that watches it")
   func handlerThread() {

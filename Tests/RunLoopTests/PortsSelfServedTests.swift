@@ -6,7 +6,7 @@ import Testing
 
 /// Requests to a named port that only the sending thread serves: answered at once on that
 /// thread instead of waiting for a reply only it could produce.
-@Suite("Ports: MessagePort served by the sending thread", .timeLimit(.minutes(2)))
+@Suite("Ports: MessagePort served by the sending thread", .timeLimit(.minutes(3)))
 struct PortsSelfServedTests {
   @Test("a request to a port scheduled in the sender's own run loop is answered at once")
   func scheduledInOwnRunLoop() {

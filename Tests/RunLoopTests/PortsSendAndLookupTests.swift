@@ -6,7 +6,7 @@ import Sync
 import TestSupport
 import Testing
 
-@Suite("Ports: send limits and failed lookups", .timeLimit(.minutes(1)))
+@Suite("Ports: send limits and failed lookups", .timeLimit(.minutes(3)))
 struct PortsSendAndLookupTests {
   @Test(
     "the receive timeout is the wait for the reply: a handler slower than it times out however long the send timeout")

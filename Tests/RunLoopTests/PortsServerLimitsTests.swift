@@ -32,7 +32,7 @@ let portsBigReplyHandler: @Sendable (Frame) -> [UInt8]? = { frame in
   frame.msgid == 1 ? [UInt8](repeating: 7, count: 1 << 20) : [UInt8(truncatingIfNeeded: frame.msgid)]
 }
 
-@Suite("Ports: server limits and peers that do not cooperate", .timeLimit(.minutes(1)))
+@Suite("Ports: server limits and peers that do not cooperate", .timeLimit(.minutes(3)))
 struct PortsServerLimitsTests {
   @Test("out of descriptors, a port stops accepting instead of spinning, reports it once, and accepts again later")
   func descriptorExhaustionPausesAccepting() async throws {

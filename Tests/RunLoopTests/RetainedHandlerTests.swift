@@ -16,7 +16,7 @@ private final class CountedCapture: Sendable {
 /// What the toolkit keeps of a user's blocks and handlers once they can no longer run: a
 /// delayed perform after it fired, was cancelled or its timer invalidated; a port's handlers
 /// after invalidation; a thread's exit-request handlers after the thread ended.
-@Suite("Retained handlers and blocks", .timeLimit(.minutes(1)))
+@Suite("Retained handlers and blocks", .timeLimit(.minutes(3)))
 struct RetainedHandlerTests {
   /// 1,000 requests each way (fewer under a sanitizer, which slows each one down).
   private static let requests = isRunningUnderSanitizer ? 200 : 1_000

@@ -8,7 +8,7 @@ import Threads
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(3)))
 struct RunLoopMetricsTests {
   @Test func metricsCountPassesSourcesTimersBlocksAndObserverCalls() {
     let metrics = Box<RunLoopMetrics?>(nil)

@@ -20,7 +20,7 @@ private final class HandleSlot: @unchecked Sendable {
   var worker: RunLoopThread?
 }
 
-@Suite(.timeLimit(.minutes(1))) struct RunLoopThreadTests {
+@Suite(.timeLimit(.minutes(3))) struct RunLoopThreadTests {
   @Test func startReturnsOnceTheThreadsRunLoopServesRequests() throws {
     // Repeated: a request made right after start must never find the thread without a loop.
     for _ in 0..<20 {

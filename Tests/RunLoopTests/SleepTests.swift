@@ -11,7 +11,7 @@ import Testing
 /// How a run loop sleeps: on its futex when it has nothing to wait for but wake-ups, in
 /// epoll (with the timerfd) otherwise, and how work that appears during a futex sleep moves
 /// it to epoll. Each run here has no deadline, so only the behaviour under test can end it.
-@Suite("RunLoop sleeping", .timeLimit(.minutes(2)))
+@Suite("RunLoop sleeping", .timeLimit(.minutes(3)))
 struct SleepTests {
   /// Starts a thread that adds `source` to its run loop and runs it with no deadline until
   /// stopped; returns the thread, the loop (once created) and where the run's result lands.

@@ -3,7 +3,7 @@ import Sync
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct SourceTests {
+@Suite(.timeLimit(.minutes(3))) struct SourceTests {
   @Test func scheduleAndCancelReceiveTheRunLoopAndMode() {
     let log = Recorder<String>()
     let source = RunLoopSource(

@@ -13,7 +13,7 @@ import Threads
 /// may be lost: a waker that finds the loop watching only sets the pending flag, and the loop
 /// must see it. These scenarios keep the loop's sleeps short (each request answered at
 /// once), so with the switch on the loop watches at nearly every sleep.
-@Suite("RunLoop: watching for a wake-up before a short sleep", .timeLimit(.minutes(1)))
+@Suite("RunLoop: watching for a wake-up before a short sleep", .timeLimit(.minutes(3)))
 struct SpinBeforeSleepTests {
   @Test("on by default, and settable from any thread")
   func onByDefaultAndSettable() throws {

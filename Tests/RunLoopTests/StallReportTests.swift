@@ -68,7 +68,7 @@ func runOnThread(named name: String, _ body: @escaping @Sendable () -> Void) {
 
 /// In-process tests of the stall monitor. Serialized: they share the process's diagnostics
 /// switches and handler (no other suite sets them in-process).
-@Suite(.serialized, .timeLimit(.minutes(1)))
+@Suite(.serialized, .timeLimit(.minutes(3)))
 struct StallReportTests {
   static let threshold = Duration.milliseconds(20)
 

@@ -5,7 +5,7 @@ import Testing
 
 /// Every public operation may be called from any thread (the Core Foundation rule): several
 /// threads add, signal and invalidate sources and timers while the loop runs.
-@Suite(.timeLimit(.minutes(2))) struct StressTests {
+@Suite(.timeLimit(.minutes(3))) struct StressTests {
   @Test func concurrentSourcesAndTimersWhileTheLoopRuns() {
     let workers = 4
     let rounds = 200

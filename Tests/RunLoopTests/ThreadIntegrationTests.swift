@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 import Threads
 
-@Suite(.timeLimit(.minutes(2))) struct ThreadIntegrationTests {
+@Suite(.timeLimit(.minutes(3))) struct ThreadIntegrationTests {
   @Test func exitRequestStopsTheThreadsSleepingRunLoop() {
     let loopBox = Box<RunLoop?>(nil)
     let log = Recorder<String>()

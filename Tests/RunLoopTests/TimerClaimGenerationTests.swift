@@ -8,7 +8,7 @@ import Testing
 /// gets one of that loop's new generations when the loop claims it, so entries left from an
 /// earlier stay never match it, even if it is invalidated before the loop schedules it and
 /// re-armed before the loop removes it.
-@Suite("RunLoop timer generations", .timeLimit(.minutes(1)))
+@Suite("RunLoop timer generations", .timeLimit(.minutes(3)))
 struct TimerClaimGenerationTests {
   @Test("a timer invalidated right after being claimed and then re-armed does not match its old entries")
   func claimAssignsAFreshGeneration() {

@@ -7,7 +7,7 @@ import Testing
   import Glibc
 #endif
 
-@Suite(.timeLimit(.minutes(2))) struct TimerTests {
+@Suite(.timeLimit(.minutes(3))) struct TimerTests {
   @Test func oneShotTimerNeverFiresEarly() {
     TestThread.run {
       let firedAt = Box<MonotonicInstant?>(nil)

@@ -11,7 +11,7 @@ import Threads
 /// Each run here has a five-second deadline that only a regression reaches: the behaviour
 /// under test ends it long before. Latches and observers say where the loop is; no test
 /// waits for time to pass.
-@Suite("RunLoop wake-ups and run results", .timeLimit(.minutes(1)))
+@Suite("RunLoop wake-ups and run results", .timeLimit(.minutes(3)))
 struct WakeAndRunCorrectnessTests {
   /// The deadline no passing run reaches.
   static let bound: Duration = .seconds(5)

@@ -8,7 +8,7 @@ import Threads
 /// A waker that hands a watching loop work on the loop's own CPU yields that CPU to it
 /// (`wakeUpYieldingToWatcher`, an executor's enqueue): the loop runs the work before the
 /// waker goes on, as a loop woken from a sleep would by preempting its waker.
-@Suite("RunLoop: a waker on the loop's CPU yields to the watching loop", .serialized, .timeLimit(.minutes(1)))
+@Suite("RunLoop: a waker on the loop's CPU yields to the watching loop", .serialized, .timeLimit(.minutes(3)))
 struct WakerYieldsToWatcherTests {
   /// Both threads on one CPU; returns in how many of `rounds` the loop had run the source's
   /// handler by the time the waker's wake-up call returned, and how many were handled.

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("AtomicBool", .timeLimit(.minutes(2)))
+@Suite("AtomicBool", .timeLimit(.minutes(3)))
 struct AtomicBoolTests {
   @Test("operations return the value before, compare-exchange reports what it saw")
   func operations() {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("AtomicInteger", .timeLimit(.minutes(2)))
+@Suite("AtomicInteger", .timeLimit(.minutes(3)))
 struct AtomicIntegerTests {
   @Test("returned values: fetch forms return the old value, the guide's forms the new one")
   func returnedValues() {

@@ -24,7 +24,7 @@ private final class Snapshot: @unchecked Sendable {
   }
 }
 
-@Suite("AtomicReference", .timeLimit(.minutes(2)))
+@Suite("AtomicReference", .timeLimit(.minutes(3)))
 struct AtomicReferenceTests {
   @Test("load, store, exchange and compare-exchange by identity, nil included")
   func operations() {

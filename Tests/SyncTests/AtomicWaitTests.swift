@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("AtomicInteger wait and wake", .timeLimit(.minutes(2)))
+@Suite("AtomicInteger wait and wake", .timeLimit(.minutes(3)))
 struct AtomicWaitTests {
   @Test("wait returns at once, without timing out, when the value already differs")
   func valueAlreadyDiffers() {

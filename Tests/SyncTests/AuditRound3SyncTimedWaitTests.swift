@@ -7,7 +7,7 @@ import Testing
 /// whose timespec holds the largest seconds count the clock has.
 private let almostNever = MonotonicInstant.distantFuture - .nanoseconds(1)
 
-@Suite("Audit round 3: MonotonicInstant extremes", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: MonotonicInstant extremes", .timeLimit(.minutes(3)))
 struct AuditRound3MonotonicInstantTests {
   @Test("the duration between the extreme instants is exact (it fits in a Duration)")
   func durationBetweenExtremes() {
@@ -47,7 +47,7 @@ struct AuditRound3MonotonicInstantTests {
   }
 }
 
-@Suite("Audit round 3: deadlines just short of distantFuture", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: deadlines just short of distantFuture", .timeLimit(.minutes(3)))
 struct AuditRound3HugeDeadlineTests {
   @Test("a semaphore waits with the largest real deadline and is woken")
   func semaphore() {
@@ -213,7 +213,7 @@ struct AuditRound3HugeDeadlineTests {
   }
 }
 
-@Suite("Audit round 3: self-deadlock with a passed deadline", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: self-deadlock with a passed deadline", .timeLimit(.minutes(3)))
 struct AuditRound3PassedDeadlineMisuseTests {
   @Test("Lock.lock(before: distantPast) by the holder stops the process")
   func lock() async {
@@ -354,7 +354,7 @@ private struct Shuffle {
   }
 }
 
-@Suite("Audit round 3: timeouts racing wake-ups", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: timeouts racing wake-ups", .timeLimit(.minutes(3)))
 struct AuditRound3TimeoutRaceTests {
   @Test("semaphore: timed waiters giving up never swallow a permit or a wake-up")
   func semaphorePermitsConserved() {
@@ -520,7 +520,7 @@ private func relaxForTests() {
   }
 }
 
-@Suite("Audit round 3: Once error path", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: Once error path", .timeLimit(.minutes(3)))
 struct AuditRound3OnceTests {
   @Test("a thread blocked while the body throws runs the body itself afterwards")
   func waiterRunsAfterThrow() {
@@ -554,7 +554,7 @@ struct AuditRound3OnceTests {
   }
 }
 
-@Suite("Audit round 3: SharedMemoryRegion errors", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: SharedMemoryRegion errors", .timeLimit(.minutes(3)))
 struct AuditRound3SharedMemoryRegionTests {
   @Test("mapping an invalid descriptor throws badFileDescriptor")
   func badDescriptor() {
@@ -596,7 +596,7 @@ struct AuditRound3SharedMemoryRegionTests {
   }
 }
 
-@Suite("Audit round 3: SharedMemoryCondition misuse with a passed deadline", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: SharedMemoryCondition misuse with a passed deadline", .timeLimit(.minutes(3)))
 struct AuditRound3SharedMemoryConditionMisuseTests {
   @Test("a passed-deadline wait on a lock acquired with previousOwnerDied before markConsistent() is misuse too")
   func passedDeadlineBeforeMarkConsistent() async {

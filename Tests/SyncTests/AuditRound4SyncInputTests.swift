@@ -13,7 +13,7 @@ private func childError(_ result: ExitTest.Result?) -> String {
 private let lowestDuration = Duration(attoseconds: .min)
 private let highestDuration = Duration(attoseconds: .max)
 
-@Suite("Audit round 4: THREADING_TOOLKIT_DIAGNOSTICS bad values", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: THREADING_TOOLKIT_DIAGNOSTICS bad values", .timeLimit(.minutes(3)))
 struct AuditRound4DiagnosticsGrammarTests {
   private func refusal(_ text: String) -> String? {
     if case .failure(let error) = Diagnostics.parse(text) { return error.message }
@@ -117,7 +117,7 @@ struct AuditRound4DiagnosticsGrammarTests {
   }
 }
 
-@Suite("Audit round 4: diagnostics option setters at the extremes", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: diagnostics option setters at the extremes", .timeLimit(.minutes(3)))
 struct AuditRound4DiagnosticsSetterTests {
   @Test("zero, negative and extreme durations are raised to 1 ms or saturate, never trap")
   func durationExtremes() async {
@@ -164,7 +164,7 @@ struct AuditRound4DiagnosticsSetterTests {
   }
 }
 
-@Suite("Audit round 4: count arguments", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: count arguments", .timeLimit(.minutes(3)))
 struct AuditRound4CountTests {
   @Test("Semaphore(value: Int.max) stops the process naming the value")
   func semaphoreHugeValue() async {
@@ -295,7 +295,7 @@ struct AuditRound4CountTests {
   }
 }
 
-@Suite("Audit round 4: timeouts at the Duration extremes", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: timeouts at the Duration extremes", .timeLimit(.minutes(3)))
 struct AuditRound4DurationExtremeTests {
   /// Runs `body` on a second thread while the calling thread holds nothing else; checks it
   /// returns within 5 s.
@@ -440,7 +440,7 @@ struct AuditRound4DurationExtremeTests {
   }
 }
 
-@Suite("Audit round 4: ProcessLock paths", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: ProcessLock paths", .timeLimit(.minutes(3)))
 struct AuditRound4ProcessLockPathTests {
   @Test("a path with a NUL byte is refused, never cut short to another lock's file")
   func nulInPath() throws {
@@ -505,7 +505,7 @@ struct AuditRound4ProcessLockPathTests {
   }
 }
 
-@Suite("Audit round 4: shared memory bad input", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: shared memory bad input", .timeLimit(.minutes(3)))
 struct AuditRound4SharedMemoryInputTests {
   @Test("an anonymous region of Int.max bytes throws noMemory")
   func hugeAnonymous() {
@@ -557,7 +557,7 @@ struct AuditRound4SharedMemoryInputTests {
   }
 }
 
-@Suite("Audit round 4: read-lock limit", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: read-lock limit", .timeLimit(.minutes(3)))
 struct AuditRound4ReadLimitTests {
   @Test("at the read-lock limit tryReadLock fails and readLock(timeout: .zero) stops the process")
   func readLimit() async {
@@ -576,7 +576,7 @@ struct AuditRound4ReadLimitTests {
   }
 }
 
-@Suite("Audit round 4: seeded model checks", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: seeded model checks", .timeLimit(.minutes(3)))
 struct AuditRound4ModelTests {
   @Test(
     "semaphore, recursive lock, read-write lock, condition lock and latch follow a simple model", arguments: [1, 2, 3])
@@ -726,7 +726,7 @@ struct AuditRound4ModelTests {
   }
 }
 
-@Suite("Audit round 4: re-entry from callbacks", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: re-entry from callbacks", .timeLimit(.minutes(3)))
 struct AuditRound4ReentryTests {
   @Test("a LockedValue predicate that takes the same lock is reported as a self-deadlock, not a hang")
   func predicateTakesLock() async {
@@ -835,7 +835,7 @@ struct AuditRound4ReentryTests {
   }
 }
 
-@Suite("Audit round 4: error text for unnamed codes", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: error text for unnamed codes", .timeLimit(.minutes(3)))
 struct AuditRound4ErrorTextTests {
   @Test("a code without a name prints as its doc says: errno N (Unknown error N)")
   func unnamedCode() {
@@ -858,7 +858,7 @@ private final class Flag: @unchecked Sendable {
   func wait() { while !isRaised { sched_yield() } }
 }
 
-@Suite("Audit round 4: a predicate that releases the lock", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: a predicate that releases the lock", .timeLimit(.minutes(3)))
 struct AuditRound4PredicateReleaseTests {
   // The predicate of `wait(until:)` runs with the lock held; one that releases it (and
   // returns false) lets another thread take the lock before the wait's own release. That
@@ -967,7 +967,7 @@ struct AuditRound4PredicateReleaseTests {
   }
 }
 
-@Suite("Audit round 4: a scoped body that releases the lock itself", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: a scoped body that releases the lock itself", .timeLimit(.minutes(3)))
 struct AuditRound4ScopedReleaseTests {
   @Test("withWriteLock whose body unlocked, while another thread took a read lock, stops the process")
   func writeScopeBodyUnlocked() async {
@@ -1012,7 +1012,7 @@ struct AuditRound4ScopedReleaseTests {
   }
 }
 
-@Suite("Audit round 4: SharedMemoryLock.markConsistent from the wrong thread", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: SharedMemoryLock.markConsistent from the wrong thread", .timeLimit(.minutes(3)))
 struct AuditRound4MarkConsistentTests {
   @Test("markConsistent() by a thread that does not hold the recovered lock stops the process")
   func wrongThread() async {
@@ -1048,7 +1048,7 @@ struct AuditRound4MarkConsistentTests {
   }
 }
 
-@Suite("Audit round 4: SharedMemoryLock on memory never initialized", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: SharedMemoryLock on memory never initialized", .timeLimit(.minutes(3)))
 struct AuditRound4UninitializedSharedLockTests {
   // A fresh SharedMemoryRegion is zero-filled, and zero bytes are a valid *default*
   // pthread mutex for glibc (not robust, not process-shared, not error-checking): without
@@ -1083,7 +1083,7 @@ struct AuditRound4UninitializedSharedLockTests {
   }
 }
 
-@Suite("Audit round 4: seeded races with random timeouts", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: seeded races with random timeouts", .timeLimit(.minutes(3)))
 struct AuditRound4RandomTimeoutRaceTests {
   /// A timeout drawn from the extremes and the small values: negative, zero, tiny, huge.
   private static func timeout(_ random: inout SeededGenerator) -> Duration {
@@ -1170,7 +1170,7 @@ struct AuditRound4RandomTimeoutRaceTests {
   }
 }
 
-@Suite("Audit round 4: predicates that throw", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: predicates that throw", .timeLimit(.minutes(3)))
 struct AuditRound4ThrowingPredicateTests {
   struct Refused: Error, Equatable {}
 
@@ -1239,7 +1239,7 @@ struct AuditRound4ThrowingPredicateTests {
   }
 }
 
-@Suite("Audit round 4: barrier rounds with more threads than parties", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: barrier rounds with more threads than parties", .timeLimit(.minutes(3)))
 struct AuditRound4BarrierRoundsTests {
   // Each thread arrives once: with several arrivals per thread, a thread lagging behind
   // can be left without partners once the others have finished theirs.
@@ -1256,7 +1256,7 @@ struct AuditRound4BarrierRoundsTests {
   }
 }
 
-@Suite("Audit round 4: a passed deadline on a free lock still takes it", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: a passed deadline on a free lock still takes it", .timeLimit(.minutes(3)))
 struct AuditRound4PassedDeadlineFreeTests {
   @Test("the one attempt of a passed deadline or the most negative timeout succeeds on every free lock")
   func freeLocks() throws {
@@ -1301,7 +1301,7 @@ struct AuditRound4PassedDeadlineFreeTests {
   }
 }
 
-@Suite("Audit round 4: ProcessLock objects racing", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: ProcessLock objects racing", .timeLimit(.minutes(3)))
 struct AuditRound4ProcessLockRaceTests {
   @Test("objects for one path on racing threads: at most one holds it, and a live owner is never broken")
   func racingObjects() throws {

@@ -25,7 +25,7 @@ private final class Flag: @unchecked Sendable {
   var isSet: Bool { UInt32.atomicLoad(at: word, ordering: .acquiring) == 1 }
 }
 
-@Suite("Audit round 5, abseil: lock-order detector", .timeLimit(.minutes(1)))
+@Suite("Audit round 5, abseil: lock-order detector", .timeLimit(.minutes(3)))
 struct AuditRound5SyncAbseilOrderTests {
   @Test(
     "a lock taken by tryLock orders the locks taken under it; a tryLock against that order is quiet, a blocking lock reports once (DeadlockDetectorBazelWarning)"
@@ -80,7 +80,7 @@ struct AuditRound5SyncAbseilOrderTests {
   }
 }
 
-@Suite("Audit round 5, abseil: conditions of a LockedValue", .timeLimit(.minutes(1)))
+@Suite("Audit round 5, abseil: conditions of a LockedValue", .timeLimit(.minutes(3)))
 struct AuditRound5SyncAbseilConditionTests {
   @Test(
     "a withLock(when:) condition may itself wait on another LockedValue; it is evaluated once at the start and once per withLock that ends (AcquireFromCondition)"
@@ -232,7 +232,7 @@ struct AuditRound5SyncAbseilConditionTests {
   }
 }
 
-@Suite("Audit round 5, abseil: readers queued behind a writer", .timeLimit(.minutes(1)))
+@Suite("Audit round 5, abseil: readers queued behind a writer", .timeLimit(.minutes(3)))
 struct AuditRound5SyncAbseilReaderTests {
   @Test("two readers blocked behind a writer both get in together when it unlocks (MutexReaderWakeupBug)")
   func readersWakeTogether() {

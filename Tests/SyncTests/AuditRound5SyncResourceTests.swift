@@ -172,7 +172,7 @@ private func oneRound(directory: String, index: Int) -> [WeakBox] {
   return weak
 }
 
-@Suite("Audit round 5: resources come back after a thousand objects", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: resources come back after a thousand objects", .timeLimit(.minutes(3)))
 struct AuditRound5SyncResourceTests {
   @Test("descriptors, threads, mappings and diagnostics entries return to their start; every deinit runs")
   func everyObject() async {

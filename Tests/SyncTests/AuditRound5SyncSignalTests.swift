@@ -149,7 +149,7 @@ private func timedUnderSignals(_ name: String, _ call: @escaping @Sendable (Mono
 /// returns the thread to join.
 private func helper(_ body: @escaping @Sendable () -> Void) -> pthread_t { startThread(body) }
 
-@Suite("Audit round 5: timed waits under signals without SA_RESTART", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: timed waits under signals without SA_RESTART", .timeLimit(.minutes(3)))
 struct AuditRound5SyncTimedSignalTests {
   @Test("timed lock calls against a holder: a timeout, never early, errno kept")
   func timedLocks() async {
@@ -320,7 +320,7 @@ struct AuditRound5SyncTimedSignalTests {
   }
 }
 
-@Suite("Audit round 5: untimed waits under signals without SA_RESTART", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: untimed waits under signals without SA_RESTART", .timeLimit(.minutes(3)))
 struct AuditRound5SyncUntimedSignalTests {
   @Test("lock calls wait for the release through the signals, and get the lock")
   func locks() async {
@@ -681,7 +681,7 @@ private func stormLocks() -> [StormLock] {
   return kinds
 }
 
-@Suite("Audit round 5: contended locks under a signal storm", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: contended locks under a signal storm", .timeLimit(.minutes(3)))
 struct AuditRound5SyncContendedSignalTests {
   @Test(
     "timed and untimed contenders bombarded with signals: exclusion holds, every untimed one gets in, none is stranded")
@@ -772,7 +772,7 @@ private func runUnderStorm(_ count: Int, _ body: @escaping @Sendable (Int) -> Vo
   for handle in handles { joinThread(handle) }
 }
 
-@Suite("Audit round 5: hand-offs under a signal storm", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: hand-offs under a signal storm", .timeLimit(.minutes(3)))
 struct AuditRound5SyncHandOffSignalTests {
   @Test("ping-pong through every waiting primitive loses no turn while both sides are bombarded with signals")
   func pingPong() async {

@@ -34,7 +34,7 @@ private func round6LockOutcome<T>(_ body: () throws -> T) -> String {
   }
 }
 
-@Suite("Audit round 6: Sync under resource limits", .timeLimit(.minutes(1)))
+@Suite("Audit round 6: Sync under resource limits", .timeLimit(.minutes(3)))
 struct AuditRound6SyncResourceLimitsTests {
   /// Every ProcessLock call that opens a file, with each number of free descriptors below
   /// what it needs (one for `tryLock`, `owner` and `unlock`; two for the recoveries, which

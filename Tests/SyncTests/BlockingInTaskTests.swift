@@ -46,7 +46,7 @@ private func holdWhileBlocked(_ blockedWaiter: @escaping @Sendable (Lock, Latch)
 /// ``Diagnostics/Kind/blockingInTask``: a thread running a task blocked in a toolkit lock or
 /// condition wait longer than the threshold. Each test switches the process-wide detector
 /// on, so each runs as an exit test in a fresh process; findings go to standard error.
-@Suite("Blocking in a task", .timeLimit(.minutes(1)))
+@Suite("Blocking in a task", .timeLimit(.minutes(3)))
 struct BlockingInTaskTests {
   @Test("the environment grammar takes blocking-in-task and blocking-ms, and all leaves the kind off")
   func grammar() throws {

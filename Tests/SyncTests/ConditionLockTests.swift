@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("ConditionLock", .timeLimit(.minutes(2)))
+@Suite("ConditionLock", .timeLimit(.minutes(3)))
 struct ConditionLockTests {
   @Test("condition starts as given and changes only through unlock(withCondition:)")
   func conditionValue() {

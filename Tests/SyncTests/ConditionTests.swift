@@ -16,7 +16,7 @@ func expectTimedOut(from start: MonotonicInstant, timeout: Duration, sourceLocat
   #expect(waited < timeout + .seconds(5), "returned late after \(waited)", sourceLocation: sourceLocation)
 }
 
-@Suite("Condition", .timeLimit(.minutes(2)))
+@Suite("Condition", .timeLimit(.minutes(3)))
 struct ConditionTests {
   @Test("is a lock: lock, tryLock, unlock, withLock")
   func lockSurface() {

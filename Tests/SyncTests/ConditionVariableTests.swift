@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("ConditionVariable", .timeLimit(.minutes(2)))
+@Suite("ConditionVariable", .timeLimit(.minutes(3)))
 struct ConditionVariableTests {
   @Test("signal under the mutex wakes a predicate waiter")
   func signalWakesWaiter() {

@@ -5,7 +5,7 @@ import Testing
 
 /// The lock detectors across `fork()`: their internal locks may be copied held by a thread
 /// the child does not have, so the child runs with them off.
-@Suite("Diagnostics across fork", .timeLimit(.minutes(1)))
+@Suite("Diagnostics across fork", .timeLimit(.minutes(3)))
 struct DiagnosticsForkTests {
   // Not under ThreadSanitizer or AddressSanitizer: their runtimes support only
   // async-signal-safe calls in the child of a multithreaded fork (a child hung here under

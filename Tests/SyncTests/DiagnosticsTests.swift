@@ -5,7 +5,7 @@ import Testing
 /// The diagnostics core. Everything that changes the process's diagnostics (switches,
 /// handler, environment) runs as an exit test, in a fresh child process: the test process
 /// is shared with the run-loop suites, whose stall tests set them in-process.
-@Suite("Diagnostics core", .timeLimit(.minutes(1)))
+@Suite("Diagnostics core", .timeLimit(.minutes(3)))
 struct DiagnosticsTests {
   @Test("the environment grammar: kinds with and without a mode, all, metrics, stall-ms, later items win")
   func grammar() throws {

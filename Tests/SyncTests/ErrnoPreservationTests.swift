@@ -21,7 +21,7 @@ private func errnoAfterTimeout(_ call: () -> Bool) -> Int32 {
   return succeeded ? -1 : after
 }
 
-@Suite("Lock and wait calls leave errno as they found it", .timeLimit(.minutes(1)))
+@Suite("Lock and wait calls leave errno as they found it", .timeLimit(.minutes(3)))
 struct ErrnoPreservationTests {
   @Test("timed waits that time out")
   func timeouts() {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("Latch", .timeLimit(.minutes(2)))
+@Suite("Latch", .timeLimit(.minutes(3)))
 struct LatchTests {
   @Test("opens after count count-downs; writes before countDown are visible after wait")
   func opens() {

@@ -200,7 +200,7 @@ extension ReadWriteLock {
 /// the starving waiters instead of letting any thread barge in. The time bounds asserted
 /// here are generous (load on the machine, ThreadSanitizer); the benchmark `fairness.` rows
 /// measure the real figures.
-@Suite("Lock fairness", .timeLimit(.minutes(1)))
+@Suite("Lock fairness", .timeLimit(.minutes(3)))
 struct LockFairnessTests {
   @Test(
     "once a waiter has slept over 1 ms, unlock hands it the lock and the releasing thread cannot take it back",
@@ -350,7 +350,7 @@ struct LockFairnessTests {
   }
 }
 
-@Suite("Lock hand-over races", .timeLimit(.minutes(1)))
+@Suite("Lock hand-over races", .timeLimit(.minutes(3)))
 struct LockHandOverRaceTests {
   @Test("a starving waiter that finds its hand-over already taken back takes the free lock instead of sleeping")
   func handOverTakenBackBeforeTheWaiterSleeps() async {
@@ -492,7 +492,7 @@ func starvingWaiterMissesItsHandOver() {
   _exit(waited.load(ordering: .relaxed) == 1 ? 0 : 1)
 }
 
-@Suite("Lock fairness across fork", .timeLimit(.minutes(1)))
+@Suite("Lock fairness across fork", .timeLimit(.minutes(3)))
 struct LockFairnessForkTests {
   // Not under ThreadSanitizer: its runtime supports only async-signal-safe calls in the
   // child of a multithreaded fork.
@@ -507,7 +507,7 @@ struct LockFairnessForkTests {
   }
 }
 
-@Suite("Lock fairness across fork, with threads in the child", .timeLimit(.minutes(1)))
+@Suite("Lock fairness across fork, with threads in the child", .timeLimit(.minutes(3)))
 struct LockFairnessForkSleeperTests {
   // Not under any sanitizer: the child of the exit test's multithreaded process starts a
   // thread, and a sanitizer's runtime state can be copied locked into such a child.
@@ -616,7 +616,7 @@ func forkWithStarvingWaiter(_ subject: HandOverSubject, child: @escaping @Sendab
 /// The interleavings that can lose a starving writer's wake-up, forced through
 /// `ReadWriteLock.beforeStarvingSleep` (a global hook: set inside an exit test, before any
 /// thread starts, so no other test's threads read it).
-@Suite("ReadWriteLock hand-over races", .timeLimit(.minutes(1)))
+@Suite("ReadWriteLock hand-over races", .timeLimit(.minutes(3)))
 struct ReadWriteLockHandOverRaceTests {
   @Test("a starving writer whose hand-over from a writer was taken back before it slept takes the free lock")
   func writersHandOverTakenBack() async {
@@ -731,7 +731,7 @@ func isBlockedInFutex(thread: Int32, on address: UInt) -> Bool {
 /// The spin lock's single-store `unlock()` can miss a waiter that registers at that very
 /// moment; the waiter's time-limited sleep is what recovers it. White box: the lock is freed
 /// with the store alone, as in that race, and the sleeping waiter must still take it.
-@Suite("SpinLock sleeping waiters", .timeLimit(.minutes(1)))
+@Suite("SpinLock sleeping waiters", .timeLimit(.minutes(3)))
 struct SpinLockSleepingWaiterTests {
   @Test("a sleeping waiter whose release woke nobody takes the lock within its time limit")
   func releaseThatWakesNobody() {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("RecursiveLock", .timeLimit(.minutes(2)))
+@Suite("RecursiveLock", .timeLimit(.minutes(3)))
 struct RecursiveMutexTests {
   @Test("the holder re-acquires and must release as often")
   func levels() {
@@ -66,7 +66,7 @@ struct RecursiveMutexTests {
   }
 }
 
-@Suite("ReadWriteLock", .timeLimit(.minutes(2)))
+@Suite("ReadWriteLock", .timeLimit(.minutes(3)))
 struct ReadWriteLockTests {
   @Test("readers share, writers exclude")
   func sharing() {
@@ -272,7 +272,7 @@ struct ReadWriteLockTests {
   }
 }
 
-@Suite("SpinLock", .timeLimit(.minutes(2)))
+@Suite("SpinLock", .timeLimit(.minutes(3)))
 struct SpinLockTests {
   @Test("basics and exact counts under contention")
   func basics() {
@@ -316,7 +316,7 @@ struct SpinLockTests {
   }
 }
 
-@Suite("Locking protocol", .timeLimit(.minutes(2)))
+@Suite("Locking protocol", .timeLimit(.minutes(3)))
 struct LockingProtocolTests {
   static let locks: [@Sendable () -> any Locking] = [
     { Lock() }, { RecursiveLock() }, { ReadWriteLock() }, { SpinLock() },
@@ -334,7 +334,7 @@ struct LockingProtocolTests {
   }
 }
 
-@Suite("MonotonicInstant", .timeLimit(.minutes(2)))
+@Suite("MonotonicInstant", .timeLimit(.minutes(3)))
 struct MonotonicInstantTests {
   @Test("arithmetic saturates and orders")
   func arithmetic() {

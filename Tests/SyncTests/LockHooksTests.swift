@@ -11,7 +11,7 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// detectors as ``LockDiagnosticsTests`` (which go through `Condition`), seen through each
 /// type's own inlined operations. Each test switches a process-wide detector on, so each
 /// runs as an exit test in a fresh process; findings go to standard error.
-@Suite("Lock hooks", .timeLimit(.minutes(1)))
+@Suite("Lock hooks", .timeLimit(.minutes(3)))
 struct LockHooksTests {
   @Test("a Lock and a RecursiveLock taken in both orders are reported, naming both")
   func lockAndRecursiveLockBothOrders() async {

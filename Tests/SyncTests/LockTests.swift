@@ -18,7 +18,7 @@ func expectExactCount(_ lock: some Locking, threads: Int = 4, increments: Int = 
   #expect(counter.value == threads * increments)
 }
 
-@Suite("Lock", .timeLimit(.minutes(2)))
+@Suite("Lock", .timeLimit(.minutes(3)))
 struct MutexTests {
   @Test("lock, tryLock and unlock", arguments: [true, false])
   func basics(checked: Bool) {
@@ -111,7 +111,7 @@ struct MutexTests {
   }
 }
 
-@Suite("Lock misuse", .timeLimit(.minutes(2)))
+@Suite("Lock misuse", .timeLimit(.minutes(3)))
 struct MutexMisuseTests {
   @Test("unlocking an unlocked mutex is reported, checked or not")
   func unlockUnlocked() async {

@@ -46,7 +46,7 @@ extension LockedValue {
 
 /// The lock word keeps the owner's thread tag beside the state bits, so that an uncontended
 /// pair is two compare-and-swaps and nothing else; what the tag answers must stay exact.
-@Suite("Lock word", .timeLimit(.minutes(1)))
+@Suite("Lock word", .timeLimit(.minutes(3)))
 struct LockWordTests {
   @Test(
     "a held lock's word is 1 with the holder's tag above the state bits; a released one is 0",
@@ -98,7 +98,7 @@ struct LockWordTests {
 /// `tryLock()` of every lock on the futex word takes a free lock whose word still counts
 /// starving waiters (left by a hand-over nobody was woken for, or by a fork: the waiters do
 /// not exist in the child), as `lock()` does.
-@Suite("Lock word: tryLock with a starving count left", .timeLimit(.minutes(1)))
+@Suite("Lock word: tryLock with a starving count left", .timeLimit(.minutes(3)))
 struct TryLockWithStarvingCountTests {
   struct Subject: Sendable, CustomTestStringConvertible {
     let testDescription: String
@@ -142,7 +142,7 @@ struct TryLockWithStarvingCountTests {
 
 /// The benchmark switch that turns the bounded wait off, in a process of its own (it is
 /// process-wide, and the fairness tests beside it rely on the bound).
-@Suite("Lock word: the hand-over bound's switch", .timeLimit(.minutes(1)))
+@Suite("Lock word: the hand-over bound's switch", .timeLimit(.minutes(3)))
 struct HandOverBoundSwitchTests {
   @Test("a waiter kept asleep past the threshold counts as starving with the bound on, and never with it off")
   func theSwitchDecidesWhetherAWaiterStarves() async throws {

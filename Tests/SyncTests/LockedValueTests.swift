@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("LockedValue", .timeLimit(.minutes(2)))
+@Suite("LockedValue", .timeLimit(.minutes(3)))
 struct LockedValueTests {
   @Test("withLock gives exclusive access to the value and returns the body's result")
   func basics() {
@@ -107,7 +107,7 @@ struct UniqueResult: ~Copyable {
   var value: Int
 }
 
-@Suite("LockedValue with non-copyable values and predicate waits", .timeLimit(.minutes(1)))
+@Suite("LockedValue with non-copyable values and predicate waits", .timeLimit(.minutes(3)))
 struct LockedValueWaitTests {
   @Test("a non-copyable value is stored in place, lent to bodies, and destroyed once with the lock")
   func nonCopyableValue() {

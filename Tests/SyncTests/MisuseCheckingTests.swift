@@ -3,7 +3,7 @@ import Sync
 import Testing
 
 /// Exit tests: each runs in a fresh child process, where the mode is not decided yet.
-@Suite("Misuse checking mode", .timeLimit(.minutes(1)))
+@Suite("Misuse checking mode", .timeLimit(.minutes(3)))
 struct MisuseCheckingTests {
   @Test("the mode is decided once: every read and every default lock agree with it")
   func decidedOnce() {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("Once", .timeLimit(.minutes(2)))
+@Suite("Once", .timeLimit(.minutes(3)))
 struct OnceTests {
   @Test("runs the body exactly once across many threads; all see its effect")
   func exactlyOnce() {
@@ -64,7 +64,7 @@ struct OnceTests {
   }
 }
 
-@Suite("Lazy", .timeLimit(.minutes(2)))
+@Suite("Lazy", .timeLimit(.minutes(3)))
 struct LazyTests {
   @Test("computes once, on first use, and every thread sees the same value")
   func computesOnce() {

@@ -33,7 +33,7 @@ private final class Cell<Value>: @unchecked Sendable {
   func update(_ body: (inout Value) -> Void) { guardLock.withLock { body(&stored) } }
 }
 
-@Suite("Foundation scenarios, round 2: locks", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: locks", .timeLimit(.minutes(3)))
 struct PeerFoundationLockRound2Tests {
   /// TestNSLock.test_lockWait: `lock(before:)` on a lock another thread holds returns false,
   /// not before the date, and true once the holder lets go.
@@ -156,7 +156,7 @@ struct PeerFoundationLockRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: conditions", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: conditions", .timeLimit(.minutes(3)))
 struct PeerFoundationConditionRound2Tests {
   /// TestNSCondition's waiting pattern: `while !predicate { wait(before:) }` with the state
   /// set and signalled by another thread ends with the predicate true and the lock held.
@@ -230,7 +230,7 @@ struct PeerFoundationConditionRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: condition locks", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: condition locks", .timeLimit(.minutes(3)))
 struct PeerFoundationConditionLockRound2Tests {
   /// TestNSConditionLock.test_lockWhenCondition: `unlock(withCondition:)` hands the lock to
   /// the thread waiting for that value; a waiter for another value keeps waiting.
@@ -330,7 +330,7 @@ struct PeerFoundationConditionLockRound2Tests {
 /// Stress sizes scale down under the sanitizers, which slow each lock operation many times.
 private let round2StressScale = isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer ? 10 : 1
 
-@Suite("Foundation scenarios, round 2: timed locking under contention", .timeLimit(.minutes(2)))
+@Suite("Foundation scenarios, round 2: timed locking under contention", .timeLimit(.minutes(3)))
 struct PeerFoundationTimedLockStressRound2Tests {
   /// TestNSLock.test_threadsAndLocks with deadlines that keep expiring while the lock is
   /// handed around: every success is exclusive, no update is lost, nobody hangs, and the
@@ -401,7 +401,7 @@ struct PeerFoundationTimedLockStressRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: distant dates", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: distant dates", .timeLimit(.minutes(3)))
 struct PeerFoundationDistantDatesRound2Tests {
   /// `Date.distantFuture` and huge `TimeInterval`s, as Foundation's callers pass them: every
   /// timed form accepts a huge timeout (saturating, never trapping) and returns as soon as
@@ -445,7 +445,7 @@ struct PeerFoundationDistantDatesRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: a condition shared by timed and untimed waiters", .timeLimit(.minutes(2)))
+@Suite("Foundation scenarios, round 2: a condition shared by timed and untimed waiters", .timeLimit(.minutes(3)))
 struct PeerFoundationConditionSharedRound2Tests {
   /// NSCondition's producer/consumer pattern with `broadcast()`: untimed consumers in
   /// predicate loops and threads making short timed waits on the same condition share it;

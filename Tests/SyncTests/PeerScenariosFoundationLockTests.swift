@@ -61,7 +61,7 @@ private final class Recorder: @unchecked Sendable {
   var snapshot: [Int] { lock.withLock { elements } }
 }
 
-@Suite("Foundation scenarios: locks", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: locks", .timeLimit(.minutes(3)))
 struct PeerFoundationLockTests {
   /// TestNSLock.test_lockWait: while another thread holds the lock, `lock(before:)` with a
   /// zero, negative or short limit fails (the short one only after waiting it out); once the
@@ -298,7 +298,7 @@ struct PeerFoundationLockTests {
   }
 }
 
-@Suite("Foundation scenarios: conditions", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: conditions", .timeLimit(.minutes(3)))
 struct PeerFoundationConditionTests {
   /// NSCondition `wait(until:)` with nobody signalling returns false once the deadline has
   /// passed (not before), with the lock held again; a passed or zero limit returns false at
@@ -376,7 +376,7 @@ struct PeerFoundationConditionTests {
   }
 }
 
-@Suite("Foundation scenarios: condition locks", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: condition locks", .timeLimit(.minutes(3)))
 struct PeerFoundationConditionLockTests {
   /// `init(condition:)`, `condition`, and the try and deadline forms: a matching condition on
   /// a free lock is taken even with a passed deadline; a different one times out.
@@ -472,7 +472,7 @@ struct PeerFoundationConditionLockTests {
 /// Foundation's non-recursive locks deadlock (or time out) when the holding thread takes
 /// them again; the toolkit's stop the process with a message instead, for every blocking
 /// form, including a deadline form whose deadline has passed.
-@Suite("Foundation scenarios: re-locking on the holding thread", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: re-locking on the holding thread", .timeLimit(.minutes(3)))
 struct PeerFoundationSelfDeadlockTests {
   @Test func aConditionLockTakenAgainByItsHolderStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {

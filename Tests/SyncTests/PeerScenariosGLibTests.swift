@@ -11,7 +11,7 @@ import Testing
 /// atomic operation and lock by an order of magnitude.
 private let contentionRounds = isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer ? 200 : 2_000
 
-@Suite("GLib peer scenarios: Lock and RecursiveLock", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: Lock and RecursiveLock", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibLockTests {
   @Test("tryLock takes a free lock and refuses a held one, the holder's own retry included (mutex3, mutex4)")
   func tryLockOnFreeAndHeldLock() {
@@ -168,7 +168,7 @@ struct PeerScenariosGLibLockTests {
   }
 }
 
-@Suite("GLib peer scenarios: ReadWriteLock", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: ReadWriteLock", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibReadWriteLockTests {
   @Test("write lock, then read lock, each released (rwlock1)")
   func writeThenRead() {
@@ -325,7 +325,7 @@ struct PeerScenariosGLibReadWriteLockTests {
   }
 }
 
-@Suite("GLib peer scenarios: Condition and ConditionVariable", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: Condition and ConditionVariable", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibConditionTests {
   /// GLib's cond1 with `Condition`: a producer hands 1...99 and then -1 twice to two
   /// consumers through one slot, broadcasting every tenth value and signalling the others;
@@ -508,7 +508,7 @@ struct PeerScenariosGLibConditionTests {
   }
 }
 
-@Suite("GLib peer scenarios: Once and Lazy", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: Once and Lazy", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibOnceTests {
   @Test("the initializer runs once; later reads return the same value without running it (once1, once3)")
   func lazyComputesOnce() {
@@ -574,7 +574,7 @@ struct PeerScenariosGLibOnceTests {
   }
 }
 
-@Suite("GLib peer scenarios: atomics", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: atomics", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibAtomicTests {
   /// GLib's `types` test for one integer width: every operation's return value.
   func checkReturnValues<Value: AtomicIntegerValue>(_: Value.Type) {
@@ -715,7 +715,7 @@ struct PeerScenariosGLibAtomicTests {
   }
 }
 
-@Suite("GLib peer scenarios: far deadlines and writer preference", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: far deadlines and writer preference", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibDeadlineEdgeTests {
   /// Deadlines GLib callers compute as `g_get_monotonic_time () + huge` or pass as
   /// `G_MAXINT64`: far in the future, but not the toolkit's `distantFuture` sentinel.
@@ -851,7 +851,7 @@ struct PeerScenariosGLibDeadlineEdgeTests {
   }
 }
 
-@Suite("GLib peer scenarios: wake-ups", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: wake-ups", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibWakeUpTests {
   @Test("a signal or broadcast with nobody waiting is not kept for a later wait (GCond is not a semaphore)")
   func signalIsNotSticky() {
@@ -920,7 +920,7 @@ struct PeerScenariosGLibWakeUpTests {
   }
 }
 
-@Suite("GLib peer scenarios: passed deadlines make one attempt", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: passed deadlines make one attempt", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibPassedDeadlineTests {
   @Test(
     "semaphore, atomic and predicate waits with a passed deadline succeed when they need not wait, else fail at once")

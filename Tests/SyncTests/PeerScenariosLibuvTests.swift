@@ -35,7 +35,7 @@ private final class LockStep: @unchecked Sendable {
   }
 }
 
-@Suite("libuv scenarios: mutexes and read-write locks", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: mutexes and read-write locks", .timeLimit(.minutes(3)))
 struct PeerLibuvMutexTests {
   @Test("thread_mutex: a lock is taken and released; its holder's tryLock fails")
   func mutexLockUnlock() {
@@ -383,7 +383,7 @@ private func sleepFor(_ duration: Duration) {
   while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &request, nil) == EINTR {}
 }
 
-@Suite("libuv scenarios: condition variables", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: condition variables", .timeLimit(.minutes(3)))
 struct PeerLibuvConditionVariableTests {
   // The delays are libuv's 100 ms scaled down: they only shift the interleaving.
   static let delay = Duration.milliseconds(20)
@@ -497,7 +497,7 @@ struct PeerLibuvConditionVariableTests {
   }
 }
 
-@Suite("libuv scenarios: semaphores", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: semaphores", .timeLimit(.minutes(3)))
 struct PeerLibuvSemaphoreTests {
   @Test("semaphore_1: a wait on an empty semaphore returns once another thread posts")
   func waitForPost() {
@@ -606,7 +606,7 @@ struct PeerLibuvSemaphoreTests {
   }
 }
 
-@Suite("libuv scenarios: barriers", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: barriers", .timeLimit(.minutes(3)))
 struct PeerLibuvBarrierTests {
   /// libuv's `worker_config`: a barrier of two, the main thread and one worker each wait
   /// `rounds` times; returns how many `true` each side got.
@@ -686,7 +686,7 @@ struct PeerLibuvBarrierTests {
   }
 }
 
-@Suite("libuv scenarios: once", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: once", .timeLimit(.minutes(3)))
 struct PeerLibuvOnceTests {
   @Test("once whose first body throws: a waiting thread runs it again; exactly one run completes")
   func onceRetriedAfterAThrow() {

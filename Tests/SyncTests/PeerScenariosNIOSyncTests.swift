@@ -48,7 +48,7 @@ private func race(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
   }
 }
 
-@Suite("SwiftNIO atomics scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO atomics scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOAtomicsTests {
   @Test("a contended sum of fetchAdds from many threads loses nothing")
   func largeContendedSum() {
@@ -208,7 +208,7 @@ struct PeerScenariosNIOAtomicsTests {
   }
 }
 
-@Suite("SwiftNIO atomic box scenarios on AtomicReference", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO atomic box scenarios on AtomicReference", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOAtomicReferenceTests {
   @Test("an object stored and loaded is released once the reference and the copies are gone")
   func doesNotLeak() {
@@ -368,7 +368,7 @@ struct PeerScenariosNIOAtomicReferenceTests {
   }
 }
 
-@Suite("SwiftNIO lock and condition lock scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO lock and condition lock scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOLockTests {
   /// Mutual exclusion: the main thread holds the lock (through `hold`/`release`), another
   /// thread announces itself and then blocks in `acquireAndSet`; it must not get through
@@ -521,7 +521,7 @@ private final class Box<Value>: @unchecked Sendable {
   func update<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&unprotected) } }
 }
 
-@Suite("SwiftNIO condition-lock edge cases", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO condition-lock edge cases", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOConditionLockEdgeTests {
   @Test("the extreme Int values survive as conditions and are waited for exactly")
   func extremeValues() {
@@ -568,7 +568,7 @@ struct PeerScenariosNIOConditionLockEdgeTests {
   }
 }
 
-@Suite("SwiftNIO timed waits under wake-ups for other values", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO timed waits under wake-ups for other values", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOTimedWaitChurnTests {
   /// Runs `wait` on this thread while another thread keeps changing the value to others
   /// (`churn`, each change waking the waiter), and returns its outcome and how long it took.

@@ -12,7 +12,7 @@ import Testing
 
 private struct BoxError: Error, Equatable { let code: Int }
 
-@Suite("SwiftNIO locked value box and lock scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO locked value box and lock scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOLockedValueRound2Tests {
   @Test("withLock hands back the body's value, and a thrown error leaves the lock free and the change kept")
   func withLockReturnsAndRethrows() {
@@ -129,7 +129,7 @@ struct PeerScenariosNIOLockedValueRound2Tests {
   }
 }
 
-@Suite("SwiftNIO condition-lock scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO condition-lock scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOConditionLockRound2Tests {
   @Test("a zero timeout for a value not there gives up at once; for the value there it succeeds")
   func zeroTimeoutGivesUpOrSucceedsAtOnce() {
@@ -175,7 +175,7 @@ struct PeerScenariosNIOConditionLockRound2Tests {
   }
 }
 
-@Suite("WebKit WTF lock and condition scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF lock and condition scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerWebKitSyncRound2Tests {
   @Test("tryLock from another thread fails while the lock is held and succeeds once released")
   func tryLockFromAnotherThread() {

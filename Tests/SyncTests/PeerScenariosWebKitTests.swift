@@ -64,7 +64,7 @@ private func runLockStress(_ kind: LockKind, groups: Int, threadsPerGroup: Int, 
 /// Stress loops scale down under the sanitizers, which slow every lock operation tenfold or more.
 private let scale = isRunningUnderThreadSanitizer || isRunningUnderAddressSanitizer ? 10 : 1
 
-@Suite("WebKit WTF scenarios: locks", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: locks", .timeLimit(.minutes(3)))
 struct PeerWebKitLockTests {
   @Test("uncontended short sections count exactly", arguments: LockKind.allCases)
   fileprivate func uncontendedShortSection(_ kind: LockKind) {
@@ -272,7 +272,7 @@ private func runBoundedQueue(_ run: QueueRun, slice: Duration? = nil, consumersF
   expectEveryMessageOnce(queue.received, run)
 }
 
-@Suite("WebKit WTF scenarios: conditions", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: conditions", .timeLimit(.minutes(3)))
 struct PeerWebKitConditionTests {
   @Test("bounded queue over a Lock and two ConditionVariables, notified after unlocking", arguments: queueRuns)
   fileprivate func boundedQueueOverConditionVariables(_ run: QueueRun) {
@@ -444,7 +444,7 @@ private let parkingRuns: [ParkingRun] = [
   ParkingRun(repeats: 10 / scale + 1, threads: 100, singleReleases: 50),  // UnparkOneFiftyThenFiftyAllFast
 ]
 
-@Suite("WebKit WTF scenarios: parking", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: parking", .timeLimit(.minutes(3)))
 struct PeerWebKitParkingTests {
   @Test(
     "Semaphore: parked threads released one at a time, then all, each release lets one through", arguments: parkingRuns)

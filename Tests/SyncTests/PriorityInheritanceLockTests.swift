@@ -30,7 +30,7 @@ func kernelThreadID() -> Int32 {
   return id
 }
 
-@Suite("PriorityInheritanceLock", .timeLimit(.minutes(1)))
+@Suite("PriorityInheritanceLock", .timeLimit(.minutes(3)))
 struct PriorityInheritanceLockTests {
   @Test("the lock word holds the holder's kernel thread id while held, and nothing once free")
   func wordHoldsOwnersThreadID() throws {
@@ -165,7 +165,7 @@ struct PriorityInheritanceLockTests {
   }
 }
 
-@Suite("PriorityInheritanceLock misuse", .timeLimit(.minutes(1)))
+@Suite("PriorityInheritanceLock misuse", .timeLimit(.minutes(3)))
 struct PriorityInheritanceLockMisuseTests {
   @Test("unlock() from a thread that does not hold the lock stops the process")
   func unlockByAnotherThread() async {

@@ -6,7 +6,7 @@ import Testing
 
 /// Stale-lock recovery with racing processes, and names at the lock path that are not lock
 /// files.
-@Suite("ProcessLock recovery and foreign files", .timeLimit(.minutes(1)))
+@Suite("ProcessLock recovery and foreign files", .timeLimit(.minutes(3)))
 struct ProcessLockRecoveryTests {
   // MARK: Racing recovery
 
@@ -141,7 +141,7 @@ func raceRecoveringProcesses(directory: String, racers: Int, acquisitionsEach: I
   for _ in 0..<racers {
     let child = fork()
     if child == 0 {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       for acquisition in 0..<acquisitionsEach {
         if acquisition % 8 == 7 {
           // A holder that crashes: a grandchild takes the lock, leaves its section, and

@@ -29,7 +29,7 @@ struct ScratchDirectory {
   }
 }
 
-@Suite("ProcessLock", .timeLimit(.minutes(2)))
+@Suite("ProcessLock", .timeLimit(.minutes(3)))
 struct ProcessLockTests {
   @Test("tryLock takes a free lock, reports busy for a second object, unlock frees it")
   func tryLockAndUnlock() throws {

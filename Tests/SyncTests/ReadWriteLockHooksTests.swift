@@ -11,7 +11,7 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// deadlock watchdog (a writer waiting for readers) and contention statistics. Each test
 /// switches a process-wide detector on, so each runs as an exit test in a fresh process;
 /// findings go to standard error.
-@Suite("Read-write lock hooks", .timeLimit(.minutes(1)))
+@Suite("Read-write lock hooks", .timeLimit(.minutes(3)))
 struct ReadWriteLockHooksTests {
   @Test("a ReadWriteLock read-locked before a Lock and write-locked after it is reported, naming both")
   func readAndWriteOrdersAgainstALock() async {

@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("Semaphore", .timeLimit(.minutes(2)))
+@Suite("Semaphore", .timeLimit(.minutes(3)))
 struct SemaphoreTests {
   @Test("wait takes, signal returns, tryWait never blocks")
   func counting() {

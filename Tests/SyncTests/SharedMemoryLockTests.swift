@@ -55,7 +55,7 @@ private func holdUntilKilled(_ state: SharedState) -> Int32 {
   while true { pause() }
 }
 
-@Suite("SharedMemoryLock", .timeLimit(.minutes(1)))
+@Suite("SharedMemoryLock", .timeLimit(.minutes(3)))
 struct SharedMemoryLockTests {
   @Test("a holder process killed with SIGKILL: the next locker, in another process, is told and recovers the lock")
   func holderKilledNextLockerRecovers() async {
@@ -233,7 +233,7 @@ struct SharedMemoryLockTests {
   }
 }
 
-@Suite("SharedMemoryCondition", .timeLimit(.minutes(1)))
+@Suite("SharedMemoryCondition", .timeLimit(.minutes(3)))
 struct SharedMemoryConditionTests {
   @Test("a signal in one process wakes a waiter in another")
   func signalWakesAnotherProcess() async {
@@ -384,7 +384,7 @@ struct SharedMemoryConditionTests {
   }
 }
 
-@Suite("SharedMemoryLock misuse", .timeLimit(.minutes(1)))
+@Suite("SharedMemoryLock misuse", .timeLimit(.minutes(3)))
 struct SharedMemoryLockMisuseTests {
   @Test("lock() by the holder stops the process instead of deadlocking")
   func relock() async {
@@ -453,7 +453,7 @@ struct SharedMemoryLockMisuseTests {
   }
 }
 
-@Suite("SharedMemoryRegion", .timeLimit(.minutes(1)))
+@Suite("SharedMemoryRegion", .timeLimit(.minutes(3)))
 struct SharedMemoryRegionTests {
   @Test("a file mapped twice: the lock and the condition work through either mapping (process-shared futexes)")
   func fileMappedTwice() throws {

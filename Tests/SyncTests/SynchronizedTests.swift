@@ -4,7 +4,7 @@ import Testing
 
 @testable import Sync
 
-@Suite("synchronized(obj)", .serialized, .timeLimit(.minutes(2)))
+@Suite("synchronized(obj)", .serialized, .timeLimit(.minutes(3)))
 struct SynchronizedTests {
   final class Account: @unchecked Sendable {
     var balance = 0

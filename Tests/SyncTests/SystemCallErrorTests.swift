@@ -5,7 +5,7 @@ import Testing
   import Glibc
 #endif
 
-@Suite("SystemCallError", .timeLimit(.minutes(1)))
+@Suite("SystemCallError", .timeLimit(.minutes(3)))
 struct SystemCallErrorTests {
   @Test("describes the call, the code's C name and the C library's text")
   func description() {

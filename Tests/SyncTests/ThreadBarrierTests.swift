@@ -2,7 +2,7 @@ import Glibc
 import Sync
 import Testing
 
-@Suite("ThreadBarrier", .timeLimit(.minutes(2)))
+@Suite("ThreadBarrier", .timeLimit(.minutes(3)))
 struct ThreadBarrierTests {
   @Test("stress: many threads, many rounds, exactly one last arrival per round, no overtaking")
   func rounds() {

@@ -34,7 +34,7 @@ private func onLaterThreadWithRecycledHandle<Lock: AnyObject & Sendable>(
   return false
 }
 
-@Suite("Lock ownership survives pthread_t reuse", .timeLimit(.minutes(1)))
+@Suite("Lock ownership survives pthread_t reuse", .timeLimit(.minutes(3)))
 struct ThreadIdentityTests {
   @Test("a recursive mutex held by an ended thread is not entered by a later thread")
   func recursiveMutexOfEndedThread() {

@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// Promises of the Threads module's doc comments that no other test checks.
-@Suite("Audit round 3: threads", .timeLimit(.minutes(1)))
+@Suite("Audit round 3: threads", .timeLimit(.minutes(3)))
 struct AuditRound3ThreadsTests {
   /// `start()`: "After a failure the thread object may be reconfigured and started again."
   @Test func aThreadWhoseStartFailedCanBeReconfiguredAndStarted() throws {

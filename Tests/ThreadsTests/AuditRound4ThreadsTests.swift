@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// Round 4: bad input and hostile sequences for the Threads module.
-@Suite("Audit round 4: threads", .timeLimit(.minutes(1)))
+@Suite("Audit round 4: threads", .timeLimit(.minutes(3)))
 struct AuditRound4ThreadsTests {
   // MARK: ThreadLocal
 

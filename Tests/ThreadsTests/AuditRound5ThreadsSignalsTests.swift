@@ -11,7 +11,7 @@ import Threads
 /// module's blocking calls, and resource accounting over many lifecycles. Every scenario
 /// runs in an exit test: a process-wide signal handler and counts of `/proc/self/fd` and
 /// `/proc/self/task` must not meet other tests.
-@Suite("Audit round 5: threads under signals and resource accounting", .timeLimit(.minutes(1)))
+@Suite("Audit round 5: threads under signals and resource accounting", .timeLimit(.minutes(3)))
 struct AuditRound5ThreadsSignalsTests {
   // MARK: Signals
 
@@ -87,7 +87,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// once its thread is joined.
   @Test func manyThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       threadLifecycles()
       exit(0)
     }
@@ -98,7 +98,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// once): the keys are given back, so none runs out; every `ThreadLocal` is released.
   @Test func moreThreadLocalsThanKeysOneAfterTheOtherEachGiveTheirKeyBack() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       threadLocalLifecycles()
       exit(0)
     }
@@ -109,7 +109,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// released once the thread is joined, and descriptors and threads come back.
   @Test func manyAdoptedThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       adoptedThreadLifecycles()
       exit(0)
     }
@@ -140,7 +140,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// come back, and each pool object is released.
   @Test func manyPoolLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
-      armAlarm(seconds: 50)
+      armAlarm(seconds: 150)
       await poolLifecycles()
       exit(0)
     }

@@ -11,7 +11,7 @@ import Threads
 // test's child (`runScenarioInForkedChild`), where only the forking thread exists, so giving
 // up root there touches no thread of the test runtime.
 
-@Suite("Audit round 6: thread starts refused by the environment", .timeLimit(.minutes(1)))
+@Suite("Audit round 6: thread starts refused by the environment", .timeLimit(.minutes(3)))
 struct AuditRound6ThreadsResourceLimitsTests {
   /// A thread the process must wait for at exit (`finishBeforeExit`) whose raised priority
   /// the kernel refuses (`setpriority` `EACCES` without `CAP_SYS_NICE`, the new thread ends

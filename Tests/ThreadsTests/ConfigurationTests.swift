@@ -40,7 +40,7 @@ func expectInvalid(
   }
 }
 
-@Suite("Configuration: stack", .timeLimit(.minutes(2)))
+@Suite("Configuration: stack", .timeLimit(.minutes(3)))
 struct StackConfigurationTests {
   @Test func defaultIsTheGuides512KiB() throws {
     #expect(ThreadConfiguration().stackSize == 512 * 1024)
@@ -104,7 +104,7 @@ struct StackConfigurationTests {
   }
 }
 
-@Suite("Configuration: name", .timeLimit(.minutes(2)))
+@Suite("Configuration: name", .timeLimit(.minutes(3)))
 struct NameConfigurationTests {
   @Test func shortNameReadsBackEverywhere() throws {
     let worker = try Thread.spawn(name: "io-worker") { (Thread.current.name, try Thread.currentKernelName()) }
@@ -154,7 +154,7 @@ struct NameConfigurationTests {
   }
 }
 
-@Suite("Configuration: priority and scheduling", .timeLimit(.minutes(2)))
+@Suite("Configuration: priority and scheduling", .timeLimit(.minutes(3)))
 struct PriorityConfigurationTests {
   @Test func niceMappingFollowsTheDocumentedFormula() {
     #expect(ThreadConfiguration.niceValue(forRelativePriority: 0.5) == 0)
@@ -271,7 +271,7 @@ struct PriorityConfigurationTests {
   }
 }
 
-@Suite("Configuration: CPU affinity", .timeLimit(.minutes(2)))
+@Suite("Configuration: CPU affinity", .timeLimit(.minutes(3)))
 struct AffinityConfigurationTests {
   @Test func affinityIsAppliedAndReadsBack() throws {
     var configuration = ThreadConfiguration()
@@ -325,7 +325,7 @@ struct AffinityConfigurationTests {
   }
 }
 
-@Suite("Creation failures", .timeLimit(.minutes(2)))
+@Suite("Creation failures", .timeLimit(.minutes(3)))
 struct CreationFailureTests {
   @Test func impossibleStackIsATypedError() {
     // 64 TiB of stack: the mmap in pthread_create fails at once; nothing is touched.

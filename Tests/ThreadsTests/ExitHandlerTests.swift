@@ -6,7 +6,7 @@ import Testing
   import Glibc
 #endif
 
-@Suite("Exit handlers (onExit)", .timeLimit(.minutes(1)))
+@Suite("Exit handlers (onExit)", .timeLimit(.minutes(3)))
 struct ExitHandlerTests {
   @Test func handlersRunOnTheExitingThreadAfterTheBodyLastAddedFirst() throws {
     let log = TestBox<[String]>([])

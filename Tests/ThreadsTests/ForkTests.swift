@@ -11,7 +11,7 @@ import Testing
 /// main thread (its kernel id is the child's pid). Each test runs in an exit test, which
 /// forks; the grandchild arms `alarm` so a hang ends it with SIGALRM instead of hanging the
 /// test, and the exit test's process reports the grandchild's wait status.
-@Suite("fork() children", .timeLimit(.minutes(1)))
+@Suite("fork() children", .timeLimit(.minutes(3)))
 struct ForkTests {
   @Test("exit() in a child forked while a finishBeforeExit thread runs does not wait for it")
   func childExitDoesNotWaitForParentsCriticalThreads() async {

@@ -81,7 +81,7 @@ private func plainJoinScenario() {
 /// `JoinableThread.join()` waits for the thread it joins. Each test switches a process-wide
 /// detector on, so each runs as an exit test in a fresh process; findings go to standard
 /// error.
-@Suite("Join diagnostics", .timeLimit(.minutes(1)))
+@Suite("Join diagnostics", .timeLimit(.minutes(3)))
 struct JoinDiagnosticsTests {
   @Test("the watchdog finds three threads in a cycle whose one edge is a join, naming the joined thread")
   func joinClosesADeadlockCycle() async {

@@ -7,7 +7,7 @@ import Testing
 #endif
 
 /// Misuse stops the process with a message; each case runs in a child process.
-@Suite("Misuse is reported", .timeLimit(.minutes(2)))
+@Suite("Misuse is reported", .timeLimit(.minutes(3)))
 struct MisuseTests {
   // Joining twice, joining a detached thread and detaching twice do not compile: the handle
   // is noncopyable and `join()`/`detach()` consume it. For example

@@ -3,7 +3,7 @@ import Testing
 import Threads
 
 // swift-corelibs-foundation's TestThread scenarios, written against this toolkit's API.
-@Suite("CF scenarios: threads", .timeLimit(.minutes(1)))
+@Suite("CF scenarios: threads", .timeLimit(.minutes(3)))
 struct PeerCFThreadTests {
   @Test func currentIsTheSameObjectEachTimeOnAThread() throws {
     let outside = Thread.current

@@ -7,7 +7,7 @@ import Threads
 // API: names (Unicode, empty, with a NUL, set before start), the default stack, the thread
 // dictionary's lifetime, detached threads and exit requests (NSThread's cancel).
 
-@Suite("Foundation scenarios, round 2: threads", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: threads", .timeLimit(.minutes(3)))
 struct PeerFoundationThreadRound2Tests {
   /// TestThread.test_threadName with non-ASCII names: the name is kept whole and the kernel
   /// gets its longest prefix of whole characters within 15 bytes (`Thread.name`,
@@ -190,7 +190,7 @@ struct PeerFoundationThreadRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: thread dictionary values", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: thread dictionary values", .timeLimit(.minutes(3)))
 struct PeerFoundationThreadDictionaryRound2Tests {
   /// NSMutableDictionary-like use of `threadDictionary`: assigning nil removes an entry, and
   /// a value replaced, removed or cleared is released outside the dictionary's lock, so its
@@ -222,7 +222,7 @@ struct PeerFoundationThreadDictionaryRound2Tests {
   }
 }
 
-@Suite("Foundation scenarios, round 2: exit-request handlers calling back", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios, round 2: exit-request handlers calling back", .timeLimit(.minutes(3)))
 struct PeerFoundationExitRequestReentryRound2Tests {
   /// An exit-request handler (the toolkit's hook for NSThread's cancel) may use the same
   /// thread's exit-request API: requesting again does nothing more, a handler added from it

@@ -8,7 +8,7 @@ import Threads
 // exit request), the thread dictionary, names given before start, stack sizes, and the
 // condition hand-shake Foundation's tests use to wait for a started thread.
 
-@Suite("Foundation scenarios: thread state", .timeLimit(.minutes(1)))
+@Suite("Foundation scenarios: thread state", .timeLimit(.minutes(3)))
 struct PeerFoundationThreadStateTests {
   /// NSThread's `isExecuting`/`isFinished`: neither before `start()`, executing while the
   /// body runs (seen from the thread and from outside), finished and no longer executing
@@ -166,7 +166,7 @@ struct PeerFoundationThreadStateTests {
   }
 }
 
-@Suite("Foundation scenarios: a serial operation queue", .timeLimit(.minutes(2)))
+@Suite("Foundation scenarios: a serial operation queue", .timeLimit(.minutes(3)))
 struct PeerFoundationSerialQueueTests {
   /// TestOperationQueue with `maxConcurrentOperationCount = 1`: operations of one priority
   /// run one at a time in the order they were added. A one-thread pool runs queued jobs of

@@ -16,7 +16,7 @@ private struct EarlyExit: Error, Equatable {
   var value: Int
 }
 
-@Suite("GLib peer scenarios: threads", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: threads", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibThreadTests {
   @Test("join returns the body's value (thread1)")
   func joinReturnsValue() throws {
@@ -133,7 +133,7 @@ struct PeerScenariosGLibThreadTests {
   }
 }
 
-@Suite("GLib peer scenarios: ThreadLocal (GPrivate)", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: ThreadLocal (GPrivate)", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibThreadLocalTests {
   @Test("a fresh thread-local starts from its initial value; set and get work repeatedly (private1)")
   func setAndGetRepeatedly() throws {
@@ -224,7 +224,7 @@ struct PeerScenariosGLibThreadLocalTests {
   }
 }
 
-@Suite("GLib peer scenarios: ThreadPool", .timeLimit(.minutes(2)))
+@Suite("GLib peer scenarios: ThreadPool", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibThreadPoolTests {
   @Test("never more closures at once than the maximum, and every job runs (max threads)")
   func maximumThreadsIsNeverExceeded() async throws {
@@ -361,7 +361,7 @@ struct PeerScenariosGLibThreadPoolTests {
   }
 }
 
-@Suite("GLib peer scenarios: thread-exit edges", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: thread-exit edges", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibThreadExitEdgeTests {
   @Test(
     "a value set in one thread-local's destructor is destroyed too, before join returns (values set during thread exit)"
@@ -427,7 +427,7 @@ struct PeerScenariosGLibThreadExitEdgeTests {
   }
 }
 
-@Suite("GLib peer scenarios: joining and freeing thread-locals", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: joining and freeing thread-locals", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibJoinAndFreeTests {
   @Test("a thread other than the spawner may join, and gets the value (g_thread_join from any thread)")
   func joinFromAnotherThread() throws {
@@ -485,7 +485,7 @@ struct PeerScenariosGLibJoinAndFreeTests {
   }
 }
 
-@Suite("GLib peer scenarios: pool thread start failure", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: pool thread start failure", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibPoolStartFailureTests {
   @Test(
     "a pool that cannot start a thread rejects the job with the start error, never runs it, and shuts down (g_thread_pool_push error)"
@@ -533,7 +533,7 @@ struct PeerScenariosGLibPoolStartFailureTests {
   }
 }
 
-@Suite("GLib peer scenarios: pool retirement races", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: pool retirement races", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibPoolRetirementTests {
   /// GLib's thread-pool-slow idle-time scenario pushed to the edge: with an idle timeout of
   /// zero or a millisecond, workers retire between nearly every pair of jobs, so a job
@@ -567,7 +567,7 @@ struct PeerScenariosGLibPoolRetirementTests {
   }
 }
 
-@Suite("GLib peer scenarios: thread-locals on pool threads", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: thread-locals on pool threads", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibPoolThreadLocalTests {
   @Test(
     "a pool thread keeps its thread-local copy across jobs; the copy is destroyed when the thread ends (GPrivate in pool threads)"
@@ -592,7 +592,7 @@ struct PeerScenariosGLibPoolThreadLocalTests {
   }
 }
 
-@Suite("GLib peer scenarios: stopping a pool without waiting", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: stopping a pool without waiting", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibPoolStopWithoutWaitingTests {
   @Test(
     "a pool dropped without shutdown lets its idle threads, minimum ones included, end on their own (g_thread_pool_free(pool, FALSE, FALSE))"
@@ -623,7 +623,7 @@ struct PeerScenariosGLibPoolStopWithoutWaitingTests {
   }
 }
 
-@Suite("GLib peer scenarios: priority of waiting work", .timeLimit(.minutes(1)))
+@Suite("GLib peer scenarios: priority of waiting work", .timeLimit(.minutes(3)))
 struct PeerScenariosGLibWaitingPriorityTests {
   @Test(
     "with the queue full, the highest waiting level is admitted first, oldest first within it (sort function under back-pressure)"

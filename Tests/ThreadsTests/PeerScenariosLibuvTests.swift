@@ -14,7 +14,7 @@ import Threads
 // `uv_thread_equal` are `Thread.current` and `==`, `uv_queue_work`/`uv_cancel` are
 // `ThreadPool.run` and task cancellation.
 
-@Suite("libuv scenarios: threads", .timeLimit(.minutes(1)))
+@Suite("libuv scenarios: threads", .timeLimit(.minutes(3)))
 struct PeerLibuvThreadTests {
   @Test("thread_create: a spawned thread runs its body with its argument, and join returns after it ran")
   func createAndJoin() throws {
@@ -215,7 +215,7 @@ struct PeerLibuvThreadTests {
   }
 }
 
-@Suite("libuv scenarios: thread pool", .timeLimit(.minutes(2)))
+@Suite("libuv scenarios: thread pool", .timeLimit(.minutes(3)))
 struct PeerLibuvThreadPoolTests {
   @Test("threadpool_queue_work_simple: the work runs on a pool thread and its result reaches the submitter")
   func queueWorkSimple() async throws {

@@ -17,7 +17,7 @@ private final class Tracked: Sendable {
   deinit { released.increment(ordering: .releasing) }
 }
 
-@Suite("SwiftNIO thread-pool scenarios, round 2", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO thread-pool scenarios, round 2", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOThreadPoolRound2Tests {
   @Test func aPoolNeverGivenWorkStartsNoThreadAndItsShutdownReturnsAtOnce() async {
     // NIO's testAsyncShutdownWorks: a 17-thread pool started and shut down; work submitted

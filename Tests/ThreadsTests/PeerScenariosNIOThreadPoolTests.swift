@@ -28,7 +28,7 @@ private final class Capture: Sendable {
 
 private struct NIOStyleError: Error {}
 
-@Suite("SwiftNIO thread-pool scenarios", .timeLimit(.minutes(1)))
+@Suite("SwiftNIO thread-pool scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosNIOThreadPoolTests {
   @Test func everyWorkerOfABusyPoolIsNamedAfterThePoolWithItsOwnIndex() async throws {
     let count = 11

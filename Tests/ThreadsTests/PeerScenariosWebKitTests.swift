@@ -26,7 +26,7 @@ private func runOnForeignThread(_ body: @escaping @Sendable () -> Void) throws {
   #expect(pthread_join(handle, nil) == 0)
 }
 
-@Suite("WebKit WTF scenarios: threads", .timeLimit(.minutes(1)))
+@Suite("WebKit WTF scenarios: threads", .timeLimit(.minutes(3)))
 struct PeerWebKitThreadTests {
   @Test("foreign threads get distinct thread objects, distinct from a toolkit thread's, while they are referenced")
   func foreignThreadIdentity() throws {

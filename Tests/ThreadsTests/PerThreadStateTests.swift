@@ -14,7 +14,7 @@ final class ReleaseProbe: Sendable {
   deinit { _ = released.increment(ordering: .full) }
 }
 
-@Suite("Thread dictionary", .timeLimit(.minutes(2)))
+@Suite("Thread dictionary", .timeLimit(.minutes(3)))
 struct ThreadDictionaryTests {
   @Test func eachThreadHasItsOwnDictionary() throws {
     Thread.current.threadDictionary["owner"] = "test"
@@ -131,7 +131,7 @@ final class ReadsTheDictionaryWhenReleased: Sendable {
   deinit { _ = Thread.current.threadDictionary["other"] }
 }
 
-@Suite("ThreadLocal", .timeLimit(.minutes(2)))
+@Suite("ThreadLocal", .timeLimit(.minutes(3)))
 struct ThreadLocalTests {
   @Test func aFirstWriteSetsTheCopyWithoutCallingInitialValue() throws {
     let made = AtomicInteger<Int>(0)

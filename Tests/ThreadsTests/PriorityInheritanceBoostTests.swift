@@ -15,7 +15,7 @@ import Testing
 /// Starting a real-time thread needs `CAP_SYS_NICE` or a non-zero `RLIMIT_RTPRIO`. Without
 /// either, the boost test says so on standard output and checks what an unprivileged process
 /// can: the lock works and a normal waiter boosts nobody.
-@Suite("PriorityInheritanceLock boosting", .timeLimit(.minutes(1)))
+@Suite("PriorityInheritanceLock boosting", .timeLimit(.minutes(3)))
 struct PriorityInheritanceBoostTests {
   @Test("a normal holder runs at a real-time waiter's priority while it waits, and at its own after unlock")
   func realTimeWaiterBoostsNormalHolder() throws {

@@ -8,7 +8,7 @@ import Testing
 #endif
 
 /// Errors escaping detached threads, and critical threads at process exit.
-@Suite("Detached errors and critical threads", .serialized, .timeLimit(.minutes(2)))
+@Suite("Detached errors and critical threads", .serialized, .timeLimit(.minutes(3)))
 struct ProcessExitTests {
   struct DiskFull: Error {}
 

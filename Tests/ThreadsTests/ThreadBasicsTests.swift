@@ -12,7 +12,7 @@ struct ParseError: Error, Equatable {
   var line: Int
 }
 
-@Suite("Spawning, joining and detaching", .timeLimit(.minutes(2)))
+@Suite("Spawning, joining and detaching", .timeLimit(.minutes(3)))
 struct SpawnTests {
   @Test func joinReturnsTheBodysValue() throws {
     let worker = try Thread.spawn(name: "summer") { (1...100).reduce(0, +) }
@@ -107,7 +107,7 @@ struct SpawnTests {
   }
 }
 
-@Suite("Current thread, main thread, ids", .timeLimit(.minutes(2)))
+@Suite("Current thread, main thread, ids", .timeLimit(.minutes(3)))
 struct IdentityTests {
   @Test func currentIsStableOnAThread() throws {
     let worker = try Thread.spawn { Thread.current === Thread.current }
@@ -169,7 +169,7 @@ struct IdentityTests {
   }
 }
 
-@Suite("Exit requests", .timeLimit(.minutes(2)))
+@Suite("Exit requests", .timeLimit(.minutes(3)))
 struct ExitRequestTests {
   @Test func workerObservesARequestFromAnotherThread() throws {
     let started = TestLatch()
@@ -221,7 +221,7 @@ struct ExitRequestTests {
   }
 }
 
-@Suite("Sleeping and yielding", .timeLimit(.minutes(2)))
+@Suite("Sleeping and yielding", .timeLimit(.minutes(3)))
 struct SleepTests {
   @Test func sleepForNeverReturnsEarly() {
     let start = MonotonicInstant.now
@@ -246,7 +246,7 @@ struct SleepTests {
   }
 }
 
-@Suite("Identity and description", .timeLimit(.minutes(2)))
+@Suite("Identity and description", .timeLimit(.minutes(3)))
 struct ThreadIdentityTests {
   @Test func equalityIsIdentityAndDescriptionNamesTheThread() throws {
     let worker = try Thread.spawn(name: "decoder") { Thread.current }

@@ -3,7 +3,7 @@ import Testing
 
 @testable import Threads
 
-@Suite("Thread errors", .timeLimit(.minutes(1)))
+@Suite("Thread errors", .timeLimit(.minutes(3)))
 struct ThreadErrorTests {
   @Test func configurationErrorDescriptionNamesTheFieldTheValueAndTheFix() {
     let tooSmall = ThreadConfigurationError.stackSizeTooSmall(8192, minimum: 16384)
@@ -53,7 +53,7 @@ struct ThreadErrorTests {
 }
 
 /// The documentation's catch patterns, compiled and run.
-@Suite("Thread errors: documented patterns", .timeLimit(.minutes(1)))
+@Suite("Thread errors: documented patterns", .timeLimit(.minutes(3)))
 struct ThreadErrorPatternTests {
   @Test func validateErrorCarriesTheMinimumToRetryWith() throws {
     var configuration = ThreadConfiguration()

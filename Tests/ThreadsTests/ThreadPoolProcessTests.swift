@@ -14,7 +14,7 @@ import Testing
 // (an exit test), where no other test's threads or tasks interfere. The child prints its
 // figures; the parent prints them again for the log.
 
-@Suite("ThreadPool in a process of its own", .timeLimit(.minutes(1)))
+@Suite("ThreadPool in a process of its own", .timeLimit(.minutes(3)))
 struct ThreadPoolProcessTests {
   /// With `coreCount + 2` calls each blocking 200 ms, a task sleeping 1 ms in a loop keeps a
   /// p99 lateness under 20 ms when the calls go through the pool; through `Task.detached`

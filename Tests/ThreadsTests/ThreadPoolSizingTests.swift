@@ -4,7 +4,7 @@ import Testing
 
 /// How the pool's default sizes are derived: the CPUs the process may use (affinity mask,
 /// cgroup quota), read from the files the kernel provides.
-@Suite("ThreadPool sizes itself from the CPUs the process may use", .timeLimit(.minutes(1)))
+@Suite("ThreadPool sizes itself from the CPUs the process may use", .timeLimit(.minutes(3)))
 struct ThreadPoolSizingTests {
   @Test func cgroupV2CpuMaxGivesTheQuotaRoundedUp() {
     #expect(ProcessorLimits.processorCount(cpuMax: "max 100000\n") == nil)

@@ -55,7 +55,7 @@ enum PoolTestError: Error, Equatable {
   case refused(Int)
 }
 
-@Suite("ThreadPool runs blocking work for async code", .timeLimit(.minutes(2)))
+@Suite("ThreadPool runs blocking work for async code", .timeLimit(.minutes(3)))
 struct ThreadPoolTests {
   @Test func runReturnsTheValueComputedOnAPoolThreadNamedAfterThePool() async throws {
     let pool = makePool("tests")

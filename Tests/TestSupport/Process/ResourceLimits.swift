@@ -12,7 +12,7 @@
 /// calling thread exists, so no thread of the test runtime meets a limit the scenario
 /// lowers; stops the caller unless the child exits with status 0. Each process arms an alarm.
 public func runScenarioInForkedChild(_ what: String, _ scenario: () -> Void) {
-  armAlarm(seconds: 55)
+  armAlarm(seconds: 150)
   let child = fork()
   precondition(child >= 0, "fork failed: errno \(errno)")
   guard child == 0 else {
@@ -20,7 +20,7 @@ public func runScenarioInForkedChild(_ what: String, _ scenario: () -> Void) {
     precondition(status == 0, "\(what): the scenario ended with status \(status)")
     return
   }
-  armAlarm(seconds: 50)
+  armAlarm(seconds: 150)
   scenario()
   _exit(0)
 }
