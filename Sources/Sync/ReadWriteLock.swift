@@ -145,6 +145,11 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// The starving writers' wake-up counter: bumped by each hand-over, slept on by them.
   @usableFromInline
   let handOff: UnsafeMutablePointer<UInt32>
+  /// When a taken-back hand-over last woke a writer asleep on `writerNotify`, in units of
+  /// 2^20 ns (about 1 ms) of the monotonic clock, truncated to 32 bits (see
+  /// ``takeBackHandOver()``). In the lock's block after `handOff`.
+  @usableFromInline
+  var takeBackWake: UnsafeMutablePointer<UInt32> { handOff + 1 }
 
   /// Who the lock is to the lock detectors and contention statistics of ``Diagnostics``.
   @usableFromInline
@@ -172,8 +177,8 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
     writerNotify.initialize(to: 0)
     writer = (block + 8).bindMemory(to: UInt64.self, capacity: 1)
     writer.initialize(to: 0)
-    handOff = (block + 16).bindMemory(to: UInt32.self, capacity: 1)
-    handOff.initialize(to: 0)
+    handOff = (block + 16).bindMemory(to: UInt32.self, capacity: 2)
+    handOff.initialize(repeating: 0, count: 2)
   }
 
   deinit {
@@ -699,16 +704,22 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// child). Frees the lock instead, if no starving writer claimed it meanwhile; a running
   /// starving writer finds the counter bumped (so it does not sleep) and takes the free lock.
   ///
-  /// The waiting bits stay set and nobody is woken for them, because a starving writer
+  /// The waiting bits stay set and need not be served here, because a starving writer
   /// stands in for that wake-up: the count is at least one while the lock is handed over (a
   /// starving writer leaves it only by claiming or, its deadline passed, by
   /// ``leaveStarving(owner:)``), and each counted writer either takes the lock keeping the
   /// bits, so that its release serves them, or leaves the count serving them itself when it
   /// leaves a free lock last. Meanwhile the bits keep new readers queued, as they did while
-  /// the starving writer slept. Serving them here as well was the cost of the bound with many
-  /// more threads than processors: each hand-over whose starving writer waited for a
-  /// processor woke another writer to compete with it (64 writers on 2 CPUs: 2.3x the time
-  /// per acquisition of the lock without the bound). In the child of a fork the count may
+  /// the starving writer slept. Serving them at every take-back was the cost of the bound
+  /// with many more threads than processors: each hand-over whose starving writer waited for
+  /// a processor woke another writer to compete with it (64 writers on 2 CPUs: 2.3x the time
+  /// per acquisition of the lock without the bound). So, as ``FutexLock``'s take-back, it
+  /// wakes one writer asleep on `writerNotify` at most once a millisecond (``takeBackWake``;
+  /// the bits stay set, so the wake-up is spare at worst: a writer woken while the lock is
+  /// held sleeps again), enough for writers that went to sleep before the starving phase
+  /// began to wake, find they have waited past the threshold and count themselves as
+  /// starving while the phase lasts. Readers are not woken: while a writer waits they queue,
+  /// and the release that ends the phase serves them. In the child of a fork the count may
   /// stand for writers left in the parent, so there (or if the fork handler could not be
   /// registered) the bits are served as a release would, and the lock keeps working (its
   /// count of absent writers only keeps it on the slow paths).
@@ -720,8 +731,17 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
       // Releasing, as any release: the next owner reads it.
       let seen = UInt32.atomicCompareExchange(expected: current, desired: now, at: state, ordering: .releasing)
       if seen == current {
-        if FutexLock.starvingCountMayBeStale, now & (Self.readersWaiting | Self.writersWaiting) != 0 {
-          wakeWriterOrReaders(now)
+        if FutexLock.starvingCountMayBeStale {
+          if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
+          return
+        }
+        guard now & Self.writersWaiting != 0 else { return }
+        // Relaxed: the stamp orders nothing; two releases racing here may both wake one, or
+        // a stale read skip one, which the paragraph above allows either way.
+        let stamp = UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20)
+        if stamp &- UInt32.atomicLoad(at: takeBackWake, ordering: .relaxed) >= 1 {
+          UInt32.atomicStore(stamp, at: takeBackWake, ordering: .relaxed)
+          _ = wakeWriter()
         }
         return
       }

@@ -365,6 +365,120 @@ struct LockHandOverRaceTests {
       blocking { starvingWaiterLeavesAfterItsHandOverWasTakenBack() }
     }
   }
+
+  @Test("a hand-over taken back wakes a thread asleep on the lock word, at most once a millisecond")
+  func takenBackHandOverWakesASleeper() async {
+    await #expect(processExitsWith: .success) {
+      blocking { takenBackHandOverWakesASleeperDuringTheStarvingPhase(.lock) }
+    }
+  }
+}
+
+/// The lock ``takenBackHandOverWakesASleeperDuringTheStarvingPhase(_:)`` runs on.
+enum TakeBackSubject: Sendable {
+  /// `Lock`; its sleepers wait on the lock word.
+  case lock
+  /// `ReadWriteLock` taken for writing; its sleeping writers wait on `writerNotify`.
+  case readWriteLock
+}
+
+/// Exit-test body. A waiter starves on a held lock (for a `ReadWriteLock`, a writer) and is
+/// stopped just before it sleeps on the hand-over counter; meanwhile a second thread goes to
+/// sleep on the lock as an ordinary waiter, and the holder unlocks. The hand-over wakes
+/// nobody (the starving waiter is running) and is taken back. The take-back must wake the
+/// sleeper (no take-back has woken one within the last millisecond), so that a thread asleep
+/// when a starving phase begins can count itself as starving while the phase lasts instead
+/// of sleeping until it ends. Exits 0 if the sleeper got the lock while the starving waiter
+/// was still stopped (within 5 s); the starving waiter is let go either way, and every
+/// thread ends.
+func takenBackHandOverWakesASleeperDuringTheStarvingPhase(_ subject: TakeBackSubject) {
+  let lock = Lock()
+  let readWriteLock = ReadWriteLock()
+  let isLock = subject == .lock
+  nonisolated(unsafe) let lockWord = lock.core.word
+  nonisolated(unsafe) let futexWord = lock.core.futexWord
+  nonisolated(unsafe) let state = readWriteLock.state
+  nonisolated(unsafe) let notify = readWriteLock.writerNotify
+  let sleepWord = isLock ? UInt(bitPattern: futexWord) : UInt(bitPattern: notify)
+  let acquire: @Sendable () -> Void
+  let release: @Sendable () -> Void
+  let waiterSleeps: @Sendable () -> Bool
+  let wakeWaiter: @Sendable () -> Void
+  if isLock {
+    acquire = { lock.lock() }
+    release = { lock.unlock() }
+    waiterSleeps = { UInt64.atomicLoad(at: lockWord, ordering: .relaxed) & FutexLock.lockBits == 2 }
+    wakeWaiter = { Futex.wake(futexWord, count: 1) }
+  } else {
+    acquire = { readWriteLock.writeLock() }
+    release = { readWriteLock.unlock() }
+    waiterSleeps = { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 }
+    wakeWaiter = { Futex.wake(notify, count: 1) }
+  }
+  let holding = Gate()
+  let starving = Gate()
+  let letGo = Gate()
+  let sleeperThread = AtomicInteger<Int32>(0)
+  let sleeperAcquired = AtomicBool(false)
+  let wokenInTime = AtomicInteger<Int>(-1)
+  // Set before any thread starts (thread creation orders it before every read).
+  if isLock {
+    let target = UInt(bitPattern: lock.core.base)
+    FutexLock.beforeStarvingSleep = { base in
+      guard UInt(bitPattern: base) == target, !starving.isOpen else { return }
+      starving.open()
+      letGo.wait()
+    }
+  } else {
+    let target = UInt(bitPattern: state)
+    ReadWriteLock.beforeStarvingSleep = { word in
+      guard UInt(bitPattern: word) == target, !starving.isOpen else { return }
+      starving.open()
+      letGo.wait()
+    }
+  }
+  runConcurrently(3) { index in
+    switch index {
+    case 1:
+      // The starving waiter.
+      holding.wait()
+      acquire()
+      release()
+    case 2:
+      // The sleeper: an ordinary waiter from the start of the starving phase.
+      starving.wait()
+      sleeperThread.store(tk_gettid(), ordering: .relaxed)
+      acquire()
+      sleeperAcquired.store(true, ordering: .relaxed)
+      release()
+    default:
+      acquire()
+      holding.open()
+      let giveUp = monotonicSeconds() + 10
+      while !waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
+      // Keep it asleep past the starvation threshold (the duration under test).
+      busy(seconds: 0.002)
+      // Wake it with the lock still held: it counts itself as starving and stops in the hook.
+      while !starving.isOpen && monotonicSeconds() < giveUp {
+        wakeWaiter()
+        sched_yield()
+      }
+      precondition(starving.isOpen, "the waiter never started to starve")
+      while sleeperThread.load(ordering: .relaxed) == 0 && monotonicSeconds() < giveUp { sched_yield() }
+      let sleeper = sleeperThread.load(ordering: .relaxed)
+      while !isBlockedInFutex(thread: sleeper, on: sleepWord) && monotonicSeconds() < giveUp { sched_yield() }
+      precondition(isBlockedInFutex(thread: sleeper, on: sleepWord), "the sleeper never slept on the lock")
+      // The hand-over wakes nobody and is taken back.
+      release()
+      let deadline = monotonicSeconds() + 5
+      while !sleeperAcquired.load(ordering: .relaxed) && monotonicSeconds() < deadline { sched_yield() }
+      wokenInTime.store(sleeperAcquired.load(ordering: .relaxed) ? 1 : 0, ordering: .relaxed)
+      letGo.open()
+    }
+  }
+  FutexLock.beforeStarvingSleep = nil
+  ReadWriteLock.beforeStarvingSleep = nil
+  _exit(wokenInTime.load(ordering: .relaxed) == 1 ? 0 : 1)
 }
 
 /// Exit-test body. A timed waiter starves on a held lock while another thread sleeps on the
@@ -636,6 +750,13 @@ struct ReadWriteLockHandOverRaceTests {
   func readerBargingAfterATakeBackHandsOver() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWriterRace(.readerBargesAfterTakeBack) }
+    }
+  }
+
+  @Test("a hand-over taken back wakes a writer asleep on the lock, at most once a millisecond")
+  func takenBackHandOverWakesASleepingWriter() async {
+    await #expect(processExitsWith: .success) {
+      blocking { takenBackHandOverWakesASleeperDuringTheStarvingPhase(.readWriteLock) }
     }
   }
 }
