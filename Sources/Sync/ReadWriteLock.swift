@@ -83,7 +83,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   //   wakes everyone they stood for. The one release that leaves the lock free with the
   //   bits set and unserved is a hand-over taken back: the starving writers it counts
   //   (at least one) serve them, each taking the lock with the bits kept or leaving last
-  //   from a free lock (in a forked child, where they may not exist, it serves them).
+  //   from a free lock (in a forked child, where they may not exist, it serves them). It
+  //   may wake one writer besides, at most once a millisecond, keeping the bits: a spare
+  //   wake-up, so that a writer asleep since before the starving phase can join it.
   // - While the starving count is not zero, a writer's release and the last reader's release
   //   never free the lock: they set `writeLocked | handedOver`, bump `handOff` (releasing)
   //   and wake one starving writer. If that woke nobody, every starving writer is running
@@ -99,7 +101,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   // | sleeper         | word, expected value                       | checked just before | woken by |
   // |-----------------|--------------------------------------------|---------------------|----------|
   // | reader          | `state`, the value it saw with `readersWaiting` | that value is not read-lockable | `wakeWriterOrReaders` clearing `readersWaiting` (wakes all); any other change to `state` before the sleep refuses it |
-  // | writer          | `writerNotify`, the value read before the state | the state, read after, is held with `writersWaiting` | `wakeWriterOrReaders` clearing `writersWaiting` (bumps `writerNotify`, wakes one); a bump before the sleep refuses it |
+  // | writer          | `writerNotify`, the value read before the state | the state, read after, is held with `writersWaiting` | `wakeWriterOrReaders` clearing `writersWaiting` (bumps `writerNotify`, wakes one), or a taken-back hand-over keeping it (at most once a millisecond); a bump before the sleep refuses it |
   // | starving writer | `handOff`, the value read before the state | the state, read after, is held and counts it | the release of that hold, which must hand over (the count includes this writer): it bumps `handOff` and wakes one |
   //
   // The dangerous case of the last row, a hand-over that woke nobody and was taken back while
