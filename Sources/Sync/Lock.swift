@@ -22,9 +22,9 @@
 /// lock for whoever runs, and the next one hands over again: the wait also includes the
 /// time the scheduler keeps the waiter off the processors, which no lock can shorten. The
 /// cost is paid only while someone starves: each such hand-over is one wake-up the next
-/// owner must be scheduled for (measured on 2 processors: 1.0-1.15x the time per acquisition
-/// of the same lock without the bound with 16 threads contending, 1.07-1.13x with 64). The
-/// uncontended path is unchanged.
+/// owner must be scheduled for (measured on 2 processors over several reports: 0.95-1.15x
+/// the time per acquisition of the same lock without the bound with 16 threads contending,
+/// 0.95-1.25x with 64). The uncontended path is unchanged.
 ///
 /// **Misuse** is never undefined behaviour:
 /// - `unlock()` of an unlocked lock always stops the process with a message;
