@@ -147,9 +147,9 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
   /// The starving writers' wake-up counter: bumped by each hand-over, slept on by them.
   @usableFromInline
   let handOff: UnsafeMutablePointer<UInt32>
-  /// When a taken-back hand-over last woke a writer asleep on `writerNotify`, in units of
-  /// 2^20 ns (about 1 ms) of the monotonic clock, truncated to 32 bits (see
-  /// ``takeBackHandOver()``). In the lock's block after `handOff`.
+  /// When a taken-back hand-over last woke a writer asleep on `writerNotify`
+  /// (`FutexLock.takeBackWakeNow`'s units; see ``takeBackHandOver()``). In the lock's block
+  /// after `handOff`.
   @usableFromInline
   var takeBackWake: UnsafeMutablePointer<UInt32> { handOff + 1 }
 
@@ -737,14 +737,7 @@ public final class ReadWriteLock: Locking, @unchecked Sendable {
           if now & (Self.readersWaiting | Self.writersWaiting) != 0 { wakeWriterOrReaders(now) }
           return
         }
-        guard now & Self.writersWaiting != 0 else { return }
-        // Relaxed: the stamp orders nothing; two releases racing here may both wake one, or
-        // a stale read skip one, which the paragraph above allows either way.
-        let stamp = UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20)
-        if stamp &- UInt32.atomicLoad(at: takeBackWake, ordering: .relaxed) >= 1 {
-          UInt32.atomicStore(stamp, at: takeBackWake, ordering: .relaxed)
-          _ = wakeWriter()
-        }
+        if now & Self.writersWaiting != 0, FutexLock.claimTakeBackWake(takeBackWake) { _ = wakeWriter() }
         return
       }
       current = seen

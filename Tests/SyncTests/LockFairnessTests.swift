@@ -548,8 +548,7 @@ func starvingWaiterLeavesAfterItsHandOverWasTakenBack() {
       leaving.wait()
       // As if a take-back had just woken a sleeper: the next one within the millisecond
       // wakes nobody, leaving the wake-up to the starving waiter.
-      UInt32.atomicStore(
-        UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20), at: takeBackWake, ordering: .relaxed)
+      UInt32.atomicStore(FutexLock.takeBackWakeNow, at: takeBackWake, ordering: .relaxed)
       lock.unlock()
       released.open()
     }

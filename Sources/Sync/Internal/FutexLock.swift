@@ -69,8 +69,8 @@ struct FutexLock {
   /// The starving waiters' wake-up counter: bumped by each hand-over, slept on by them.
   @inlinable
   var handOff: UnsafeMutablePointer<UInt32> { (base + 8).assumingMemoryBound(to: UInt32.self) }
-  /// When a taken-back hand-over last woke a sleeper on the lock word, in units of 2^20 ns
-  /// (about 1 ms) of the monotonic clock, truncated to 32 bits (see ``takeBackHandOver()``).
+  /// When a taken-back hand-over last woke a sleeper on the lock word (``takeBackWakeNow``'s
+  /// units; see ``takeBackHandOver()``).
   @inlinable
   var takeBackWake: UnsafeMutablePointer<UInt32> { (base + 12).assumingMemoryBound(to: UInt32.self) }
   /// Recursion depth, used by ``RecursiveLock`` and `synchronized` only; touched by the
@@ -361,17 +361,28 @@ struct FutexLock {
           Futex.wake(futexWord, count: 1)
           return
         }
-        // Relaxed: the stamp orders nothing; two releases racing here may both wake one,
-        // or a stale read skip one, which the paragraph above allows either way.
-        let now = UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20)
-        if now &- UInt32.atomicLoad(at: takeBackWake, ordering: .relaxed) >= 1 {
-          UInt32.atomicStore(now, at: takeBackWake, ordering: .relaxed)
-          Futex.wake(futexWord, count: 1)
-        }
+        if Self.claimTakeBackWake(takeBackWake) { Futex.wake(futexWord, count: 1) }
         return
       }
       current = seen
     }
+  }
+
+  /// The monotonic clock in the units of a take-back stamp: 2^20 ns (about 1 ms), truncated
+  /// to 32 bits (wrapping every 52 days, which the stamp's subtraction tolerates).
+  static var takeBackWakeNow: UInt32 { UInt32(truncatingIfNeeded: MonotonicInstant.now.nanoseconds &>> 20) }
+
+  /// Whether a take-back may wake a sleeper now: true, recording now in `stamp`, unless
+  /// `stamp` says a take-back of the same lock already woke one in the current unit of
+  /// ``takeBackWakeNow`` (``FutexLock`` and ``ReadWriteLock`` each keep a stamp in their
+  /// words). Relaxed: the stamp orders nothing; two releases racing here may both wake one,
+  /// or a stale read skip one, which both locks' take-backs allow: the wake-up is spare, a
+  /// starving waiter stands in for it.
+  static func claimTakeBackWake(_ stamp: UnsafeMutablePointer<UInt32>) -> Bool {
+    let now = takeBackWakeNow
+    guard now &- UInt32.atomicLoad(at: stamp, ordering: .relaxed) >= 1 else { return false }
+    UInt32.atomicStore(now, at: stamp, ordering: .relaxed)
+    return true
   }
 
   /// Whether a starving count may stand for waiters that do not exist: in the child of a
