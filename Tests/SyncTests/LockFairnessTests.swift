@@ -136,6 +136,10 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
   /// `RecursiveLock`, the writers' notification counter of `ReadWriteLock`); nil for
   /// `SpinLock`, whose waiters nap on a timer.
   var sleepWord: UInt? = nil
+  /// The address a starving waiter's `beforeStarvingSleep` hook is called with (the lock's
+  /// words for `FutexLock.beforeStarvingSleep`, `state` for
+  /// `ReadWriteLock.beforeStarvingSleep`).
+  var starvingHookWord: UInt = 0
 
   static func futexLock(_ name: String, _ lock: some Locking, _ core: FutexLock) -> HandOverSubject {
     nonisolated(unsafe) let word = core.word
@@ -146,7 +150,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       waiterSleeps: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.lockBits == 2 },
       waiterStarves: { UInt64.atomicLoad(at: word, ordering: .relaxed) & FutexLock.starvingMask != 0 },
       wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: core.handOff),
-      sleepWord: UInt(bitPattern: core.futexWord))
+      sleepWord: UInt(bitPattern: core.futexWord), starvingHookWord: UInt(bitPattern: core.base))
   }
 
   /// A spin lock counts its waiters in a word of their own (see `SpinLock.words`).
@@ -158,7 +162,8 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       lock: { lock.lockForScope() }, unlock: { lock.unlock() }, tryLock: { lock.tryLock() },
       waiterSleeps: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) != 0 },
       waiterStarves: { UInt64.atomicLoad(at: waiters, ordering: .relaxed) >= SpinLock.starvingUnit },
-      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: lock.core.handOff))
+      wakeWaiter: { Futex.wake(futexWord, count: 1) }, handOffWord: UInt(bitPattern: lock.core.handOff),
+      starvingHookWord: UInt(bitPattern: lock.core.base))
   }
 
   static var all: [HandOverSubject] {
@@ -186,7 +191,7 @@ struct HandOverSubject: Sendable, CustomTestStringConvertible {
       waiterSleeps: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 },
       waiterStarves: { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.starvingWriters != 0 },
       wakeWaiter: { Futex.wake(notify, count: 1) }, handOffWord: UInt(bitPattern: lock.handOff),
-      sleepWord: UInt(bitPattern: notify))
+      sleepWord: UInt(bitPattern: notify), starvingHookWord: UInt(bitPattern: state))
   }
 }
 
@@ -366,20 +371,14 @@ struct LockHandOverRaceTests {
     }
   }
 
-  @Test("a hand-over taken back wakes a thread asleep on the lock word, at most once a millisecond")
-  func takenBackHandOverWakesASleeper() async {
-    await #expect(processExitsWith: .success) {
-      blocking { takenBackHandOverWakesASleeperDuringTheStarvingPhase(.lock) }
+  @Test(
+    "a hand-over taken back wakes a thread asleep on the lock, at most once a millisecond",
+    arguments: [0, 1, 3, 4])
+  func takenBackHandOverWakesASleeper(subjectIndex: Int) async {
+    await #expect(processExitsWith: .success) { [subjectIndex] in
+      blocking { takenBackHandOverWakesASleeperDuringTheStarvingPhase(HandOverSubject.all[subjectIndex]) }
     }
   }
-}
-
-/// The lock ``takenBackHandOverWakesASleeperDuringTheStarvingPhase(_:)`` runs on.
-enum TakeBackSubject: Sendable {
-  /// `Lock`; its sleepers wait on the lock word.
-  case lock
-  /// `ReadWriteLock` taken for writing; its sleeping writers wait on `writerNotify`.
-  case readWriteLock
 }
 
 /// Exit-test body. A waiter starves on a held lock (for a `ReadWriteLock`, a writer) and is
@@ -391,76 +390,48 @@ enum TakeBackSubject: Sendable {
 /// of sleeping until it ends. Exits 0 if the sleeper got the lock while the starving waiter
 /// was still stopped (within 5 s); the starving waiter is let go either way, and every
 /// thread ends.
-func takenBackHandOverWakesASleeperDuringTheStarvingPhase(_ subject: TakeBackSubject) {
-  let lock = Lock()
-  let readWriteLock = ReadWriteLock()
-  let isLock = subject == .lock
-  nonisolated(unsafe) let lockWord = lock.core.word
-  nonisolated(unsafe) let futexWord = lock.core.futexWord
-  nonisolated(unsafe) let state = readWriteLock.state
-  nonisolated(unsafe) let notify = readWriteLock.writerNotify
-  let sleepWord = isLock ? UInt(bitPattern: futexWord) : UInt(bitPattern: notify)
-  let acquire: @Sendable () -> Void
-  let release: @Sendable () -> Void
-  let waiterSleeps: @Sendable () -> Bool
-  let wakeWaiter: @Sendable () -> Void
-  if isLock {
-    acquire = { lock.lock() }
-    release = { lock.unlock() }
-    waiterSleeps = { UInt64.atomicLoad(at: lockWord, ordering: .relaxed) & FutexLock.lockBits == 2 }
-    wakeWaiter = { Futex.wake(futexWord, count: 1) }
-  } else {
-    acquire = { readWriteLock.writeLock() }
-    release = { readWriteLock.unlock() }
-    waiterSleeps = { UInt32.atomicLoad(at: state, ordering: .relaxed) & ReadWriteLock.writersWaiting != 0 }
-    wakeWaiter = { Futex.wake(notify, count: 1) }
-  }
+func takenBackHandOverWakesASleeperDuringTheStarvingPhase(_ subject: HandOverSubject) {
+  guard let sleepWord = subject.sleepWord else { preconditionFailure("no word the waiters sleep on") }
   let holding = Gate()
   let starving = Gate()
   let letGo = Gate()
   let sleeperThread = AtomicInteger<Int32>(0)
   let sleeperAcquired = AtomicBool(false)
   let wokenInTime = AtomicInteger<Int>(-1)
-  // Set before any thread starts (thread creation orders it before every read).
-  if isLock {
-    let target = UInt(bitPattern: lock.core.base)
-    FutexLock.beforeStarvingSleep = { base in
-      guard UInt(bitPattern: base) == target, !starving.isOpen else { return }
-      starving.open()
-      letGo.wait()
-    }
-  } else {
-    let target = UInt(bitPattern: state)
-    ReadWriteLock.beforeStarvingSleep = { word in
-      guard UInt(bitPattern: word) == target, !starving.isOpen else { return }
-      starving.open()
-      letGo.wait()
-    }
+  let target = subject.starvingHookWord
+  let stopTheStarvingWaiter: @Sendable (UInt) -> Void = { word in
+    guard word == target, !starving.isOpen else { return }
+    starving.open()
+    letGo.wait()
   }
+  // Set before any thread starts (thread creation orders it before every read); only the
+  // subject's lock matches `target`.
+  FutexLock.beforeStarvingSleep = { stopTheStarvingWaiter(UInt(bitPattern: $0)) }
+  ReadWriteLock.beforeStarvingSleep = { stopTheStarvingWaiter(UInt(bitPattern: $0)) }
   runConcurrently(3) { index in
     switch index {
     case 1:
       // The starving waiter.
       holding.wait()
-      acquire()
-      release()
+      subject.lock()
+      subject.unlock()
     case 2:
       // The sleeper: an ordinary waiter from the start of the starving phase.
       starving.wait()
       sleeperThread.store(tk_gettid(), ordering: .relaxed)
-      acquire()
+      subject.lock()
       sleeperAcquired.store(true, ordering: .relaxed)
-      release()
+      subject.unlock()
     default:
-      acquire()
+      subject.hold()
       holding.open()
       let giveUp = monotonicSeconds() + 10
-      while !waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
+      while !subject.waiterSleeps() && monotonicSeconds() < giveUp { sched_yield() }
       // Keep it asleep past the starvation threshold (the duration under test).
       busy(seconds: 0.002)
       // Wake it with the lock still held: it counts itself as starving and stops in the hook.
       while !starving.isOpen && monotonicSeconds() < giveUp {
-        wakeWaiter()
+        subject.wakeWaiter()
         sched_yield()
       }
       precondition(starving.isOpen, "the waiter never started to starve")
@@ -469,7 +440,7 @@ func takenBackHandOverWakesASleeperDuringTheStarvingPhase(_ subject: TakeBackSub
       while !isBlockedInFutex(thread: sleeper, on: sleepWord) && monotonicSeconds() < giveUp { sched_yield() }
       precondition(isBlockedInFutex(thread: sleeper, on: sleepWord), "the sleeper never slept on the lock")
       // The hand-over wakes nobody and is taken back.
-      release()
+      subject.unlock()
       let deadline = monotonicSeconds() + 5
       while !sleeperAcquired.load(ordering: .relaxed) && monotonicSeconds() < deadline { sched_yield() }
       wokenInTime.store(sleeperAcquired.load(ordering: .relaxed) ? 1 : 0, ordering: .relaxed)
@@ -749,13 +720,6 @@ struct ReadWriteLockHandOverRaceTests {
   func readerBargingAfterATakeBackHandsOver() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWriterRace(.readerBargesAfterTakeBack) }
-    }
-  }
-
-  @Test("a hand-over taken back wakes a writer asleep on the lock, at most once a millisecond")
-  func takenBackHandOverWakesASleepingWriter() async {
-    await #expect(processExitsWith: .success) {
-      blocking { takenBackHandOverWakesASleeperDuringTheStarvingPhase(.readWriteLock) }
     }
   }
 }
