@@ -75,12 +75,12 @@ public final class Lock: Locking, @unchecked Sendable {
   let identity: LockIdentity
 
   /// How many rounds of exponential backoff a contended `lock()` spends polling the lock
-  /// word before sleeping, and again after each wake-up: 6 rounds, starting at 32 `pause`
-  /// instructions and then 64 between polls, are 7 polls over 352 pauses (a few to about
-  /// fifteen microseconds; a `pause` takes from about ten to about 140 cycles depending on
-  /// the CPU). Polling stops at once while the lock is being handed to a starving waiter.
-  /// Measured in `cost-tables` (`contention.scaling-*`); the reasons are at
-  /// `FutexLock.spin`.
+  /// word before sleeping (twice, if another thread takes the lock it saw free), and again
+  /// after each wake-up: 6 rounds, starting at 32 `pause` instructions and then 64 between
+  /// polls, are 7 polls over 352 pauses (a few to about fifteen microseconds; a `pause`
+  /// takes from about ten to about 140 cycles depending on the CPU). Polling stops at once
+  /// while the lock is being handed to a starving waiter. Measured in `cost-tables`
+  /// (`contention.scaling-*`); the reasons are at `FutexLock.spin`.
   @usableFromInline
   static let spinRoundsBeforeSleeping = 6
 
