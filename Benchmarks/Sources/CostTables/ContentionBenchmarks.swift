@@ -41,7 +41,8 @@
 //                                   runnable, waiting for a CPU
 //
 // Three runs: every row's samples are three values, one per run, the subjects interleaved
-// within each run in rotating order. A throughput run's value is the median of three samples
+// within each run in rotating order. Every sample's subject is a fresh object at a fresh
+// address (SubjectPlacement: a lock's speed on a VM depends on where its line is). A throughput run's value is the median of three samples
 // of 20 ms; a fairness run is one 500 ms sample. The report's median is then the median of
 // the run medians, and its min/max the spread between runs, so a single noisy run cannot
 // decide a row. --quick makes one run of one 2 ms sample (20 ms for fairness): it only
@@ -483,6 +484,37 @@ private func gini(_ values: [Double]) -> Double {
   return differences / (2 * Double(values.count) * total)
 }
 
+/// Where each sample's subject lives in memory. On the 2-vCPU AMD EPYC VM a contended loop's
+/// speed depends on where its lock's cache line is: the same subject at the same address ran
+/// at one of two or three levels for a whole process (`Synchronization.Mutex<Int>` with
+/// private work at two threads 34-36 ns in some processes, 54-59 ns in others), and at fresh
+/// addresses it moved between them from sample to sample. The allocator gives a freed
+/// object's address to the next object of its size, so a subject made afresh for every
+/// sample would still sit at one address per process, and a report's three runs would be
+/// one draw. So every sample's subject is kept alive until its row is done, after a padding
+/// allocation of 1-16 pages (plus a random part of a page): the samples, and so the runs'
+/// medians, land at different addresses and pages.
+private enum SubjectPlacement {
+  /// The subjects and paddings of the row being measured.
+  static let kept = Synchronization.Mutex<(subjects: [any ContentionSubject], paddings: [[UInt8]])>(([], []))
+
+  /// Pads the heap, then makes the subject and keeps it until ``releaseRow()``.
+  static func place<S: ContentionSubject>(_ make: () -> S) -> S {
+    let padding = [UInt8](repeating: 1, count: 4096 * Int.random(in: 1...16) + 64 * Int.random(in: 0...63))
+    let subject = make()
+    kept.withLock {
+      $0.paddings.append(padding)
+      $0.subjects.append(subject)
+    }
+    return subject
+  }
+
+  /// Frees the kept subjects and paddings: the row is done.
+  static func releaseRow() {
+    kept.withLock { $0 = ([], []) }
+  }
+}
+
 /// A subject of the contention rows: its name and role, and its runs, specialized.
 private struct ContentionEntry: Sendable {
   let subject: Subject
@@ -496,12 +528,12 @@ private struct ContentionEntry: Sendable {
   ) {
     self.subject = subject
     throughput = { threads, scenario, duration in
-      throughputSample(make(), threads: threads, scenario: scenario, duration: duration)
+      throughputSample(SubjectPlacement.place(make), threads: threads, scenario: scenario, duration: duration)
     }
     fairness = { threads, duration in
       LockBenchmarkSwitches.handOverBound = handOverBound
       defer { LockBenchmarkSwitches.handOverBound = true }
-      return fairnessRun(make(), threads: threads, duration: duration)
+      return fairnessRun(SubjectPlacement.place(make), threads: threads, duration: duration)
     }
   }
 }
@@ -578,6 +610,7 @@ private func measureThroughputRow(_ harness: Harness, id: String, group: String,
       runs[index].append(medianOf(samples))
     }
   }
+  SubjectPlacement.releaseRow()
   for (index, entry) in contentionEntries.enumerated() {
     harness.record(id: id, subject: entry.subject, group: group, nanoseconds: runs[index])
   }
@@ -626,6 +659,7 @@ func registerContentionBenchmarks(_ harness: Harness) {
         figures[index].append(fairnessEntries[index].fairness(threads, duration))
       }
     }
+    SubjectPlacement.releaseRow()
     let group = "Fairness (\(threads) threads hammering)"
     for (index, entry) in fairnessEntries.enumerated() {
       let runs = figures[index]
