@@ -42,11 +42,12 @@
 //
 // Three runs: every row's samples are three values, one per run, the subjects interleaved
 // within each run in rotating order. Every sample's subject is a fresh object at a fresh
-// address (SubjectPlacement: a lock's speed on a VM depends on where its line is). A throughput run's value is the median of three samples
-// of 20 ms; a fairness run is one 500 ms sample. The report's median is then the median of
-// the run medians, and its min/max the spread between runs, so a single noisy run cannot
-// decide a row. --quick makes one run of one 2 ms sample (20 ms for fairness): it only
-// proves the rows run. The full set adds about 2 minutes to the report on 2 cores.
+// address (SubjectPlacement: a lock's speed on a VM depends on where its line is). A
+// throughput run's value is the median of three samples of 20 ms; a fairness run is one
+// 500 ms sample. The report's median is then the median of the run medians, and its min/max
+// the spread between runs, so a single noisy run cannot decide a row. --quick makes one run
+// of one 2 ms sample (20 ms for fairness): it only proves the rows run. The full set adds
+// about 2 minutes to the report on 2 cores.
 //
 // Data layout, like for like (the peers a toolkit row should be compared with):
 //   - value beside the lock, one allocation (the counter on the lock word's cache line):

@@ -43,12 +43,12 @@ import CThreadingShims
 ///
 /// Acquire: one compare-and-swap 0 -> `1 | tag` with acquire ordering (the fast path,
 /// inlined into the caller). Otherwise spin a bounded number of times (once more if another
-/// thread takes the lock first), then mark the word 2 and sleep on the futex. Release: one compare-and-swap `1 | tag` -> 0 with release
-/// ordering; anything else (sleepers, starving waiters, a release by another thread in
-/// unchecked mode) takes the slow path. Acquire ordering on every way of taking the lock
-/// (including claiming a hand-over) and release ordering on every way of giving it up
-/// (including handing it over) make the protected writes visible to the next owner on x86
-/// and arm64 alike (and tell ThreadSanitizer so).
+/// thread takes the lock first), then mark the word 2 and sleep on the futex. Release: one
+/// compare-and-swap `1 | tag` -> 0 with release ordering; anything else (sleepers, starving
+/// waiters, a release by another thread in unchecked mode) takes the slow path. Acquire
+/// ordering on every way of taking the lock (including claiming a hand-over) and release
+/// ordering on every way of giving it up (including handing it over) make the protected
+/// writes visible to the next owner on x86 and arm64 alike (and tell ThreadSanitizer so).
 ///
 /// The words (``wordsSize`` bytes: `word`, `handOff`, `takeBackWake`, `depth`) live
 /// wherever the owner puts them, 8-byte aligned and at a stable address: inside the owning
