@@ -21,7 +21,9 @@ import CThreadingShims
 /// - *A waiter dies* (killed while waiting): the kernel drops its wait; no signal is lost to
 ///   it and the condition keeps working. The waiter count it had raised stays raised, which
 ///   only makes each later ``signal()``/``broadcast()`` pay one system call that finds
-///   nobody to wake.
+///   nobody to wake. A waiter killed in the first instants of its wait, after it counted
+///   itself but before it released the lock, dies as the lock's holder: the next locker gets
+///   ``SharedMemoryLock/Acquisition/previousOwnerDied``, as for any holder that dies.
 /// - *The lock's holder dies*: see ``SharedMemoryLock``; a waiter re-acquiring the lock
 ///   after that gets ``SharedMemoryLock/Acquisition/previousOwnerDied``.
 /// - *The lock becomes unusable*: the wait throws ``SharedMemoryLockError/notRecoverable``

@@ -276,6 +276,14 @@ struct SharedMemoryConditionTests {
         }
         let doomed = forkChild(waitForFlag)
         waitUntil("the first waiter waits") { UInt32.atomicLoad(at: state.condition.waiters, ordering: .relaxed) == 1 }
+        // The waiter counts itself while it still holds the lock: killed before it lets go, it
+        // would die holding the lock and the survivor would be told the owner died. Taking the
+        // lock once proves it has let go.
+        waitUntil("the first waiter releases the lock") {
+          guard case .some(.some(.acquired)) = try? state.lock.tryLock() else { return false }
+          state.lock.unlock()
+          return true
+        }
         guard killAndReap(doomed) else { exit(3) }
         let survivor = forkChild(waitForFlag)
         // The dead waiter's registration stays counted: two.
