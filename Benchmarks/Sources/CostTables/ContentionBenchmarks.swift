@@ -9,10 +9,21 @@
 //   contention.asymmetric-N         one producer taking the lock back-to-back beside N
 //                                   consumers that take it with private work between; ns per
 //                                   *producer* acquisition (a lock that starves one thread
-//                                   shows here)
+//                                   shows here). Samples of 200 ms, not 20: with 33 runnable
+//                                   threads on 2 CPUs the scheduler's round is about 20 ms
+//                                   here, so a producer that left its CPU once (preempted, or
+//                                   one futex sleep) lost a whole 20-ms sample whatever the
+//                                   lock, and the row read 0.6-1.6 ms per acquisition for
+//                                   pthread mutexes and NSLock too; over 200 ms such a loss
+//                                   costs a tenth, and a lock that starves the producer for
+//                                   longer still shows
 //   contention.bursty-N             N threads, bursts of 64 acquisitions separated by 200 us
 //                                   idle gaps (sleepers must be woken); ns per acquisition,
-//                                   timed inside the bursts
+//                                   timed inside the bursts. Samples of 200 ms too: one
+//                                   thread kept off the CPUs for a scheduler's round inside
+//                                   a burst adds about 100 ns per acquisition to a 20-ms
+//                                   sample at 32 threads, so the row read whether such a
+//                                   stall fell in two of three samples
 //   contention.background-load-N    N contenders beside 2 CPU-bound threads that never touch
 //                                   the lock; ns per acquisition
 //   fairness.max-wait-N, fairness.p99-wait-N, fairness.p50-wait-N
@@ -601,7 +612,13 @@ private func medianOf(_ values: [Double]) -> Double {
 private func measureThroughputRow(_ harness: Harness, id: String, group: String, threads: Int, scenario: Scenario) {
   guard harness.wants(id) else { return }
   let began = Harness.now()
-  let duration: UInt64 = harness.quick ? 2_000_000 : 20_000_000
+  // Ten times longer for the one-producer and bursts rows (see the file's header).
+  let scale: UInt64
+  switch scenario {
+  case .asymmetric, .bursty: scale = 10
+  default: scale = 1
+  }
+  let duration: UInt64 = (harness.quick ? 2_000_000 : 20_000_000) * scale
   var runs = [[Double]](repeating: [], count: contentionEntries.count)
   let samplesPerRun = harness.quick ? 1 : 3
   for run in 0..<contentionRuns(harness) {

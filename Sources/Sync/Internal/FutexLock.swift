@@ -565,15 +565,13 @@ extension FutexLock {
   /// 2-64 threads at 0.5-1.2x without private work between acquisitions and 0.7-1.5x with
   /// it; 6 rounds from the sixth (7 polls over 352 pauses) at 0.3-0.7x and 0.5-0.7x.
   /// Starting at the fourth or fifth round measured between the two; 4 rounds from the sixth
-  /// much as 6. Two scenarios measured slower with it: 32 threads in bursts with idle gaps
-  /// between, and one thread taking the lock back-to-back beside 32 that do private work
-  /// between acquisitions (`RecursiveLock` in a full report, and any of `Lock`,
-  /// `LockedValue` and `RecursiveLock` in some runs of that row alone): waiters that poll
-  /// less often sleep more, and more of them outlast the hand-over threshold. (With more
-  /// runnable threads than cores a woken sleeper can also wait longer than the threshold
-  /// for a core: the hand-overs then follow one another, each a wake-up, and the
-  /// back-to-back thread waits for them all; with the bound switched off that row did not
-  /// collapse.)
+  /// much as 6. One scenario measured slower with it: 32 threads in bursts with idle gaps
+  /// between (waiters that poll less often sleep more). The slow samples of one thread
+  /// taking the lock back-to-back beside 32 that do private work between acquisitions are
+  /// the scheduler's, not the spin's or the hand-over rule's: with 33 runnable threads on 2
+  /// CPUs a thread that sleeps once or is preempted once waits about 20 ms for a CPU (the
+  /// whole of a 20-ms sample), under a pthread mutex and `NSLock` as under this lock, and as
+  /// often with the bound switched off as with it on (Benchmarks/MEASUREMENTS.md).
   ///
   /// Polling on while others sleep lets a thread whose critical sections alternate with
   /// private work take the lock in user space instead of joining the sleepers
