@@ -66,7 +66,8 @@
 //     (a pthread_mutex_t and the counter in one 64-byte block, the layout of SwiftNIO's
 //     NIOLockedValueBox).
 //   - a lock object and a counter in a separate 64-byte block: Sync.Lock, pthread_mutex,
-//     Foundation.NSLock; Sync.SpinLock, pthread_spinlock; Sync.RecursiveLock,
+//     Foundation.NSLock, "Synchronization.Mutex<Void> (counter apart)" (a Mutex guarding
+//     nothing beside the counter: how a Mutex guards state it does not hold); Sync.SpinLock, pthread_spinlock; Sync.RecursiveLock,
 //     Foundation.NSRecursiveLock; Sync.ReadWriteLock (write), pthread_rwlock (write,
 //     writer-preferring). Linux has no os_unfair_lock.
 
@@ -89,13 +90,6 @@ protocol ContentionSubject: AnyObject, Sendable {
   var count: Int { get }
 }
 
-/// A zeroed counter on a 64-byte line of its own.
-private func makeLineCounter() -> UnsafeMutablePointer<Int> {
-  let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
-  raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
-  return raw.assumingMemoryBound(to: Int.self)
-}
-
 private func checkCall(_ result: Int32, _ call: String) {
   if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
 }
@@ -110,6 +104,15 @@ private final class SynchronizationMutexContention: ContentionSubject, Sendable 
   let mutex = Synchronization.Mutex<Int>(0)
   func increment() { mutex.withLock { $0 &+= 1 } }
   var count: Int { mutex.withLock { $0 } }
+}
+
+/// `Synchronization.Mutex<Void>` guarding a counter on a line of its own: the layout of
+/// `Sync.Lock`'s subject (a lock and a counter apart), so its like-for-like peer.
+private final class SynchronizationMutexApartContention: ContentionSubject, @unchecked Sendable {
+  let mutex = Synchronization.Mutex<Void>(())
+  let counter = makeCounter()
+  func increment() { mutex.withLock { _ in counter.pointee &+= 1 } }
+  var count: Int { mutex.withLock { _ in counter.pointee } }
 }
 
 /// No lock at all: one atomic fetch-add on a counter of its own line. The fairness rows'
@@ -183,7 +186,7 @@ extension Sync.ReadWriteLock: ContentionLockObject {
 /// A lock object and a counter on a 64-byte line of its own.
 private final class LockObjectContention<Lock: ContentionLockObject>: ContentionSubject, @unchecked Sendable {
   let lock: Lock
-  let counter = makeLineCounter()
+  let counter = makeCounter()
   init(_ lock: Lock) { self.lock = lock }
   func increment() {
     lock.acquire()
@@ -243,7 +246,7 @@ private enum PthreadRWLockPrimitive: PthreadContentionPrimitive {
 private final class PthreadContention<Primitive: PthreadContentionPrimitive>: ContentionSubject, @unchecked Sendable {
   let primitive = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
     to: Primitive.Storage.self, capacity: 1)
-  let counter = makeLineCounter()
+  let counter = makeCounter()
   init() { Primitive.initialize(primitive) }
   func increment() {
     Primitive.acquire(primitive)
@@ -496,37 +499,6 @@ private func gini(_ values: [Double]) -> Double {
   return differences / (2 * Double(values.count) * total)
 }
 
-/// Where each sample's subject lives in memory. On the 2-vCPU AMD EPYC VM a contended loop's
-/// speed depends on where its lock's cache line is: the same subject at the same address ran
-/// at one of two or three levels for a whole process (`Synchronization.Mutex<Int>` with
-/// private work at two threads 34-36 ns in some processes, 54-59 ns in others), and at fresh
-/// addresses it moved between them from sample to sample. The allocator gives a freed
-/// object's address to the next object of its size, so a subject made afresh for every
-/// sample would still sit at one address per process, and a report's three runs would be
-/// one draw. So every sample's subject is kept alive until its row is done, after a padding
-/// allocation of 1-16 pages (plus a random part of a page): the samples, and so the runs'
-/// medians, land at different addresses and pages.
-private enum SubjectPlacement {
-  /// The subjects and paddings of the row being measured.
-  static let kept = Synchronization.Mutex<(subjects: [any ContentionSubject], paddings: [[UInt8]])>(([], []))
-
-  /// Pads the heap, then makes the subject and keeps it until ``releaseRow()``.
-  static func place<S: ContentionSubject>(_ make: () -> S) -> S {
-    let padding = [UInt8](repeating: 1, count: 4096 * Int.random(in: 1...16) + 64 * Int.random(in: 0...63))
-    let subject = make()
-    kept.withLock {
-      $0.paddings.append(padding)
-      $0.subjects.append(subject)
-    }
-    return subject
-  }
-
-  /// Frees the kept subjects and paddings: the row is done.
-  static func releaseRow() {
-    kept.withLock { $0 = ([], []) }
-  }
-}
-
 /// A subject of the contention rows: its name and role, and its runs, specialized.
 private struct ContentionEntry: Sendable {
   let subject: Subject
@@ -568,6 +540,7 @@ private let contentionEntries: [ContentionEntry] = [
   ContentionEntry(.toolkit("Sync.Lock")) { LockObjectContention(Sync.Lock(checked: false)) },
   ContentionEntry(.peer("pthread_mutex"), PthreadContention<PthreadMutexPrimitive>.init),
   ContentionEntry(.peer("Foundation.NSLock")) { LockObjectContention(NSLock()) },
+  ContentionEntry(.peer("Synchronization.Mutex<Void> (counter apart)"), SynchronizationMutexApartContention.init),
   ContentionEntry(.toolkit("Sync.SpinLock")) { LockObjectContention(Sync.SpinLock(checked: false)) },
   ContentionEntry(.peer("pthread_spinlock"), PthreadContention<PthreadSpinPrimitive>.init),
   ContentionEntry(.toolkit("Sync.RecursiveLock")) { LockObjectContention(Sync.RecursiveLock()) },
@@ -582,15 +555,32 @@ private let contentionEntries: [ContentionEntry] = [
 /// (a spinlock that never sleeps is no peer of a mutex).
 let contentionLikeForLike: [String: [String]] = [
   "Sync.LockedValue<Int>": ["Synchronization.Mutex<Int>", "pthread_mutex (counter beside)"],
-  "Sync.Lock": ["pthread_mutex", "Foundation.NSLock"],
+  "Sync.Lock": ["pthread_mutex", "Foundation.NSLock", "Synchronization.Mutex<Void> (counter apart)"],
   "Sync.SpinLock": ["pthread_spinlock"],
   "Sync.RecursiveLock": ["Foundation.NSRecursiveLock"],
   "Sync.ReadWriteLock (write)": ["pthread_rwlock (write)"],
 ]
 
-/// Whether `id` is one of the rows `contentionLikeForLike` applies to.
+/// The like-for-like peers in the `mutex.contended-N` and `mutex.contended-with-work-N` rows
+/// (the layouts in LockBenchmarks.swift's header): `Sync.Lock` against the mutexes with the
+/// counter apart, `Sync.LockedValue` against those with the counter beside the lock word.
+let mutexContendedLikeForLike: [String: [String]] = [
+  "Sync.Lock": ["pthread", "Foundation.NSLock", "Synchronization.Mutex<Void> (counter apart)"],
+  "Sync.LockedValue": ["Synchronization.Mutex", "pthread (counter beside)"],
+]
+
+/// The peers a toolkit subject of row `id` is compared with: its like-for-like peers in the
+/// rows that compare like for like (`comparesLikeForLike`), nil (every peer) elsewhere.
+func likeForLikePeerNames(id: String, subject: String) -> [String]? {
+  if id.hasPrefix("mutex.contended-") { return mutexContendedLikeForLike[subject] }
+  return comparesLikeForLike(id) ? contentionLikeForLike[subject] : nil
+}
+
+/// Whether `id` is one of the rows whose toolkit subjects are compared with like-for-like
+/// peers only (`likeForLikePeerNames`).
 func comparesLikeForLike(_ id: String) -> Bool {
   id.hasPrefix("contention.") || (id.hasPrefix("fairness.") && !id.hasPrefix("fairness.rw-"))
+    || id.hasPrefix("mutex.contended-")
 }
 
 // MARK: - Registration

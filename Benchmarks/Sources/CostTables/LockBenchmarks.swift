@@ -6,6 +6,18 @@
 // counter in allocated storage (no exclusivity check, no Swift property access cost that
 // the peers would not pay) and releases. Loops are generic over the class so each is
 // specialised; counters are checked afterwards, so no loop can be optimised away.
+//
+// Data layout: a counter apart is on a 64-byte line of its own, and a pthread lock on a
+// 64-byte block of its own, so no subject's counter shares its lock's line by accident of
+// the allocator. Two layouts, compared like for like in the contended mutex rows
+// (`mutexContendedLikeForLike`):
+//   - counter apart: Sync.Lock, pthread, Foundation.NSLock, and
+//     "Synchronization.Mutex<Void> (counter apart)", a Mutex guarding nothing beside a
+//     counter (how a Mutex guards state it does not hold);
+//   - counter beside the lock word, one allocation: Sync.LockedValue,
+//     Synchronization.Mutex (a `Mutex<Int>`), and "pthread (counter beside)" (a
+//     pthread_mutex_t and the counter in one 64-byte block, NIOLockedValueBox's layout).
+// The contended rows make a fresh subject for every sample (SubjectPlacement).
 
 import CBenchmarkShims
 import Foundation
@@ -26,12 +38,20 @@ protocol CountingLock: AnyObject, Sendable {
   var count: Int { get }
 }
 
-/// Allocated counter storage shared by the subjects (here and in the priority-inheritance
-/// rows): stable address, no exclusivity checks.
+/// A zeroed counter on a 64-byte line of its own, shared by the subjects of every lock table:
+/// stable address, no exclusivity checks, and no other data on its line.
 func makeCounter() -> UnsafeMutablePointer<Int> {
-  let counter = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-  counter.initialize(to: 0)
-  return counter
+  let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+  raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
+  return raw.assumingMemoryBound(to: Int.self)
+}
+
+/// Zeroed storage for one `T` (a pthread lock) on a 64-byte block of its own.
+func makeLine<T>(of type: T.Type) -> UnsafeMutablePointer<T> {
+  precondition(MemoryLayout<T>.size <= 64 && MemoryLayout<T>.alignment <= 64)
+  let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+  raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
+  return raw.bindMemory(to: T.self, capacity: 1)
 }
 
 func checkPthread(_ result: Int32, _ call: String) {
@@ -100,7 +120,7 @@ private final class SyncReadWriteLockSubject: CountingLock, @unchecked Sendable 
 
 /// Raw `pthread_mutex_t` in allocated storage: the default type, or recursive.
 private final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
-  let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  let mutex = makeLine(of: pthread_mutex_t.self)
   let counter = makeCounter()
   init(recursive: Bool = false) {
     if recursive {
@@ -123,7 +143,7 @@ private final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
 }
 
 private final class PthreadSpinSubject: CountingLock, @unchecked Sendable {
-  let spin = UnsafeMutablePointer<pthread_spinlock_t>.allocate(capacity: 1)
+  let spin = makeLine(of: pthread_spinlock_t.self)
   let counter = makeCounter()
   init() {
     checkPthread(pthread_spin_init(spin, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
@@ -139,7 +159,7 @@ private final class PthreadSpinSubject: CountingLock, @unchecked Sendable {
 /// Raw `pthread_rwlock_t`: the default (reader-preferring) kind, or glibc's
 /// writer-preferring kind that `Sync.ReadWriteLock` is built on.
 private final class PthreadRWLockSubject: CountingLock, @unchecked Sendable {
-  let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+  let rwlock = makeLine(of: pthread_rwlock_t.self)
   let counter = makeCounter()
   init(preferWriter: Bool = false) {
     if preferWriter {
@@ -201,6 +221,38 @@ private final class SynchronizationMutexSubject: CountingLock, Sendable {
     mutex.withLock { $0 &+= 1 }
   }
   var count: Int { mutex.withLock { $0 } }
+}
+
+/// `Synchronization.Mutex<Void>` guarding a counter on a line of its own: the layout
+/// `Sync.Lock`'s subject has, so its like-for-like peer in the contended rows.
+private final class SynchronizationMutexApartSubject: CountingLock, @unchecked Sendable {
+  let mutex = Synchronization.Mutex<Void>(())
+  let counter = makeCounter()
+  func increment() {
+    mutex.withLock { _ in counter.pointee &+= 1 }
+  }
+  var count: Int { mutex.withLock { _ in counter.pointee } }
+}
+
+/// A `pthread_mutex_t` and its counter in one 64-byte block (NIOLockedValueBox's layout):
+/// the layout `Sync.LockedValue` and `Synchronization.Mutex<Int>` have.
+private final class PthreadBesideSubject: CountingLock, @unchecked Sendable {
+  let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  let counter: UnsafeMutablePointer<Int>
+  init() {
+    precondition(MemoryLayout<pthread_mutex_t>.size + MemoryLayout<Int>.size <= 64)
+    let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+    raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
+    mutex = raw.bindMemory(to: pthread_mutex_t.self, capacity: 1)
+    counter = (raw + 64 - MemoryLayout<Int>.size).bindMemory(to: Int.self, capacity: 1)
+    checkPthread(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
+  }
+  func increment() {
+    pthread_mutex_lock(mutex)
+    counter.pointee &+= 1
+    pthread_mutex_unlock(mutex)
+  }
+  var count: Int { counter.pointee }
 }
 
 // MARK: - Loops
@@ -302,12 +354,6 @@ func registerMutexBenchmarks(_ harness: Harness) {
 
 /// Registers the rest of the lock family, uncontended, and every lock under contention.
 func registerLockBenchmarks(_ harness: Harness) {
-  let syncMutex = SyncMutexSubject()
-  let pthreadMutex = PthreadMutexSubject()
-  let nsLock = NSLockSubject()
-  let synchronizationMutex = SynchronizationMutexSubject()
-  let syncLockedValue = SyncLockedValueSubject()
-
   // The rest of the lock family, uncontended.
   let syncRecursive = SyncRecursiveMutexSubject()
   let pthreadRecursive = PthreadMutexSubject(recursive: true)
@@ -373,107 +419,83 @@ func registerLockBenchmarks(_ harness: Harness) {
   // Each thread does K increments (K = 200,000; 2,000 with --quick), long enough (over a
   // scheduler time slice) that the threads really overlap on few cores; the harness passes
   // iterations = K x threads and gets ns per increment back. 11 samples: each is long.
+  // Every sample (the probe and the warm-up too) runs a fresh subject at a fresh address,
+  // kept until its row is done (SubjectPlacement), so a row's median is taken over eleven
+  // placements, not one per process.
   let perThread = 200_000
   // One sample stops after four sample budgets at most (1 s; 80 ms with --quick).
   let limit = UInt64(4 * harness.sampleBudget * 1e9)
+  /// A row's body: `threads` threads on a fresh subject from `make`, `work` rounds of private
+  /// work between acquisitions.
+  func contended<Subject: CountingLock>(
+    _ make: @escaping () -> Subject, threads: Int, work: Int = 0
+  ) -> (Int) -> UInt64 {
+    { iterations in
+      contendedRun(
+        SubjectPlacement.place(make), threads: threads, perThread: iterations / threads, iterations, timeLimit: limit,
+        work: work)
+    }
+  }
   for threads in contentionThreadCounts {
     harness.sampleInterleaved(
       id: "mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
+        (.toolkit("Sync.Lock"), contended(SyncMutexSubject.init, threads: threads)),
+        (.toolkit("Sync.LockedValue"), contended(SyncLockedValueSubject.init, threads: threads)),
+        (.peer("pthread"), contended({ PthreadMutexSubject() }, threads: threads)),
+        (.peer("Foundation.NSLock"), contended(NSLockSubject.init, threads: threads)),
+        (.peer("Synchronization.Mutex"), contended(SynchronizationMutexSubject.init, threads: threads)),
         (
-          .toolkit("Sync.Lock"),
-          { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+          .peer("Synchronization.Mutex<Void> (counter apart)"),
+          contended(SynchronizationMutexApartSubject.init, threads: threads)
         ),
-        (
-          .toolkit("Sync.LockedValue"),
-          { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("pthread"),
-          { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("Foundation.NSLock"),
-          { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("Synchronization.Mutex"),
-          { contendedRun(synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
+        (.peer("pthread (counter beside)"), contended(PthreadBesideSubject.init, threads: threads)),
       ])
+    SubjectPlacement.releaseRow()
     // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
     // between threads far more often, as in real code.
     harness.sampleInterleaved(
       id: "mutex.contended-with-work-\(threads)", group: "Locks, contended", operations: perThread / 4 * threads,
       samples: 11,
       [
+        (.toolkit("Sync.Lock"), contended(SyncMutexSubject.init, threads: threads, work: 32)),
+        (.toolkit("Sync.LockedValue"), contended(SyncLockedValueSubject.init, threads: threads, work: 32)),
+        (.peer("pthread"), contended({ PthreadMutexSubject() }, threads: threads, work: 32)),
+        (.peer("Foundation.NSLock"), contended(NSLockSubject.init, threads: threads, work: 32)),
+        (.peer("Synchronization.Mutex"), contended(SynchronizationMutexSubject.init, threads: threads, work: 32)),
         (
-          .toolkit("Sync.Lock"),
-          { contendedRun(syncMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
+          .peer("Synchronization.Mutex<Void> (counter apart)"),
+          contended(SynchronizationMutexApartSubject.init, threads: threads, work: 32)
         ),
-        (
-          .toolkit("Sync.LockedValue"),
-          { contendedRun(syncLockedValue, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
-        ),
-        (
-          .peer("pthread"),
-          { contendedRun(pthreadMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
-        ),
-        (
-          .peer("Foundation.NSLock"),
-          { contendedRun(nsLock, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32) }
-        ),
-        (
-          .peer("Synchronization.Mutex"),
-          {
-            contendedRun(
-              synchronizationMutex, threads: threads, perThread: $0 / threads, $0, timeLimit: limit, work: 32)
-          }
-        ),
+        (.peer("pthread (counter beside)"), contended(PthreadBesideSubject.init, threads: threads, work: 32)),
       ])
+    SubjectPlacement.releaseRow()
     harness.sampleInterleaved(
       id: "recursive-mutex.contended-\(threads)", group: "Locks, contended", operations: perThread * threads,
       samples: 11,
       [
-        (
-          .toolkit("Sync.RecursiveLock"),
-          { contendedRun(syncRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("pthread"),
-          { contendedRun(pthreadRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("Foundation.NSRecursiveLock"),
-          { contendedRun(nsRecursive, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
+        (.toolkit("Sync.RecursiveLock"), contended(SyncRecursiveMutexSubject.init, threads: threads)),
+        (.peer("pthread"), contended({ PthreadMutexSubject(recursive: true) }, threads: threads)),
+        (.peer("Foundation.NSRecursiveLock"), contended(NSRecursiveLockSubject.init, threads: threads)),
       ])
+    SubjectPlacement.releaseRow()
     harness.sampleInterleaved(
       id: "rwlock.write-contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (
-          .toolkit("Sync.ReadWriteLock"),
-          { contendedRun(syncRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("pthread"), { contendedRun(pthreadRW, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
+        (.toolkit("Sync.ReadWriteLock"), contended(SyncReadWriteLockSubject.init, threads: threads)),
+        (.peer("pthread"), contended({ PthreadRWLockSubject() }, threads: threads)),
         (
           .peer("pthread (writer-preferring)"),
-          { contendedRun(pthreadRWWriter, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
+          contended({ PthreadRWLockSubject(preferWriter: true) }, threads: threads)
         ),
       ])
+    SubjectPlacement.releaseRow()
     harness.sampleInterleaved(
       id: "spinlock.contended-\(threads)", group: "Locks, contended", operations: perThread * threads, samples: 11,
       [
-        (
-          .toolkit("Sync.SpinLock"),
-          { contendedRun(syncSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
-        (
-          .peer("pthread"),
-          { contendedRun(pthreadSpin, threads: threads, perThread: $0 / threads, $0, timeLimit: limit) }
-        ),
+        (.toolkit("Sync.SpinLock"), contended(SyncSpinLockSubject.init, threads: threads)),
+        (.peer("pthread"), contended(PthreadSpinSubject.init, threads: threads)),
       ])
+    SubjectPlacement.releaseRow()
   }
 }

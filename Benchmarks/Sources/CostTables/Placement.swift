@@ -1,5 +1,7 @@
-// Where the two threads of a ping-pong benchmark run.
+// Where the subjects of the contended rows live (SubjectPlacement) and where the two threads
+// of a ping-pong benchmark run (PingPongPlacement).
 //
+// Ping-pong:
 // Unpinned, the scheduler sometimes puts both threads of a ping-pong on one CPU (a hand-off
 // is then a context switch) and sometimes on two (an inter-processor wake-up of a possibly
 // idle virtual CPU, dearer on a VM), and it moves them during a run. Users do not pin their
@@ -15,6 +17,7 @@
 //   the software on the path weighs most (the strictest view of the toolkit's overhead).
 
 import CBenchmarkShims
+import Synchronization
 import Threads
 
 #if canImport(Glibc)
@@ -138,5 +141,37 @@ enum PingPongPlacement {
     } catch {
       fatalError("cost-tables: pinning a ping-pong thread to CPUs \(set) failed: \(error)")
     }
+  }
+}
+
+/// Where each sample's subject lives in memory, for the contended rows (`contention.*`,
+/// `fairness.*`, the `*.contended-N` lock rows). On the 2-vCPU AMD EPYC VM a contended
+/// loop's speed depends on where its lock's cache line is: the same subject at the same
+/// address ran at one of two or three levels for a whole process
+/// (`Synchronization.Mutex<Int>` with private work at two threads 34-36 ns in some
+/// processes, 54-59 ns in others), and at fresh addresses it moved between them from sample
+/// to sample. The allocator gives a freed object's address to the next object of its size,
+/// so a subject made afresh for every sample would still sit at one address per process, and
+/// a row's samples would be one draw. So every sample's subject is kept alive until its row
+/// is done, after a padding allocation of 1-16 pages (plus a random part of a page): the
+/// samples land at different addresses and pages, and a row's median is taken over them.
+enum SubjectPlacement {
+  /// The subjects and paddings of the row being measured.
+  private static let kept = Mutex<(subjects: [AnyObject], paddings: [[UInt8]])>(([], []))
+
+  /// Pads the heap, then makes the subject and keeps it until ``releaseRow()``.
+  static func place<Subject: AnyObject & Sendable>(_ make: () -> Subject) -> Subject {
+    let padding = [UInt8](repeating: 1, count: 4096 * Int.random(in: 1...16) + 64 * Int.random(in: 0...63))
+    let subject = make()
+    kept.withLock {
+      $0.paddings.append(padding)
+      $0.subjects.append(subject)
+    }
+    return subject
+  }
+
+  /// Frees the kept subjects and paddings: the row is done.
+  static func releaseRow() {
+    kept.withLock { $0 = ([], []) }
   }
 }

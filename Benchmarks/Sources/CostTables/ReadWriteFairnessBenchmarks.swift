@@ -27,16 +27,9 @@ private protocol ReadWriteSubject: AnyObject, Sendable {
   var count: Int { get }
 }
 
-/// A zeroed counter on a 64-byte line of its own.
-private func makeCounterLine() -> UnsafeMutablePointer<Int> {
-  let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
-  raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
-  return raw.assumingMemoryBound(to: Int.self)
-}
-
 private final class SyncReadWriteMixed: ReadWriteSubject, @unchecked Sendable {
   let lock = Sync.ReadWriteLock()
-  let counter = makeCounterLine()
+  let counter = makeCounter()
   func write() {
     lock.writeLock()
     counter.pointee &+= 1
@@ -54,7 +47,7 @@ private final class SyncReadWriteMixed: ReadWriteSubject, @unchecked Sendable {
 private final class PthreadReadWriteMixed: ReadWriteSubject, @unchecked Sendable {
   let rwlock = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
     to: pthread_rwlock_t.self, capacity: 1)
-  let counter = makeCounterLine()
+  let counter = makeCounter()
   init() {
     let result = bench_rwlock_init_prefer_writer(rwlock)
     if result != 0 { fatalError("cost-tables: pthread_rwlock_init failed with errno \(result)") }

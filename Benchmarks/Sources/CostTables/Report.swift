@@ -158,7 +158,7 @@ struct RunResults {
   /// The peers an ours row of `id` is compared with: `subject`'s like-for-like peers in the
   /// rows that compare like for like (`comparesLikeForLike`), nil (every peer) elsewhere.
   static func likeForLikePeers(id: String, of subject: Subject) -> [String]? {
-    comparesLikeForLike(id) ? contentionLikeForLike[subject.name] : nil
+    likeForLikePeerNames(id: id, subject: subject.name)
   }
 
   /// The peer an ours row of `id` is compared with: the best of `likeForLikePeers`.
