@@ -6,16 +6,18 @@ extension FutexLock {
   // operation is diagnosed (reading the environment first if nobody has) and run either
   // the plain operation or the diagnosed one.
 
-  /// The hooked path of a blocking acquisition: ``acquireDiagnosed(_:before:spinRounds:typeName:)``
+  /// The hooked path of a blocking acquisition: ``acquireDiagnosed(_:before:spinRounds:quickPolls:typeName:)``
   /// when ``LockDiagnostics/diagnosesAcquisition`` says so, else the plain acquisition.
   @inline(__always)
-  func acquireHooked(_ identity: LockIdentity, before deadline: MonotonicInstant, spinRounds: Int, typeName: String)
-    -> Bool
-  {
+  func acquireHooked(
+    _ identity: LockIdentity, before deadline: MonotonicInstant, spinRounds: Int, quickPolls: Int = 0,
+    typeName: String
+  ) -> Bool {
     if LockDiagnostics.diagnosesAcquisition {
-      return acquireDiagnosed(identity, before: deadline, spinRounds: spinRounds, typeName: typeName)
+      return acquireDiagnosed(
+        identity, before: deadline, spinRounds: spinRounds, quickPolls: quickPolls, typeName: typeName)
     }
-    return acquire(before: deadline, spinRounds: spinRounds, typeName: typeName)
+    return acquire(before: deadline, spinRounds: spinRounds, quickPolls: quickPolls, typeName: typeName)
   }
 
   /// The hooked path of `tryLock()`'s attempt (``tryAcquireFree()``): diagnosed while a
@@ -36,15 +38,16 @@ extension FutexLock {
     }
   }
 
-  /// ``acquire(before:spinRounds:typeName:)`` through ``LockDiagnostics/acquire(_:before:access:holder:tryAcquire:acquire:)``.
+  /// ``acquire(before:spinRounds:quickPolls:typeName:)`` through ``LockDiagnostics/acquire(_:before:access:holder:tryAcquire:acquire:)``.
   @usableFromInline
   @inline(never)
   func acquireDiagnosed(
-    _ identity: LockIdentity, before deadline: MonotonicInstant, spinRounds: Int, typeName: String
+    _ identity: LockIdentity, before deadline: MonotonicInstant, spinRounds: Int, quickPolls: Int = 0,
+    typeName: String
   ) -> Bool {
     LockDiagnostics.acquire(
       identity, before: deadline, holder: { ownerTag }, tryAcquire: { tryAcquire() },
-      acquire: { acquire(before: deadline, spinRounds: spinRounds, typeName: typeName) })
+      acquire: { acquire(before: deadline, spinRounds: spinRounds, quickPolls: quickPolls, typeName: typeName) })
   }
 
   /// ``tryAcquireFree()`` (the `tryLock()` attempt) through

@@ -238,17 +238,17 @@ struct FutexLock {
   /// into the slow branch).
   @inlinable
   @inline(__always)
-  func acquire(spinRounds: Int, typeName: String) {
+  func acquire(spinRounds: Int, quickPolls: Int = 0, typeName: String) {
     if tryAcquire() { return }
-    _ = acquireSlow(before: .distantFuture, spinRounds: spinRounds, typeName: typeName)
+    _ = acquireSlow(before: .distantFuture, spinRounds: spinRounds, quickPolls: quickPolls, typeName: typeName)
   }
 
   /// Acquires, blocking until `deadline`; returns false if it passed first.
   @inlinable
   @inline(__always)
-  func acquire(before deadline: MonotonicInstant, spinRounds: Int, typeName: String) -> Bool {
+  func acquire(before deadline: MonotonicInstant, spinRounds: Int, quickPolls: Int = 0, typeName: String) -> Bool {
     if tryAcquire() { return true }
-    return acquireSlow(before: deadline, spinRounds: spinRounds, typeName: typeName)
+    return acquireSlow(before: deadline, spinRounds: spinRounds, quickPolls: quickPolls, typeName: typeName)
   }
 
   /// Releases. `checkOwner` verifies the caller holds the lock (checked mode); releasing an
@@ -395,7 +395,7 @@ struct FutexLock {
 
   @usableFromInline
   @inline(never)
-  func acquireSlow(before deadline: MonotonicInstant, spinRounds: Int, typeName: String) -> Bool {
+  func acquireSlow(before deadline: MonotonicInstant, spinRounds: Int, quickPolls: Int = 0, typeName: String) -> Bool {
     let me = currentThreadTag()
     if ownerTag == me {
       reportMisuse(
@@ -404,7 +404,7 @@ struct FutexLock {
     let mine = Self.ownerBits(me)
     // Bounded spinning: poll with exponential backoff while the lock is held; a holder about
     // to leave hands over without a system call. Never unbounded.
-    var current = spin(spinRounds)
+    var current = spin(spinRounds, quickPolls: quickPolls)
     // Whether this thread has slept (then it must take a free lock with 2: it cannot know
     // whether others sleep), since when, and whether it counts itself as starving.
     var slept = false
@@ -448,7 +448,7 @@ struct FutexLock {
         deadline == .distantFuture || !deadline.hasPassed
       {
         mayRespin = false
-        current = spin(spinRounds)
+        current = spin(spinRounds, quickPolls: quickPolls)
         continue
       }
       // Locked: make sure the word says "sleepers" (1 -> 2) and counts us once we starve
@@ -509,7 +509,7 @@ struct FutexLock {
         // `current` was read refuses the sleep, and the loop looks again.
         _ = Futex.wait(futexWord, expected: UInt32(truncatingIfNeeded: current), deadline: deadline)
         if MonotonicInstant.now - firstSleep >= Self.starvationThreshold { becomeStarving = true }
-        current = spin(spinRounds)
+        current = spin(spinRounds, quickPolls: quickPolls)
       }
     }
   }
@@ -582,7 +582,7 @@ extension FutexLock {
   /// polling could only lose.
   ///
   /// A waiter that saw the lock free but lost the compare-and-swap to another thread spins
-  /// once more before its first sleep (``acquireSlow(before:spinRounds:typeName:)``).
+  /// once more before its first sleep (``acquireSlow(before:spinRounds:quickPolls:typeName:)``).
   /// Without that, two threads alternating critical sections with private work sent one
   /// slow-path acquisition in ten to the futex (a wait that returned at once, then a wake
   /// for nobody at its release: 72,000 futex calls in 8.9 million acquisitions, on a 2-vCPU
@@ -590,9 +590,29 @@ extension FutexLock {
   /// 51-53 ns at 2-64 threads with private work between acquisitions, and from 8.1-9.4 ns
   /// to 7.3-8.4 ns back-to-back (`contention.scaling-*`, medians of two or three runs);
   /// longest waits and the bursts rows did not change beyond their spread.
+  ///
+  /// `quickPolls` polls one `pause` apart come first (``LockedValue`` asks for two): a lock
+  /// whose value shares the word's line gains from taking it the moment a short critical
+  /// section ends, because the line it pulls is the one it needs next anyway. Measured in
+  /// `cost-tables` on the 2-vCPU AMD EPYC VM (`contention.scaling-*`, medians of three
+  /// processes, two batches): two quick polls brought `LockedValue` with private work between
+  /// acquisitions from 36.2-39.4 ns to 31.3-36.0 ns at 2-64 threads
+  /// (`Synchronization.Mutex<Int>` 33.4-39.0 ns at 2 and 4), and cost it 7.7 ns to 9.6 ns at
+  /// two threads back-to-back (8.5-10.8 ns at 4-64; its peers 26-37 ns). One quick poll,
+  /// or two polls two `pause`s apart, gained less; for ``Lock`` and ``SpinLock``, whose
+  /// callers keep their data on another line, the same two polls made private work slower
+  /// (50.8-59.0 ns against 48.3-52.0 ns for `Lock`): a waiter that pulls the word away
+  /// makes the holder fetch it back while its other line is still moving.
   @usableFromInline
-  func spin(_ rounds: Int) -> UInt64 {
-    Backoff.poll(rounds: rounds, firstRound: Self.firstSpinRound) {
+  func spin(_ rounds: Int, quickPolls: Int = 0) -> UInt64 {
+    var quick = quickPolls
+    while quick > 0 {
+      let current = UInt64.atomicLoad(at: word, ordering: .relaxed)
+      if current == 0 || current & Self.stateMask >= Self.handedOver { return current }
+      tk_cpu_relax()
+      quick -= 1
+    }
+    return Backoff.poll(rounds: rounds, firstRound: Self.firstSpinRound) {
       UInt64.atomicLoad(at: word, ordering: .relaxed)
     } while: { current in
       current != 0 && current & Self.stateMask < Self.handedOver
