@@ -322,12 +322,15 @@ import Threads
 
   /// "A loop that runs in a mode the executor is not in runs none of its jobs until it runs
   /// in one of them again"; a run in that mode nested in a perform block runs them.
-  @Test func jobsWaitForARunInOneOfTheExecutorsModes() async {
+  @Test func jobsWaitForARunInOneOfTheExecutorsModes() async throws {
     let loop = LoopThread()
     let custom = RunLoopMode("audit3-custom")
     let executor = RunLoopExecutor(runLoop: loop.runLoop, modes: [custom])
     let actor = NestedLoopRunner(executor: executor)
-    let job = Task { await actor.onWhichLoop() }
+    // The task starts on a thread of its own group, not on the global pool, so the job reaches
+    // the executor however many pool threads other tests are blocking at the time.
+    let starter = try await RunLoopThreadGroup.start(threadCount: 1, name: "audit3-starter")
+    let job = Task(executorPreference: starter) { await actor.onWhichLoop() }
     await offPool {
       waitUntil { executor.queuedJobCount == 1 }
       loop.onLoop {}  // a pass in the default mode
@@ -357,6 +360,7 @@ import Threads
       }
       stopper.join()
     }
+    await starter.shutDown()
     loop.stop()
   }
 
