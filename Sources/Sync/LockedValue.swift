@@ -16,7 +16,8 @@
 /// work between, it was not measured there.)
 ///
 /// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
-/// then sleeping in the kernel), with the same **bounded wait**: once a waiter has slept about
+/// then sleeping in the kernel; a contended waiter first polls twice, one `pause` apart, as
+/// the value it needs is on the line it polls), with the same **bounded wait**: once a waiter has slept about
 /// 1 ms, releases hand the lock to the starving waiters instead of letting others barge in (see
 /// ``Lock``'s Fairness section for the rule and its cost). Always scoped: the value is
 /// reachable only inside the `withLock` family, so it can be neither touched unlocked nor left
