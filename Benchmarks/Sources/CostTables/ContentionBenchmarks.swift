@@ -67,9 +67,11 @@
 //     NIOLockedValueBox).
 //   - a lock object and a counter in a separate 64-byte block: Sync.Lock, pthread_mutex,
 //     Foundation.NSLock, "Synchronization.Mutex<Void> (counter apart)" (a Mutex guarding
-//     nothing beside the counter: how a Mutex guards state it does not hold); Sync.SpinLock, pthread_spinlock; Sync.RecursiveLock,
-//     Foundation.NSRecursiveLock; Sync.ReadWriteLock (write), pthread_rwlock (write,
-//     writer-preferring). Linux has no os_unfair_lock.
+//     nothing beside the counter: how a Mutex guards state it does not hold);
+//     Sync.SpinLock, pthread_spinlock; Sync.RecursiveLock, Foundation.NSRecursiveLock;
+//     Sync.ReadWriteLock (write), pthread_rwlock (write, writer-preferring). Linux has no
+//     os_unfair_lock.
+// The subjects with a lock-row twin are the lock rows' own (LockBenchmarks.swift).
 
 import CBenchmarkShims
 import Foundation
@@ -82,67 +84,14 @@ import Synchronization
 
 // MARK: - Subjects
 
-/// A lock guarding one counter.
-protocol ContentionSubject: AnyObject, Sendable {
-  /// Takes the lock, adds one to the counter, releases the lock.
-  func increment()
-  /// The counter; read only when no thread is incrementing.
-  var count: Int { get }
-}
-
-private func checkCall(_ result: Int32, _ call: String) {
-  if result != 0 { fatalError("cost-tables: \(call) failed with errno \(result)") }
-}
-
-private final class LockedValueContention: ContentionSubject, Sendable {
-  let locked = LockedValue<Int>(0)
-  func increment() { locked.withLock { $0 &+= 1 } }
-  var count: Int { locked.withLock { $0 } }
-}
-
-private final class SynchronizationMutexContention: ContentionSubject, Sendable {
-  let mutex = Synchronization.Mutex<Int>(0)
-  func increment() { mutex.withLock { $0 &+= 1 } }
-  var count: Int { mutex.withLock { $0 } }
-}
-
-/// `Synchronization.Mutex<Void>` guarding a counter on a line of its own: the layout of
-/// `Sync.Lock`'s subject (a lock and a counter apart), so its like-for-like peer.
-private final class SynchronizationMutexApartContention: ContentionSubject, @unchecked Sendable {
-  let mutex = Synchronization.Mutex<Void>(())
-  let counter = makeCounter()
-  func increment() { mutex.withLock { _ in counter.pointee &+= 1 } }
-  var count: Int { mutex.withLock { _ in counter.pointee } }
-}
-
 /// No lock at all: one atomic fetch-add on a counter of its own line. The fairness rows'
 /// control: its longest "wait" is what the scheduler alone makes a thread of that loop wait
 /// (a thread preempted anywhere in the loop waits for its turn on a core), the floor under
 /// every lock's row at the same thread count.
-private final class NoLockContention: ContentionSubject, Sendable {
+private final class NoLockContention: CountingLock, Sendable {
   let counter = Synchronization.Atomic<Int>(0)
   func increment() { counter.wrappingAdd(1, ordering: .relaxed) }
   var count: Int { counter.load(ordering: .relaxed) }
-}
-
-/// pthread_mutex_t and the counter in one 64-byte block (NIOLockedValueBox's layout).
-private final class PthreadBesideContention: ContentionSubject, @unchecked Sendable {
-  let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  let counter: UnsafeMutablePointer<Int>
-  init() {
-    precondition(MemoryLayout<pthread_mutex_t>.size + 8 <= 64)
-    let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
-    raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
-    mutex = raw.assumingMemoryBound(to: pthread_mutex_t.self)
-    counter = (raw + 56).assumingMemoryBound(to: Int.self)
-    checkCall(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
-  }
-  func increment() {
-    pthread_mutex_lock(mutex)
-    counter.pointee &+= 1
-    pthread_mutex_unlock(mutex)
-  }
-  var count: Int { counter.pointee }
 }
 
 /// A lock object of the toolkit or Foundation, taken the way its rows take it (the
@@ -184,7 +133,7 @@ extension Sync.ReadWriteLock: ContentionLockObject {
 }
 
 /// A lock object and a counter on a 64-byte line of its own.
-private final class LockObjectContention<Lock: ContentionLockObject>: ContentionSubject, @unchecked Sendable {
+private final class LockObjectContention<Lock: ContentionLockObject>: CountingLock, @unchecked Sendable {
   let lock: Lock
   let counter = makeCounter()
   init(_ lock: Lock) { self.lock = lock }
@@ -207,7 +156,7 @@ private protocol PthreadContentionPrimitive {
 
 private enum PthreadMutexPrimitive: PthreadContentionPrimitive {
   static func initialize(_ primitive: UnsafeMutablePointer<pthread_mutex_t>) {
-    checkCall(pthread_mutex_init(primitive, nil), "pthread_mutex_init")
+    checkPthread(pthread_mutex_init(primitive, nil), "pthread_mutex_init")
   }
   @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_mutex_t>) {
     pthread_mutex_lock(primitive)
@@ -219,7 +168,7 @@ private enum PthreadMutexPrimitive: PthreadContentionPrimitive {
 
 private enum PthreadSpinPrimitive: PthreadContentionPrimitive {
   static func initialize(_ primitive: UnsafeMutablePointer<pthread_spinlock_t>) {
-    checkCall(pthread_spin_init(primitive, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
+    checkPthread(pthread_spin_init(primitive, Int32(PTHREAD_PROCESS_PRIVATE)), "pthread_spin_init")
   }
   @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_spinlock_t>) {
     pthread_spin_lock(primitive)
@@ -232,7 +181,7 @@ private enum PthreadSpinPrimitive: PthreadContentionPrimitive {
 /// Writer-preferring, taken for writing.
 private enum PthreadRWLockPrimitive: PthreadContentionPrimitive {
   static func initialize(_ primitive: UnsafeMutablePointer<pthread_rwlock_t>) {
-    checkCall(bench_rwlock_init_prefer_writer(primitive), "pthread_rwlock_init")
+    checkPthread(bench_rwlock_init_prefer_writer(primitive), "pthread_rwlock_init")
   }
   @inline(__always) static func acquire(_ primitive: UnsafeMutablePointer<pthread_rwlock_t>) {
     pthread_rwlock_wrlock(primitive)
@@ -243,9 +192,8 @@ private enum PthreadRWLockPrimitive: PthreadContentionPrimitive {
 }
 
 /// A pthread lock on a 64-byte block of its own and a counter on another.
-private final class PthreadContention<Primitive: PthreadContentionPrimitive>: ContentionSubject, @unchecked Sendable {
-  let primitive = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64).bindMemory(
-    to: Primitive.Storage.self, capacity: 1)
+private final class PthreadContention<Primitive: PthreadContentionPrimitive>: CountingLock, @unchecked Sendable {
+  let primitive = makeLine(of: Primitive.Storage.self)
   let counter = makeCounter()
   init() { Primitive.initialize(primitive) }
   func increment() {
@@ -346,7 +294,7 @@ private func idle(nanoseconds: Int) {
 
 /// One throughput sample of `scenario` for `duration` nanoseconds: ns per acquisition (per
 /// producer acquisition for `.asymmetric`). Checks no increment was lost.
-private func throughputSample<S: ContentionSubject>(
+private func throughputSample<S: CountingLock>(
   _ subject: S, threads: Int, scenario: Scenario, duration: UInt64
 ) -> Double {
   let slots = ThreadSlots(threads: threads)
@@ -439,7 +387,7 @@ private struct FairnessFigures {
 }
 
 /// One fairness run: `threads` threads hammer for `duration`; every acquisition is timed.
-private func fairnessRun<S: ContentionSubject>(_ subject: S, threads: Int, duration: UInt64) -> FairnessFigures {
+private func fairnessRun<S: CountingLock>(_ subject: S, threads: Int, duration: UInt64) -> FairnessFigures {
   let slots = ThreadSlots(threads: threads)
   let histograms = (0..<threads).map { _ in WaitHistogram() }
   let before = subject.count
@@ -507,7 +455,7 @@ private struct ContentionEntry: Sendable {
 
   /// `handOverBound: false` runs the subject with the toolkit's bounded wait switched off
   /// (process-wide, for that run only: the subjects run one at a time).
-  init<S: ContentionSubject>(
+  init<S: CountingLock>(
     _ subject: Subject, handOverBound: Bool = true, _ make: @escaping @Sendable () -> S
   ) {
     self.subject = subject
@@ -534,13 +482,13 @@ private let fairnessEntries: [ContentionEntry] =
   ]
 
 private let contentionEntries: [ContentionEntry] = [
-  ContentionEntry(.toolkit("Sync.LockedValue<Int>"), LockedValueContention.init),
-  ContentionEntry(.peer("Synchronization.Mutex<Int>"), SynchronizationMutexContention.init),
-  ContentionEntry(.peer("pthread_mutex (counter beside)"), PthreadBesideContention.init),
+  ContentionEntry(.toolkit("Sync.LockedValue<Int>"), SyncLockedValueSubject.init),
+  ContentionEntry(.peer("Synchronization.Mutex<Int>"), SynchronizationMutexSubject.init),
+  ContentionEntry(.peer("pthread_mutex (counter beside)"), PthreadBesideSubject.init),
   ContentionEntry(.toolkit("Sync.Lock")) { LockObjectContention(Sync.Lock(checked: false)) },
   ContentionEntry(.peer("pthread_mutex"), PthreadContention<PthreadMutexPrimitive>.init),
   ContentionEntry(.peer("Foundation.NSLock")) { LockObjectContention(NSLock()) },
-  ContentionEntry(.peer("Synchronization.Mutex<Void> (counter apart)"), SynchronizationMutexApartContention.init),
+  ContentionEntry(.peer("Synchronization.Mutex<Void> (counter apart)"), SynchronizationMutexApartSubject.init),
   ContentionEntry(.toolkit("Sync.SpinLock")) { LockObjectContention(Sync.SpinLock(checked: false)) },
   ContentionEntry(.peer("pthread_spinlock"), PthreadContention<PthreadSpinPrimitive>.init),
   ContentionEntry(.toolkit("Sync.RecursiveLock")) { LockObjectContention(Sync.RecursiveLock()) },

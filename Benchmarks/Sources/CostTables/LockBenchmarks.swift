@@ -207,7 +207,7 @@ private final class NSRecursiveLockSubject: CountingLock, @unchecked Sendable {
 /// `Synchronization.Mutex` guards its own value; closure-only, so `withLock`.
 /// The toolkit's lock with the counter inside it (one cache line): the layout
 /// `Synchronization.Mutex<Int>` has.
-private final class SyncLockedValueSubject: CountingLock, Sendable {
+final class SyncLockedValueSubject: CountingLock, Sendable {
   let locked = LockedValue<Int>(0)
   func increment() {
     locked.withLock { $0 &+= 1 }
@@ -215,7 +215,7 @@ private final class SyncLockedValueSubject: CountingLock, Sendable {
   var count: Int { locked.withLock { $0 } }
 }
 
-private final class SynchronizationMutexSubject: CountingLock, Sendable {
+final class SynchronizationMutexSubject: CountingLock, Sendable {
   let mutex = Synchronization.Mutex<Int>(0)
   func increment() {
     mutex.withLock { $0 &+= 1 }
@@ -225,7 +225,7 @@ private final class SynchronizationMutexSubject: CountingLock, Sendable {
 
 /// `Synchronization.Mutex<Void>` guarding a counter on a line of its own: the layout
 /// `Sync.Lock`'s subject has, so its like-for-like peer in the contended rows.
-private final class SynchronizationMutexApartSubject: CountingLock, @unchecked Sendable {
+final class SynchronizationMutexApartSubject: CountingLock, @unchecked Sendable {
   let mutex = Synchronization.Mutex<Void>(())
   let counter = makeCounter()
   func increment() {
@@ -236,7 +236,7 @@ private final class SynchronizationMutexApartSubject: CountingLock, @unchecked S
 
 /// A `pthread_mutex_t` and its counter in one 64-byte block (NIOLockedValueBox's layout):
 /// the layout `Sync.LockedValue` and `Synchronization.Mutex<Int>` have.
-private final class PthreadBesideSubject: CountingLock, @unchecked Sendable {
+final class PthreadBesideSubject: CountingLock, @unchecked Sendable {
   let mutex: UnsafeMutablePointer<pthread_mutex_t>
   let counter: UnsafeMutablePointer<Int>
   init() {
