@@ -38,7 +38,7 @@ let package = Package(
     // Helpers shared by the test targets above Sync (never by SyncTests or ThreadsTests,
     // which must not trust the primitives they test).
     .target(
-      name: "TestSupport", dependencies: ["RunLoop", "Sync", "Threads", "ProcessTestSupport"], path: "Tests/TestSupport",
+      name: "TestSupport", dependencies: ["RunLoop", "RunLoopConcurrency", "Sync", "Threads", "ProcessTestSupport"], path: "Tests/TestSupport",
       exclude: ["Process"], swiftSettings: strict),
     // Fork helpers (wait for a child, bound it with an alarm): Glibc only, so SyncTests and
     // ThreadsTests may use them too.
@@ -55,7 +55,9 @@ let package = Package(
     .target(name: "CAllocationStats", path: "Tests/CAllocationStats"),
     .testTarget(
       name: "RunLoopTests",
-      dependencies: ["RunLoop", "Threads", "Sync", "TestSupport", "ProcessTestSupport", "CAllocationStats"],
+      dependencies: [
+        "RunLoop", "RunLoopConcurrency", "Threads", "Sync", "TestSupport", "ProcessTestSupport", "CAllocationStats",
+      ],
       swiftSettings: strict),
     .testTarget(
       name: "RunLoopConcurrencyTests",

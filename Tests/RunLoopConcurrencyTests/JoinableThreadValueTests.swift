@@ -1,5 +1,6 @@
 import RunLoopConcurrency
 import Sync
+import TestSupport
 import Testing
 import Threads
 

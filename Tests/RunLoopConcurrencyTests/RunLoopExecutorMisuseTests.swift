@@ -3,6 +3,7 @@ import ProcessTestSupport
 import RunLoop
 import RunLoopConcurrency
 import Sync
+import TestSupport
 import Testing
 import Threads
 

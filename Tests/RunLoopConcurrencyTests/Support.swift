@@ -85,26 +85,6 @@ actor PinnedCounter {
   }
 }
 
-/// Runs the blocking `body` on a new toolkit thread and awaits its result with
-/// `JoinableThread.value()`: how an async test waits for blocking work (a join, a latch, a
-/// blocking shutdown).
-///
-/// Blocking inside a task instead (in the test's own task or a detached one) holds a thread
-/// of the cooperative pool, which has one thread per core, two on a 2-core machine, and runs
-/// every synchronous test of the run. When what the blocked thread waits for needs a pool
-/// thread itself (a task created on a plain thread, a task resuming after an actor call,
-/// a continuation resumed elsewhere), two such waits at once, in two tests, deadlock the
-/// pool until some timeout ends one: every other test of the run stalls behind them.
-func offPool<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result {
-  let thread: JoinableThread<Result, Never>
-  do {
-    thread = try Thread.spawn(name: "off-pool") { () throws(Never) in body() }
-  } catch {
-    fatalError("Thread.spawn: \(error)")
-  }
-  return await thread.value()
-}
-
 extension TestThread {
   /// Waits for the thread to end without holding a cooperative thread (see `offPool`): the
   /// join for async tests. Stops the process when the thread was joined already.

@@ -1,4 +1,5 @@
 import RunLoop
+import RunLoopConcurrency
 import Sync
 import TestSupport
 import Testing
@@ -680,7 +681,7 @@ struct PeerLibuvThreadPoolLoopsTests {
   @Test(
     "threadpool_multiple_event_loops: work from several loop threads runs on the pool and each completion runs on its own loop's thread"
   )
-  func completionsReturnToTheirOwnLoops() async {
+  func completionsReturnToTheirOwnLoops() async throws {
     var configuration = ThreadPool.Configuration()
     configuration.maximumThreads = 4
     let pool = ThreadPool(name: "uv-loops", configuration: configuration)
@@ -690,7 +691,10 @@ struct PeerLibuvThreadPoolLoopsTests {
     let completed = AtomicInteger<Int>(0)
     let results = Recorder<RunLoopRunResult>()
     // The loop threads are plain threads; this task only polls for their end, so it holds no
-    // cooperative thread that the pool's awaiting tasks need.
+    // cooperative thread that the pool's awaiting tasks need. Those tasks run on a group of
+    // their own (a task executor), not on the global pool, so tests blocking pool threads
+    // meanwhile cannot hold them up.
+    let starters = try await RunLoopThreadGroup.start(threadCount: 2, name: "uv-starters")
     let threads = (0..<loops).map { _ in
       TestThread.spawn {
         let loop = RunLoop.current
@@ -699,7 +703,7 @@ struct PeerLibuvThreadPoolLoopsTests {
         loop.add(keepAlive, forMode: .default)
         let done = AtomicInteger<Int>(0)
         for job in 0..<jobsPerLoop {
-          Task {
+          Task(executorPreference: starters) {
             let value = try await pool.run { () -> Int in
               if Thread.current.id == me { wrongThread.increment(ordering: .relaxed) }
               return job * 2
@@ -718,6 +722,7 @@ struct PeerLibuvThreadPoolLoopsTests {
     while results.count < loops { try? await Task.sleep(for: .milliseconds(2)) }
     for thread in threads { thread.join() }
     await pool.shutDown()
+    await starters.shutDown()
     #expect(results.snapshot == Array(repeating: .stopped, count: loops))
     #expect(completed.load(ordering: .relaxed) == loops * jobsPerLoop)
     #expect(wrongThread.load(ordering: .relaxed) == 0)

@@ -1,11 +1,13 @@
-// Helpers shared by the test targets above Sync (RunLoopTests, ExampleTests): toolkit
-// threads that are always joined, thread-safe boxes for results, and waiting on another
-// thread's observable state (never on elapsed time). SyncTests and ThreadsTests keep their
+// Helpers shared by the test targets above Sync (RunLoopTests, RunLoopConcurrencyTests,
+// ExampleTests): toolkit threads that are always joined, thread-safe boxes for results,
+// waiting on another thread's observable state (never on elapsed time), and blocking off
+// the cooperative pool. SyncTests and ThreadsTests keep their
 // own pthread-based helpers on purpose: they must not trust the primitives they test.
 
 // The sanitizer flags (`isRunningUnderSanitizer` and the two it combines) come from here.
 @_exported import ProcessTestSupport
 import RunLoop
+import RunLoopConcurrency
 import Sync
 import Threads
 
@@ -100,6 +102,31 @@ public func waitUntil(
     if giveUp.hasPassed { fatalError("waitUntil: the condition did not hold within \(limit)", file: file, line: line) }
     sched_yield()
   }
+}
+
+/// Runs the blocking `body` on a new toolkit thread and awaits its result with
+/// `JoinableThread.value()`: how an async test waits for blocking work (a join, a latch, a
+/// blocking shutdown, a ping-pong of threads it started), and how a test that blocks for
+/// long runs at all.
+///
+/// Blocking inside a task instead (in the test's own task or a detached one, or in a
+/// synchronous test, which the test runner also runs on the pool) holds a thread of the
+/// cooperative pool, which has one thread per core, two on a 2-core machine, and runs every
+/// test of the run. When what the blocked thread waits for needs a pool thread itself (a
+/// task created on a plain thread, a task resuming after an actor call, a continuation
+/// resumed elsewhere), two such waits at once, in two tests, deadlock the pool until some
+/// timeout ends one; and two long blocking tests at once stall every other test of the run
+/// behind them. Errors `body` throws are rethrown here.
+public func offPool<Result: Sendable, Failure: Error>(
+  _ body: @escaping @Sendable () throws(Failure) -> Result
+) async throws(Failure) -> Result {
+  let thread: JoinableThread<Result, Failure>
+  do {
+    thread = try Thread.spawn(name: "off-pool") { () throws(Failure) in try body() }
+  } catch {
+    fatalError("Thread.spawn: \(error)")
+  }
+  return try await thread.value()
 }
 
 /// Runs `body(index)` on `count` toolkit threads and joins them all before returning.
