@@ -17,12 +17,12 @@
 ///
 /// The lock is the same futex lock as ``Lock`` (inlined uncontended path, bounded spinning,
 /// then sleeping in the kernel; a contended waiter first polls twice, one `pause` apart, as
-/// the value it needs is on the line it polls), with the same **bounded wait**: once a waiter has slept about
-/// 1 ms, releases hand the lock to the starving waiters instead of letting others barge in (see
-/// ``Lock``'s Fairness section for the rule and its cost). Always scoped: the value is
-/// reachable only inside the `withLock` family, so it can be neither touched unlocked nor left
-/// locked. `Value` may be non-copyable (a file handle, a unique buffer): it is stored in place
-/// and only ever lent to the bodies.
+/// the value it needs is on the line it polls), with the same **bounded wait**: once a
+/// waiter has slept about 1 ms, releases hand the lock to the starving waiters instead of
+/// letting others barge in (see ``Lock``'s Fairness section for the rule and its cost).
+/// Always scoped: the value is reachable only inside the `withLock` family, so it can be
+/// neither touched unlocked nor left locked. `Value` may be non-copyable (a file handle, a
+/// unique buffer): it is stored in place and only ever lent to the bodies.
 ///
 /// **Waiting for a state** (Abseil's `LockWhen`): ``withLock(when:_:)`` blocks until the
 /// predicate holds, then runs its body under the same lock acquisition, so nothing can
