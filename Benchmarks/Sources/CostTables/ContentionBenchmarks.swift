@@ -484,7 +484,7 @@ private let fairnessEntries: [ContentionEntry] =
 private let contentionEntries: [ContentionEntry] = [
   ContentionEntry(.toolkit("Sync.LockedValue<Int>"), SyncLockedValueSubject.init),
   ContentionEntry(.peer("Synchronization.Mutex<Int>"), SynchronizationMutexSubject.init),
-  ContentionEntry(.peer("pthread_mutex (counter beside)"), PthreadBesideSubject.init),
+  ContentionEntry(.peer("pthread_mutex (counter beside)")) { PthreadMutexSubject(counterBeside: true) },
   ContentionEntry(.toolkit("Sync.Lock")) { LockObjectContention(Sync.Lock(checked: false)) },
   ContentionEntry(.peer("pthread_mutex"), PthreadContention<PthreadMutexPrimitive>.init),
   ContentionEntry(.peer("Foundation.NSLock")) { LockObjectContention(NSLock()) },

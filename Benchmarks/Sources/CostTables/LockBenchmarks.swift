@@ -16,7 +16,8 @@
 //     counter (how a Mutex guards state it does not hold);
 //   - counter beside the lock word, one allocation: Sync.LockedValue,
 //     Synchronization.Mutex (a `Mutex<Int>`), and "pthread (counter beside)" (a
-//     pthread_mutex_t and the counter in one 64-byte block, NIOLockedValueBox's layout).
+//     pthread_mutex_t and the counter in one 64-byte block, NIOLockedValueBox's layout:
+//     `PthreadMutexSubject(counterBeside: true)`).
 // The contended rows make a fresh subject for every sample (SubjectPlacement).
 
 import CBenchmarkShims
@@ -118,11 +119,21 @@ private final class SyncReadWriteLockSubject: CountingLock, @unchecked Sendable 
   var count: Int { counter.pointee }
 }
 
-/// Raw `pthread_mutex_t` in allocated storage: the default type, or recursive.
-private final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
-  let mutex = makeLine(of: pthread_mutex_t.self)
-  let counter = makeCounter()
-  init(recursive: Bool = false) {
+/// Raw `pthread_mutex_t` in allocated storage: the default type, or recursive; its counter on
+/// a line of its own, or with `counterBeside` in the mutex's 64-byte block
+/// (NIOLockedValueBox's layout, the one `Sync.LockedValue` and `Synchronization.Mutex<Int>`
+/// have).
+final class PthreadMutexSubject: CountingLock, @unchecked Sendable {
+  let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  let counter: UnsafeMutablePointer<Int>
+  init(recursive: Bool = false, counterBeside: Bool = false) {
+    mutex = makeLine(of: pthread_mutex_t.self)
+    if counterBeside {
+      precondition(MemoryLayout<pthread_mutex_t>.size + MemoryLayout<Int>.size <= 64)
+      counter = (UnsafeMutableRawPointer(mutex) + 64 - MemoryLayout<Int>.size).bindMemory(to: Int.self, capacity: 1)
+    } else {
+      counter = makeCounter()
+    }
     if recursive {
       var attributes = pthread_mutexattr_t()
       checkPthread(pthread_mutexattr_init(&attributes), "pthread_mutexattr_init")
@@ -232,27 +243,6 @@ final class SynchronizationMutexApartSubject: CountingLock, @unchecked Sendable 
     mutex.withLock { _ in counter.pointee &+= 1 }
   }
   var count: Int { mutex.withLock { _ in counter.pointee } }
-}
-
-/// A `pthread_mutex_t` and its counter in one 64-byte block (NIOLockedValueBox's layout):
-/// the layout `Sync.LockedValue` and `Synchronization.Mutex<Int>` have.
-final class PthreadBesideSubject: CountingLock, @unchecked Sendable {
-  let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  let counter: UnsafeMutablePointer<Int>
-  init() {
-    precondition(MemoryLayout<pthread_mutex_t>.size + MemoryLayout<Int>.size <= 64)
-    let raw = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
-    raw.initializeMemory(as: UInt8.self, repeating: 0, count: 64)
-    mutex = raw.bindMemory(to: pthread_mutex_t.self, capacity: 1)
-    counter = (raw + 64 - MemoryLayout<Int>.size).bindMemory(to: Int.self, capacity: 1)
-    checkPthread(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
-  }
-  func increment() {
-    pthread_mutex_lock(mutex)
-    counter.pointee &+= 1
-    pthread_mutex_unlock(mutex)
-  }
-  var count: Int { counter.pointee }
 }
 
 // MARK: - Loops
@@ -449,7 +439,7 @@ func registerLockBenchmarks(_ harness: Harness) {
           .peer("Synchronization.Mutex<Void> (counter apart)"),
           contended(SynchronizationMutexApartSubject.init, threads: threads)
         ),
-        (.peer("pthread (counter beside)"), contended(PthreadBesideSubject.init, threads: threads)),
+        (.peer("pthread (counter beside)"), contended({ PthreadMutexSubject(counterBeside: true) }, threads: threads)),
       ])
     SubjectPlacement.releaseRow()
     // The same with about 50 ns of private work (32 rounds) between acquisitions: the lock is handed
@@ -467,7 +457,10 @@ func registerLockBenchmarks(_ harness: Harness) {
           .peer("Synchronization.Mutex<Void> (counter apart)"),
           contended(SynchronizationMutexApartSubject.init, threads: threads, work: 32)
         ),
-        (.peer("pthread (counter beside)"), contended(PthreadBesideSubject.init, threads: threads, work: 32)),
+        (
+          .peer("pthread (counter beside)"),
+          contended({ PthreadMutexSubject(counterBeside: true) }, threads: threads, work: 32)
+        ),
       ])
     SubjectPlacement.releaseRow()
     harness.sampleInterleaved(
