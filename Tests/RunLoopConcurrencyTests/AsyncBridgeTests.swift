@@ -394,11 +394,15 @@ func valueUnlessHung<Value: Sendable>(_ waiter: Task<Value, Never>, limit: Durat
   Value, rescued: Bool
 ) {
   let rescue = Task {
-    try? await Task.sleep(for: limit)
+    // Only a sleep that ran its whole length cancels the waiter: the sleep of a rescue
+    // cancelled because the waiter finished throws at once, and must not cancel it then.
+    do { try await Task.sleep(for: limit) } catch { return }
     waiter.cancel()
   }
   let value = await waiter.value
   rescue.cancel()
+  // The rescue's end, so its cancellation (if its sleep ran out) is decided before it is read.
+  await rescue.value
   return (value, waiter.isCancelled)
 }
 
