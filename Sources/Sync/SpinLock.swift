@@ -73,7 +73,11 @@ public final class SpinLock: Locking, @unchecked Sendable {
   /// acquisitions on an unshared cache line. Two threads with private work between
   /// acquisitions went from 1.14-1.30x `pthread_spinlock_t`'s time per acquisition (12
   /// rounds from the first: 13 polls over 447 pauses) to 0.69-0.74x (`cost-tables`,
-  /// `contention.scaling-with-work-2`, 2-vCPU Intel Xeon VM).
+  /// `contention.scaling-with-work-2`, 2-vCPU Intel Xeon VM). On a 2-vCPU AMD EPYC VM the
+  /// same row depends on how cheaply the host moves a line between the two vCPUs, a state
+  /// that lasts seconds: 0.59-0.73x `pthread_spinlock_t` when that is dear, 1.06-1.28x when
+  /// it is cheap and `pthread_spinlock_t`'s continuous polling overlaps the two threads'
+  /// work. Continuous polling tried here lost in both states (Benchmarks/MEASUREMENTS.md).
   @usableFromInline
   static let spinRounds = 8
   @usableFromInline
