@@ -187,7 +187,7 @@ struct AuditRound6DocExamplesSyncTests {
     #expect(mutex.withLock { state.isReady })
   }
 
-  @Test("Diagnostics: switched on in code, findings to a custom handler")
+  @Test("Diagnostics: switched on in code, findings to a custom handler", .runsExitTests)
   func diagnosticsInCode() async {
     // The settings are process-wide: they are changed in a child process of their own.
     await #expect(processExitsWith: .success) {
@@ -317,7 +317,7 @@ struct AuditRound6DocExamplesSyncTests {
     reader.join()
   }
 
-  @Test("MisuseChecking.mode: set in code, printed as \"checked\"")
+  @Test("MisuseChecking.mode: set in code, printed as \"checked\"", .runsExitTests)
   func misuseCheckingModeInCode() async {
     await #expect(processExitsWith: .success) {
       // First thing in main, before any lock exists:

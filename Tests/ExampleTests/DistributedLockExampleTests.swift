@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -12,7 +13,7 @@ import Testing
 ///    (exit code 1), and after the parent's `unlock` a third child's succeeds (exit code 0).
 @Suite("NSDistributedLock: two processes, try / unlock / break", .timeLimit(.minutes(3)))
 struct DistributedLockExampleTests {
-  @Test("a lock left by a dead process is seen as stale, broken, and re-taken")
+  @Test("a lock left by a dead process is seen as stale, broken, and re-taken", .runsExitTests)
   func listing() async throws {
     var template = Array("/tmp/tk-distributed-XXXXXX".utf8CString)
     let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }

@@ -113,7 +113,7 @@ struct Listing3_17_3_19Tests {
     worker.join()
   }
 
-  @Test("between two processes of the same user")
+  @Test("between two processes of the same user", .runsExitTests)
   func twoProcesses() async throws {
     let outcome = Recorder<String>()
     // The parent's "main thread" (a thread of its own, since this test awaits the child).

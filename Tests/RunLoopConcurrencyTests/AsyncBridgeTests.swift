@@ -120,7 +120,7 @@ import Threads
 @Suite(.timeLimit(.minutes(3))) struct PortMessagesTests {
   /// Two sequences would take each other's handlers (releasing one clears the other's, which
   /// then waits for ever): the second is refused with a message naming the misuse.
-  @Test func aSecondSequenceForAPortWhileTheFirstExistsStopsTheProcess() async {
+  @Test(.runsExitTests) func aSecondSequenceForAPortWhileTheFirstExistsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       let loop = LoopThread()
@@ -432,7 +432,7 @@ func writeByte(_ descriptor: Int32) {
 /// `Diagnostics.Kind.blockingInTask` on, awaiting a thread's value and a block on a loop's
 /// thread, each about ten thresholds long, reports nothing.
 @Suite(.timeLimit(.minutes(3))) struct AsyncBridgesDoNotBlockTests {
-  @Test func awaitingAThreadOrALoopBlockReportsNoBlockingInTheTask() async {
+  @Test(.runsExitTests) func awaitingAThreadOrALoopBlockReportsNoBlockingInTheTask() async {
     let result = await #expect(
       processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]
     ) {

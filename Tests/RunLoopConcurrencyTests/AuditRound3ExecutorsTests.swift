@@ -160,7 +160,7 @@ import Threads
 
   /// `readiness(of:)`: "Watching a descriptor the kernel cannot poll ... stops the process
   /// when the sequence is created". The child exits 0 right after creating it.
-  @Test func readinessOfARegularFileStopsTheProcessWhenCreated() async {
+  @Test(.runsExitTests) func readinessOfARegularFileStopsTheProcessWhenCreated() async {
     await #expect(processExitsWith: .failure) {
       let path = "/tmp/audit3-readiness-\(getpid())"
       let fd = open(path, O_CREAT | O_RDWR, 0o600)
@@ -173,7 +173,7 @@ import Threads
   }
 
   /// The same for a descriptor another source of the loop already watches.
-  @Test func readinessOfADescriptorAlreadyWatchedStopsTheProcessWhenCreated() async {
+  @Test(.runsExitTests) func readinessOfADescriptorAlreadyWatchedStopsTheProcessWhenCreated() async {
     await #expect(processExitsWith: .failure) {
       var fds: [Int32] = [0, 0]
       _ = pipe(&fds)
@@ -233,7 +233,7 @@ import Threads
 
   /// The consequence: a job that queues another after its nested run (here a task isolated
   /// to its actor) must not meet a closed executor (which stops the process).
-  @Test func aJobQueuedAfterANestedRunDuringShutDownStillRuns() async {
+  @Test(.runsExitTests) func aJobQueuedAfterANestedRunDuringShutDownStillRuns() async {
     await #expect(processExitsWith: .success) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -312,7 +312,7 @@ import Threads
   }
 
   /// `RunLoopExecutor.init`: "Stops the process (misuse) when ... `modes` is empty."
-  @Test func anExecutorWithNoModeStopsTheProcess() async {
+  @Test(.runsExitTests) func anExecutorWithNoModeStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       let loop = LoopThread()
       _ = RunLoopExecutor(runLoop: loop.runLoop, modes: [])
@@ -368,7 +368,7 @@ import Threads
   /// end watch (in no mode either) would never see the loop's thread end, so it would not
   /// end as documented ("It ends ... when the run loop's thread ends"): misuse, as an
   /// executor or a perform request with no mode.
-  @Test func readinessInNoModeStopsTheProcess() async {
+  @Test(.runsExitTests) func readinessInNoModeStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       var fds: [Int32] = [0, 0]
       _ = pipe(&fds)
@@ -383,7 +383,7 @@ import Threads
 
   /// `messages(on:inModes: [])`: the same for a port's messages ("It also ends once the run
   /// loop's thread has ended").
-  @Test func portMessagesInNoModeStopTheProcess() async {
+  @Test(.runsExitTests) func portMessagesInNoModeStopTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let port = Port()

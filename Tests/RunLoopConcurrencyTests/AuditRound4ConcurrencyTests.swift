@@ -19,7 +19,7 @@ import Threads
   /// enabled for no event, so every `next()` would wait until cancelled, even on a
   /// descriptor that has hung up. Like an empty `modes`, it is refused when the sequence is
   /// created (misuse), not left to hang.
-  @Test func readinessWithNoEventOfInterestStopsTheProcess() async {
+  @Test(.runsExitTests) func readinessWithNoEventOfInterestStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       createReadinessOnAHungUpPipe(events: [])
     }
@@ -29,14 +29,14 @@ import Threads
   }
 
   /// The same for the events that are only ever reported, never requested.
-  @Test func readinessForOnlyHangUpOrErrorStopsTheProcess() async {
+  @Test(.runsExitTests) func readinessForOnlyHangUpOrErrorStopsTheProcess() async {
     await #expect(processExitsWith: .failure) { createReadinessOnAHungUpPipe(events: .hangUp) }
     await #expect(processExitsWith: .failure) { createReadinessOnAHungUpPipe(events: [.error, .hangUp]) }
   }
 
   /// A negative descriptor and a closed one ("one that is not open (`EBADF`)") stop the
   /// process when the sequence is created, with a message.
-  @Test func readinessOfAnInvalidDescriptorStopsTheProcess() async {
+  @Test(.runsExitTests) func readinessOfAnInvalidDescriptorStopsTheProcess() async {
     let negative = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       let loop = LoopThread()
@@ -340,7 +340,7 @@ import Threads
 
   /// `threadCount` below 1 stops the process with a message naming the misuse, for the most
   /// negative count too.
-  @Test func aGroupWithIntMinThreadsStopsTheProcess() async {
+  @Test(.runsExitTests) func aGroupWithIntMinThreadsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       _ = try? await RunLoopThreadGroup.start(threadCount: Int.min, name: "audit4")
@@ -355,7 +355,7 @@ import Threads
   /// run-loop threads run until the group is shut down, as a pool's idle workers wait for
   /// work (which ``ThreadPool`` refuses for that reason). Refused at creation (misuse, with a
   /// message naming the setting), not left to hang the process's exit.
-  @Test func aGroupOfFinishBeforeExitThreadsIsRefused() async {
+  @Test(.runsExitTests) func aGroupOfFinishBeforeExitThreadsIsRefused() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(10)
       var configuration = ThreadConfiguration()

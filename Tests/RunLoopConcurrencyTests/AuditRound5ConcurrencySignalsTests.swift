@@ -21,7 +21,7 @@ struct AuditRound5ConcurrencySignalsTests {
 
   /// A group thread hit by signals while its loop waits and runs jobs: sleeps timed by the
   /// group are never early, and every job runs once.
-  @Test func aGroupThreadHitBySignalsSleepsFullyAndRunsEveryJob() async {
+  @Test(.runsExitTests) func aGroupThreadHitBySignalsSleepsFullyAndRunsEveryJob() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 40)
       await groupUnderSignals()
@@ -32,7 +32,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// The blocking `RunLoopExecutor.shutDown()` waits for a delayed job (`enqueue(_:after:)`,
   /// 300 ms) while actor calls keep the loop busy; the waiting thread and the loop's thread
   /// are hit by signals meanwhile: the call returns only once the delayed job ran.
-  @Test func aBlockingExecutorShutDownHitBySignalsWaitsForItsDelayedJob() async {
+  @Test(.runsExitTests) func aBlockingExecutorShutDownHitBySignalsWaitsForItsDelayedJob() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 40)
       await executorShutDownUnderSignals()
@@ -42,7 +42,7 @@ struct AuditRound5ConcurrencySignalsTests {
 
   /// The blocking `RunLoopThreadGroup.shutDown()`, hit by signals, returns once every thread
   /// has ended, after running every queued job.
-  @Test func aBlockingGroupShutDownHitBySignalsReturnsOnceEveryThreadEnded() async {
+  @Test(.runsExitTests) func aBlockingGroupShutDownHitBySignalsReturnsOnceEveryThreadEnded() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 40)
       await groupShutDownUnderSignals()
@@ -52,7 +52,7 @@ struct AuditRound5ConcurrencySignalsTests {
 
   /// Port messages as a sequence, with the loop's thread and the sender hit by signals: every
   /// message arrives once, in order.
-  @Test func portMessagesWithTheLoopAndTheSenderHitBySignalsArriveOnceInOrder() async {
+  @Test(.runsExitTests) func portMessagesWithTheLoopAndTheSenderHitBySignalsArriveOnceInOrder() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 40)
       await portMessagesUnderSignals()
@@ -63,7 +63,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// Readiness on a pipe and blocks awaited on the loop, with the loop's thread hit by
   /// signals: readiness is reported only once the byte is written (no spurious readiness
   /// from an interrupted wait), and every awaited block returns its value.
-  @Test func readinessAndAwaitedBlocksWithTheLoopHitBySignals() async {
+  @Test(.runsExitTests) func readinessAndAwaitedBlocksWithTheLoopHitBySignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 40)
       await readinessUnderSignals()
@@ -75,7 +75,7 @@ struct AuditRound5ConcurrencySignalsTests {
 
   /// 300 groups started, used and shut down, and 100 released without a shutdown: the
   /// descriptors and threads come back, and each group object is released.
-  @Test func manyGroupLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyGroupLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       await groupLifecycles()
@@ -85,7 +85,7 @@ struct AuditRound5ConcurrencySignalsTests {
 
   /// 1,000 executors on one loop, used by an actor, shut down and released, 1,000 more
   /// released unused, and 200 run-loop threads each with an executor: nothing is left.
-  @Test func manyExecutorLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyExecutorLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       await executorLifecycles()
@@ -96,7 +96,7 @@ struct AuditRound5ConcurrencySignalsTests {
   /// 1,000 threads awaited with `value()`, 1,000 blocks awaited on a loop (100 of them
   /// withdrawn by cancellation), 1,000 port sequences and 1,000 readiness sequences created
   /// and released: the descriptors and threads come back and each object is released.
-  @Test func manyBridgeLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyBridgeLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       await bridgeLifecycles()

@@ -244,7 +244,7 @@ struct AuditRound6CancellationPropertyTests {
   /// after one of its `next()` calls returned, is released then, so a new sequence for the
   /// same port, or the same descriptor, may be created at once, many times over. (In an exit
   /// test: the misuse check, were the old sequence still alive, stops the process.)
-  @Test func aSequenceReleasedRightAfterItsNextReturnedMakesRoomForANewOneAtOnce() async {
+  @Test(.runsExitTests) func aSequenceReleasedRightAfterItsNextReturnedMakesRoomForANewOneAtOnce() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       let loop = LoopThread(name: "audit6-again")

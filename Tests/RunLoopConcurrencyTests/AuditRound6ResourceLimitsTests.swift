@@ -35,7 +35,9 @@ struct AuditRound6ResourceLimitsTests {
   /// `pthread_create`'s `EAGAIN` as `.system`, runs no body, and leaves no thread, descriptor
   /// or mapping; a run-loop thread started before keeps serving; a thread object whose
   /// start failed starts once the limit is raised, as do the others.
-  @Test(.disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"))
+  @Test(
+    .disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"), .runsExitTests
+  )
   func threadsWithoutAddressSpaceAreRefusedWithEAGAIN() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("threads without address space") {
@@ -103,7 +105,9 @@ struct AuditRound6ResourceLimitsTests {
 
   /// A group whose second thread cannot get a stack throws `EAGAIN` and stops and joins the
   /// thread it had started: no thread, descriptor or mapping of it is left.
-  @Test(.disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"))
+  @Test(
+    .disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"), .runsExitTests
+  )
   func aGroupCutShortByAddressSpaceStopsTheThreadsItStarted() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("group cut short by address space") {
@@ -140,7 +144,7 @@ struct AuditRound6ResourceLimitsTests {
     .disabled(
       if: isRunningUnderSanitizer,
       "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
-    ))
+    ), .runsExitTests)
   func aGroupRefusedDescriptorsAtEveryStepLeavesNothing() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("group without descriptors") {
@@ -188,7 +192,9 @@ struct AuditRound6ResourceLimitsTests {
 
   /// A shared anonymous region the address space has no room for throws `mmap`'s `ENOMEM`
   /// (`.noMemory`), maps nothing, and maps once the limit is raised.
-  @Test(.disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"))
+  @Test(
+    .disabled(if: isRunningUnderSanitizer, "a sanitizer's allocator maps memory of its own at any time"), .runsExitTests
+  )
   func aRegionWithoutAddressSpaceIsNoMemory() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("region without address space") {

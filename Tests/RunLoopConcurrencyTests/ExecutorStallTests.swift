@@ -25,7 +25,7 @@ private func stallTheThread() {
 }
 
 @Suite(.timeLimit(.minutes(3))) struct ExecutorStallTests {
-  @Test func aStalledActorJobIsReportedAsTheExecutorsSourceOnItsLoopThread() async {
+  @Test(.runsExitTests) func aStalledActorJobIsReportedAsTheExecutorsSourceOnItsLoopThread() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       // The loop is started, and has run a block to its end, before the 10-ms threshold is
       // set: on a loaded machine its start-up block alone can be preempted past 10 ms and be

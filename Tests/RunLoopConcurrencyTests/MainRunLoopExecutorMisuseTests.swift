@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(3))) struct MainRunLoopExecutorMisuseTests {
-  @Test func installingOffTheMainThreadStopsTheProcess() async {
+  @Test(.runsExitTests) func installingOffTheMainThreadStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       TestThread.run { try? MainRunLoopExecutor.install() }
     }

@@ -95,7 +95,7 @@ struct PeerScenariosNIOExecutorTests {
     loop.stop()
   }
 
-  @Test func assumeIsolatedOffTheLoopBeforeTheLoopHasEverRunStopsTheProcess() async {
+  @Test(.runsExitTests) func assumeIsolatedOffTheLoopBeforeTheLoopHasEverRunStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       let held = HeldLoop()
       let actor = LoopBound(executor: RunLoopExecutor(runLoop: held.runLoop))
@@ -177,7 +177,7 @@ struct PeerScenariosNIOGroupTests {
     #expect(group.isShutDown)
   }
 
-  @Test func assumeIsolatedOnAnotherLoopOfTheGroupStopsTheProcess() async {
+  @Test(.runsExitTests) func assumeIsolatedOnAnotherLoopOfTheGroupStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       let group = makeGroup(threadCount: 2)
       let actor = LoopBound(executor: RunLoopExecutor(runLoop: group.runLoops[0]))
@@ -242,7 +242,7 @@ struct PeerScenariosNIOShutDownOnLoopTests {
   // NIO stops the process when a loop is shut down synchronously from its own thread. The
   // executor does too, also before the loop has made the pass that tells it its thread.
 
-  @Test func shutDownOnTheLoopsThreadBeforeItsFirstPassStopsTheProcess() async {
+  @Test(.runsExitTests) func shutDownOnTheLoopsThreadBeforeItsFirstPassStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       loop.onLoop {
@@ -255,7 +255,7 @@ struct PeerScenariosNIOShutDownOnLoopTests {
         "shutDown() called on the run loop's own thread") == true)
   }
 
-  @Test func shutDownOnTheLoopsThreadWithJobsQueuedBeforeItsFirstPassStopsTheProcess() async {
+  @Test(.runsExitTests) func shutDownOnTheLoopsThreadWithJobsQueuedBeforeItsFirstPassStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       loop.onLoop {

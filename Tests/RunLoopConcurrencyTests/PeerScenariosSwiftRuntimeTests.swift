@@ -176,7 +176,7 @@ struct PeerScenariosSwiftSerialExecutorTests {
     loop.stop()
   }
 
-  @Test func assumeIsolatedFromAnotherActorsLoopStopsTheProcessWithAMessage() async {
+  @Test(.runsExitTests) func assumeIsolatedFromAnotherActorsLoopStopsTheProcessWithAMessage() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let otherLoop = LoopThread(name: "other-loop")
@@ -225,7 +225,7 @@ struct PeerScenariosSwiftSerialExecutorTests {
     loop.stop()
   }
 
-  @Test func anActorWithAnIsolatedDeinitReleasedAfterItsLoopThreadEndedStopsTheProcess() async {
+  @Test(.runsExitTests) func anActorWithAnIsolatedDeinitReleasedAfterItsLoopThreadEndedStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let resident = DeinitResident(
@@ -493,7 +493,7 @@ struct PeerScenariosSwiftCooperativePoolTests {
 
 @Suite("Swift runtime delayed-job misuse scenarios", .timeLimit(.minutes(3)))
 struct PeerScenariosSwiftDelayedJobMisuseTests {
-  @Test func aJobDelayedOnAShutDownExecutorStopsTheProcessAtTheCall() async {
+  @Test(.runsExitTests) func aJobDelayedOnAShutDownExecutorStopsTheProcessAtTheCall() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -507,7 +507,7 @@ struct PeerScenariosSwiftDelayedJobMisuseTests {
     #expect(stderr.contains("job delayed after the executor was shut down"), "\(stderr)")
   }
 
-  @Test func aJobDelayedOnALoopWhoseThreadEndedStopsTheProcessAtTheCall() async {
+  @Test(.runsExitTests) func aJobDelayedOnALoopWhoseThreadEndedStopsTheProcessAtTheCall() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)

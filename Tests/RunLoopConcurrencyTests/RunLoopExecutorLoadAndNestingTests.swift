@@ -22,7 +22,7 @@ import Threads
   /// property tested is the same, and the run stays within its time budget (a million jobs
   /// keep both CPUs of a small CI machine busy for seconds, which starves the suites that
   /// run beside it).
-  @Test func aMillionJobsFromEightThreadsEachRunExactlyOnce() async throws {
+  @Test(.runsExitTests) func aMillionJobsFromEightThreadsEachRunExactlyOnce() async throws {
     // The child prints its counts and the parent judges them, so a failure shows them.
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let (notMarkedOnce, wrongThread) = await manyJobsFromEightThreads()
@@ -68,7 +68,7 @@ import Threads
     loop.stop()
   }
 
-  @Test func checkIsolatedInANestedRunOfAnotherLoopStopsTheProcess() async {
+  @Test(.runsExitTests) func checkIsolatedInANestedRunOfAnotherLoopStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let other = LoopThread(name: "other")

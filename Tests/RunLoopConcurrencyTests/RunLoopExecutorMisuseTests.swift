@@ -12,7 +12,7 @@ import Threads
 #endif
 
 @Suite(.timeLimit(.minutes(3))) struct RunLoopExecutorMisuseTests {
-  @Test func assumeIsolatedOffTheLoopThreadStopsTheProcess() async {
+  @Test(.runsExitTests) func assumeIsolatedOffTheLoopThreadStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let actor = PinnedCounter(on: loop)
@@ -24,7 +24,7 @@ import Threads
       stderr.contains("ran on another thread") || stderr.contains("Incorrect actor executor assumption"), "\(stderr)")
   }
 
-  @Test func aJobEnqueuedAfterTheLoopThreadEndedStopsTheProcess() async {
+  @Test(.runsExitTests) func aJobEnqueuedAfterTheLoopThreadEndedStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let actor = PinnedCounter(on: loop)
@@ -37,7 +37,7 @@ import Threads
         "job enqueued after the run loop") == true)
   }
 
-  @Test func anExecutorForARunLoopWhoseThreadEndedStopsTheProcess() async {
+  @Test(.runsExitTests) func anExecutorForARunLoopWhoseThreadEndedStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let slot = LockedValue<RunLoop?>(nil)
       let thread = try! Thread.spawn { () throws(Never) in slot.withLock { $0 = RunLoop.current } }
@@ -49,7 +49,7 @@ import Threads
         "created for a run loop whose thread has ended") == true)
   }
 
-  @Test func aThreadEndingWithJobsQueuedOnItsLoopStopsTheProcess() async {
+  @Test(.runsExitTests) func aThreadEndingWithJobsQueuedOnItsLoopStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let ready = Latch(count: 1)
       let end = Latch(count: 1)
@@ -73,7 +73,7 @@ import Threads
 
   /// Jobs captured from the runtime by an executor that only stores them, so they can be
   /// handed to a run-loop executor later (pre-created jobs).
-  @Test func enqueueAllocatesNothingInTheSteadyState() async throws {
+  @Test(.runsExitTests) func enqueueAllocatesNothingInTheSteadyState() async throws {
     // The child prints the bytes allocated in each round; the parent judges them, so a
     // failure shows the figures.
     let allocation = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {

@@ -31,7 +31,9 @@ import Threads
     held.stop()
   }
 
-  @Test("awaiting shutDown() on the loop's own thread (a group task) completes when no helper thread can start")
+  @Test(
+    "awaiting shutDown() on the loop's own thread (a group task) completes when no helper thread can start",
+    .runsExitTests)
   func awaitedShutDownOnTheLoopsThreadWithoutAHelperThread() async {
     await #expect(processExitsWith: .success) {
       let group = try! await RunLoopThreadGroup.start(threadCount: 1)
@@ -73,7 +75,7 @@ import Threads
     held.stop()
   }
 
-  @Test func awaitingShutDownFromCodeIsolatedToTheExecutorStopsTheProcess() async {
+  @Test(.runsExitTests) func awaitingShutDownFromCodeIsolatedToTheExecutorStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let actor = Pinned(executor: RunLoopExecutor(runLoop: loop.runLoop))
@@ -87,7 +89,7 @@ import Threads
   /// Code on the loop's thread that is isolated to another executor of the same loop is
   /// not isolated to this one: its resumption is that other executor's job, so awaiting
   /// this executor's shutdown is no misuse and returns once the queued jobs ran.
-  @Test func awaitingShutDownFromAnotherExecutorOfTheSameLoopShutsItDown() async {
+  @Test(.runsExitTests) func awaitingShutDownFromAnotherExecutorOfTheSameLoopShutsItDown() async {
     await #expect(processExitsWith: .success) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -105,7 +107,7 @@ import Threads
     }
   }
 
-  @Test func aJobEnqueuedAfterShutDownStopsTheProcess() async {
+  @Test(.runsExitTests) func aJobEnqueuedAfterShutDownStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -119,7 +121,7 @@ import Threads
         "job enqueued after the executor was shut down") == true)
   }
 
-  @Test func shutDownOnTheLoopsThreadStopsTheProcess() async {
+  @Test(.runsExitTests) func shutDownOnTheLoopsThreadStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -178,7 +180,7 @@ import Threads
     loop.stop()
   }
 
-  @Test func aLoopThreadEndingWithADelayedJobPendingStopsTheProcess() async {
+  @Test(.runsExitTests) func aLoopThreadEndingWithADelayedJobPendingStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)
@@ -242,7 +244,7 @@ func shutDownInPlace(_ executor: RunLoopExecutor) {
 }
 
 extension RunLoopExecutorSchedulingTests {
-  @Test func aClockWhoseDurationsAreNotSwiftDurationsStopsTheProcess() async {
+  @Test(.runsExitTests) func aClockWhoseDurationsAreNotSwiftDurationsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let loop = LoopThread()
       let executor = RunLoopExecutor(runLoop: loop.runLoop)

@@ -122,7 +122,7 @@ import Threads
     #expect(group.isShutDown)
   }
 
-  @Test func shutDownOnOneOfTheGroupsThreadsStopsTheProcess() async {
+  @Test(.runsExitTests) func shutDownOnOneOfTheGroupsThreadsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let group = makeGroup(threadCount: 1)
       await Task(executorPreference: group) { shutDownInPlace(group) }.value
@@ -157,7 +157,7 @@ import Threads
         == "com.example.dow")
   }
 
-  @Test func aGroupWithoutThreadsStopsTheProcess() async {
+  @Test(.runsExitTests) func aGroupWithoutThreadsStopsTheProcess() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = makeGroup(threadCount: 0)
     }

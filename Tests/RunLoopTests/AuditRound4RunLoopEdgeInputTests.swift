@@ -549,7 +549,7 @@ struct AuditRound4RunLoopEdgeInputTests {
   /// A source for a negative or never-opened descriptor number is misuse when added: the
   /// process stops with a message naming the descriptor, not a silent `false` or a crash
   /// without a message.
-  @Test func addingASourceForAnInvalidDescriptorNamesIt() async {
+  @Test(.runsExitTests) func addingASourceForAnInvalidDescriptorNamesIt() async {
     let results = [
       await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
         alarm(20)
@@ -573,7 +573,7 @@ struct AuditRound4RunLoopEdgeInputTests {
   /// Adding the loop's own `pollDescriptor` to the loop ("never add it to the loop's own
   /// epoll set") is refused by the kernel (`EINVAL`): misuse, stopped with a message naming
   /// the descriptor.
-  @Test func watchingTheLoopsOwnPollDescriptorIsMisuse() async {
+  @Test(.runsExitTests) func watchingTheLoopsOwnPollDescriptorIsMisuse() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       round4WatchOwnPollDescriptor()
@@ -654,7 +654,7 @@ struct AuditRound4RunLoopEdgeInputTests {
   /// `exit()` wait for ever (as a pool's idle workers, which `ThreadPool` refuses for that
   /// reason): refused at start (misuse, with a message naming the setting), not left to hang
   /// the process's exit.
-  @Test func aFinishBeforeExitRunLoopThreadIsRefused() async {
+  @Test(.runsExitTests) func aFinishBeforeExitRunLoopThreadIsRefused() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(10)
       blocking {

@@ -557,7 +557,7 @@ struct AuditRound4RunLoopHostileSequenceTests {
   /// A handler that serves its own port again re-enters a serving pass: misuse, stopped
   /// with a message that says so (not one about two threads, which would send the reader
   /// looking for a second thread).
-  @Test func servingAPortFromItsOwnHandlerIsMisuseNamedAsSuch() async {
+  @Test(.runsExitTests) func servingAPortFromItsOwnHandlerIsMisuseNamedAsSuch() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       round4ServeFromTheOwnHandler()

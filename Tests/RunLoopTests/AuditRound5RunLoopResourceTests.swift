@@ -118,7 +118,8 @@ func round5EpollMemberCount(_ descriptor: Int32) -> Int {
 @Suite("Audit round 5: RunLoop resource accounting", .timeLimit(.minutes(3)))
 struct AuditRound5RunLoopResourceTests {
   @Test(
-    "1,000 threads each using a run loop with a timer, a source, a descriptor source and a port leave nothing behind")
+    "1,000 threads each using a run loop with a timer, a source, a descriptor source and a port leave nothing behind",
+    .runsExitTests)
   func threadRunLoopsAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -158,7 +159,8 @@ struct AuditRound5RunLoopResourceTests {
     }
   }
 
-  @Test("1,000 RunLoopThreads started and stopped leave no descriptor or thread, and their loops are freed")
+  @Test(
+    "1,000 RunLoopThreads started and stopped leave no descriptor or thread, and their loops are freed", .runsExitTests)
   func runLoopThreadsAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -178,7 +180,9 @@ struct AuditRound5RunLoopResourceTests {
     }
   }
 
-  @Test("1,000 RunLoopThreads whose handle is dropped on their own thread end and free their loops (detach path)")
+  @Test(
+    "1,000 RunLoopThreads whose handle is dropped on their own thread end and free their loops (detach path)",
+    .runsExitTests)
   func runLoopThreadsDroppedOnThemselvesAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -200,7 +204,9 @@ struct AuditRound5RunLoopResourceTests {
     }
   }
 
-  @Test("1,000 ports with readiness descriptors, scheduled and released or invalidated, leave no descriptor")
+  @Test(
+    "1,000 ports with readiness descriptors, scheduled and released or invalidated, leave no descriptor", .runsExitTests
+  )
   func portsAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -243,7 +249,8 @@ struct AuditRound5RunLoopResourceTests {
     }
   }
 
-  @Test("1,000 descriptor sources added and invalidated or released leave the loop's epoll set as it was")
+  @Test(
+    "1,000 descriptor sources added and invalidated or released leave the loop's epoll set as it was", .runsExitTests)
   func descriptorSourcesAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -277,7 +284,9 @@ struct AuditRound5RunLoopResourceTests {
     }
   }
 
-  @Test("1,000 named ports served, sent to, scheduled in a run loop and invalidated or released leave nothing behind")
+  @Test(
+    "1,000 named ports served, sent to, scheduled in a run loop and invalidated or released leave nothing behind",
+    .runsExitTests)
   func namedPortsAreReleased() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -315,7 +324,7 @@ struct AuditRound5RunLoopResourceTests {
     .disabled(
       if: isRunningUnderSanitizer,
       "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
-    ))
+    ), .runsExitTests)
   func refusedCreationsLeakNothing() async {
     await #expect(processExitsWith: .success) {
       // The windows below lower the descriptor limit for the whole process. In the exit
@@ -434,7 +443,8 @@ struct AuditRound5RunLoopResourceTests {
   }
 
   @Test(
-    "1,000 timers, sources, observers and delayed performs invalidated, removed or cancelled release their captures")
+    "1,000 timers, sources, observers and delayed performs invalidated, removed or cancelled release their captures",
+    .runsExitTests)
   func itemsReleaseTheirCaptures() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)

@@ -90,7 +90,7 @@ func round5RequireNotEarly(_ start: MonotonicInstant, _ limit: Duration, _ what:
 
 @Suite("Audit round 5: RunLoop blocking calls interrupted by signals", .timeLimit(.minutes(3)))
 struct AuditRound5RunLoopSignalTests {
-  @Test("a run with a deadline (epoll sleep) times out at its deadline, not at the first signal")
+  @Test("a run with a deadline (epoll sleep) times out at its deadline, not at the first signal", .runsExitTests)
   func aTimedRunIsNotShortenedBySignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -109,7 +109,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("a run without a deadline (futex sleep) does not return for a signal, and a signal-and-wake-up ends it")
+  @Test(
+    "a run without a deadline (futex sleep) does not return for a signal, and a signal-and-wake-up ends it",
+    .runsExitTests)
   func anUntimedFutexRunIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -130,7 +132,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("a run without a deadline watching a descriptor (epoll sleep) returns only once the descriptor is readable")
+  @Test(
+    "a run without a deadline watching a descriptor (epoll sleep) returns only once the descriptor is readable",
+    .runsExitTests)
   func anUntimedEpollRunIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -160,7 +164,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("a one-shot timer of a signalled loop fires once, not before its fire date, and the run then finishes")
+  @Test(
+    "a one-shot timer of a signalled loop fires once, not before its fire date, and the run then finishes",
+    .runsExitTests)
   func aTimerIsNotFiredEarlyBySignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -178,7 +184,7 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("a repeating timer of a signalled loop keeps its grid: no firing ahead of it, none doubled")
+  @Test("a repeating timer of a signalled loop keeps its grid: no firing ahead of it, none doubled", .runsExitTests)
   func aRepeatingTimerKeepsItsGridUnderSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -206,7 +212,8 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("Port.receive(timeout:) on a signalled thread throws receiveTimeout at the deadline, not earlier")
+  @Test(
+    "Port.receive(timeout:) on a signalled thread throws receiveTimeout at the deadline, not earlier", .runsExitTests)
   func aTimedReceiveIsNotShortenedBySignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -226,7 +233,8 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("Port.receive(before: .distantFuture) on a signalled thread returns only the message sent later")
+  @Test(
+    "Port.receive(before: .distantFuture) on a signalled thread returns only the message sent later", .runsExitTests)
   func anUntimedReceiveIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -244,7 +252,8 @@ struct AuditRound5RunLoopSignalTests {
   }
 
   @Test(
-    "Port.send to a full port on a signalled thread throws sendTimeout at the deadline; an untimed one waits for room")
+    "Port.send to a full port on a signalled thread throws sendTimeout at the deadline; an untimed one waits for room",
+    .runsExitTests)
   func sendsToAFullPortIgnoreSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -269,7 +278,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("MessagePort.serve(timeout:) on a signalled thread returns 0 at the deadline, and serves what arrives")
+  @Test(
+    "MessagePort.serve(timeout:) on a signalled thread returns 0 at the deadline, and serves what arrives",
+    .runsExitTests)
   func servingIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -307,7 +318,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("MessagePort.send on a signalled thread waits receiveTimeout for a late reply, and gets a reply in time")
+  @Test(
+    "MessagePort.send on a signalled thread waits receiveTimeout for a late reply, and gets a reply in time",
+    .runsExitTests)
   func aRequestIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -349,7 +362,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("MessagePort.send to a peer that reads nothing times out at sendTimeout on a signalled thread, not earlier")
+  @Test(
+    "MessagePort.send to a peer that reads nothing times out at sendTimeout on a signalled thread, not earlier",
+    .runsExitTests)
   func aStuckSendIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -376,7 +391,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("a run loop whose own thread is signalled throughout loses no wake-up: every waited-for request runs")
+  @Test(
+    "a run loop whose own thread is signalled throughout loses no wake-up: every waited-for request runs",
+    .runsExitTests)
   func aSignalledLoopLosesNoWakeUp() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -421,7 +438,9 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("performAndWait on a signalled thread times out at its deadline, and an untimed one returns once the block ran")
+  @Test(
+    "performAndWait on a signalled thread times out at its deadline, and an untimed one returns once the block ran",
+    .runsExitTests)
   func performAndWaitIgnoresSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
@@ -455,7 +474,7 @@ struct AuditRound5RunLoopSignalTests {
     }
   }
 
-  @Test("RunLoopThread.start and stop on a signalled thread start and join the thread")
+  @Test("RunLoopThread.start and stop on a signalled thread start and join the thread", .runsExitTests)
   func runLoopThreadStartAndStopIgnoreSignals() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)

@@ -36,7 +36,7 @@ struct AuditRound6RunLoopResourceLimitsTests {
     .disabled(
       if: isRunningUnderSanitizer,
       "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
-    ))
+    ), .runsExitTests)
   func requestsToAMainThreadWhoseRunLoopCannotBeMadeThrowNoRunLoop() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("perform on the main thread without descriptors") {
@@ -76,7 +76,7 @@ struct AuditRound6RunLoopResourceLimitsTests {
     .disabled(
       if: isRunningUnderSanitizer,
       "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
-    ))
+    ), .runsExitTests)
   func aPortServedByARunLoopAcceptsAgainOnceDescriptorsAreFree() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("a run-loop port out of descriptors") {

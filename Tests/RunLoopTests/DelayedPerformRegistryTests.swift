@@ -84,7 +84,7 @@ private final class Target: Sendable {}
     #expect(laterReleased.wait(timeout: .seconds(30)), "its block was kept")
   }
 
-  @Test func aReleasedTargetIsNotMistakenForALaterObjectAtTheSameAddress() async {
+  @Test(.runsExitTests) func aReleasedTargetIsNotMistakenForALaterObjectAtTheSameAddress() async {
     // In a child process, where no other test's threads take the freed block first: the
     // allocator then hands it out again within a few allocations. (Not under
     // AddressSanitizer, whose quarantine keeps freed blocks out of reach on purpose.)

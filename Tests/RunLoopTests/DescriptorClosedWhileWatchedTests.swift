@@ -14,7 +14,7 @@ import Testing
 /// another file's readiness.
 @Suite("Descriptors closed while watched", .timeLimit(.minutes(3)))
 struct DescriptorClosedWhileWatchedTests {
-  @Test("a watched descriptor closed while a duplicate stays open is reported, the handler not called")
+  @Test("a watched descriptor closed while a duplicate stays open is reported, the handler not called", .runsExitTests)
   func closedWithADuplicateOpenIsReported() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking { watchThenClose(reuseNumber: false) }
@@ -25,7 +25,9 @@ struct DescriptorClosedWhileWatchedTests {
     #expect(stderr.contains("was closed while a run loop watched it"), "\(stderr)")
   }
 
-  @Test("checked mode: a watched number reused by another file is reported before the handler sees that file")
+  @Test(
+    "checked mode: a watched number reused by another file is reported before the handler sees that file",
+    .runsExitTests)
   func reusedNumberIsReportedBeforeTheHandlerInCheckedMode() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       MisuseChecking.mode = .checked
@@ -35,7 +37,9 @@ struct DescriptorClosedWhileWatchedTests {
     #expect(stderr.contains("now names another file"), "\(stderr)")
   }
 
-  @Test("unchecked mode: a watched number reused by another file is reported at the re-arm after the handler")
+  @Test(
+    "unchecked mode: a watched number reused by another file is reported at the re-arm after the handler",
+    .runsExitTests)
   func reusedNumberIsReportedInUncheckedMode() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       MisuseChecking.mode = .unchecked

@@ -237,7 +237,7 @@ enum ForeignLoop {
     #expect(reported.value?.nextTimerDeadline == fireDate.advanced(by: .milliseconds(5)))
   }
 
-  @Test func runningDueWorkFromAnotherThreadIsRefused() async {
+  @Test(.runsExitTests) func runningDueWorkFromAnotherThreadIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let loop = Box<RunLoop?>(nil)
       let keep = Latch(count: 1)
@@ -252,7 +252,7 @@ enum ForeignLoop {
     }
   }
 
-  @Test func runningDueWorkInTheCommonPseudoModeIsRefused() async {
+  @Test(.runsExitTests) func runningDueWorkInTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       blocking { _ = RunLoop.current.runDueWork(mode: .common) }
     }

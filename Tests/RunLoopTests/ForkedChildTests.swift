@@ -19,7 +19,7 @@ import Testing
   "fork() children and inherited run loops", .timeLimit(.minutes(3)),
   .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
 struct ForkedChildTests {
-  @Test("running an inherited run loop stops the child; the parent's timer still fires on time")
+  @Test("running an inherited run loop stops the child; the parent's timer still fires on time", .runsExitTests)
   func runningAnInheritedRunLoopStopsTheChild() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {
@@ -30,7 +30,8 @@ struct ForkedChildTests {
     #expect(stderr.contains("run: this run loop was created by process"), "\(stderr)")
   }
 
-  @Test("adding a timer to an inherited run loop stops the child; the parent's timer still fires on time")
+  @Test(
+    "adding a timer to an inherited run loop stops the child; the parent's timer still fires on time", .runsExitTests)
   func addingATimerToAnInheritedRunLoopStopsTheChild() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {
@@ -44,7 +45,7 @@ struct ForkedChildTests {
     #expect(stderr.contains("add(timer): this run loop was created by process"), "\(stderr)")
   }
 
-  @Test("releasing inherited sources and timers in the child leaves the parent's registrations alone")
+  @Test("releasing inherited sources and timers in the child leaves the parent's registrations alone", .runsExitTests)
   func releasingCopiesInTheChildIsHarmless() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -78,7 +79,7 @@ struct ForkedChildTests {
     }
   }
 
-  @Test("sending on an inherited port stops the child")
+  @Test("sending on an inherited port stops the child", .runsExitTests)
   func sendingOnAnInheritedPortStopsTheChild() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {
@@ -98,7 +99,8 @@ struct ForkedChildTests {
 }
 
 extension ForkedChildTests {
-  @Test("invalidating an inherited named port in the child leaves the parent's name, files and peers alone")
+  @Test(
+    "invalidating an inherited named port in the child leaves the parent's name, files and peers alone", .runsExitTests)
   func invalidatingAnInheritedNamedPortIsHarmless() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -113,7 +115,8 @@ extension ForkedChildTests {
     }
   }
 
-  @Test("sending on an inherited remote named port stops the child; the parent's connection still works")
+  @Test(
+    "sending on an inherited remote named port stops the child; the parent's connection still works", .runsExitTests)
   func sendingOnAnInheritedNamedPortStopsTheChild() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {

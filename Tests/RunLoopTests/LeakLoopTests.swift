@@ -21,7 +21,7 @@ import Threads
 /// A failing child prints the three totals.
 @Suite("Leak loops", .timeLimit(.minutes(3)))
 struct LeakLoopTests {
-  @Test("threads: spawn (with an exit-request handler capturing the thread) and join")
+  @Test("threads: spawn (with an exit-request handler capturing the thread) and join", .runsExitTests)
   func threads() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(threadsLifecycle)
@@ -29,7 +29,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("run-loop threads: start, perform, stop")
+  @Test("run-loop threads: start, perform, stop", .runsExitTests)
   func runLoopThreads() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(runLoopThreadsLifecycle)
@@ -37,7 +37,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("in-process ports: create, handle in a run loop, send, invalidate")
+  @Test("in-process ports: create, handle in a run loop, send, invalidate", .runsExitTests)
   func ports() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(portsLifecycle)
@@ -45,7 +45,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("named ports: register, connect, request and reply, invalidate")
+  @Test("named ports: register, connect, request and reply, invalidate", .runsExitTests)
   func namedPorts() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(namedPortsLifecycle)
@@ -53,7 +53,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("timers: add, fire; add, invalidate")
+  @Test("timers: add, fire; add, invalidate", .runsExitTests)
   func timers() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(timersLifecycle)
@@ -61,7 +61,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("delayed performs: fired, cancelled")
+  @Test("delayed performs: fired, cancelled", .runsExitTests)
   func delayedPerforms() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(delayedPerformsLifecycle)
@@ -69,7 +69,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("descriptor sources: watch a pipe, fire, invalidate, close")
+  @Test("descriptor sources: watch a pipe, fire, invalidate, close", .runsExitTests)
   func descriptorSources() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(descriptorSourcesLifecycle)
@@ -77,7 +77,7 @@ struct LeakLoopTests {
     expectNothingPrinted(result)
   }
 
-  @Test("process locks: take, read the owner, release")
+  @Test("process locks: take, read the owner, release", .runsExitTests)
   func processLocks() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exitFlat(processLocksLifecycle)

@@ -26,7 +26,9 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// fresh process; the child's findings go to standard error (the default handler).
 @Suite("Lock diagnostics on threads and run loops", .timeLimit(.minutes(3)))
 struct LockDiagnosticsRunLoopTests {
-  @Test("three threads in a lock cycle are found by the watchdog with their names, their waits marked timed")
+  @Test(
+    "three threads in a lock cycle are found by the watchdog with their names, their waits marked timed", .runsExitTests
+  )
   func watchdogFindsThreeThreadCycle() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.deadlockCheckInterval = .milliseconds(20)
@@ -62,7 +64,8 @@ struct LockDiagnosticsRunLoopTests {
     #expect(text.contains(", timed: gives up in "))
   }
 
-  @Test("a timer callback that returns holding a lock it took is reported naming the timer and the lock")
+  @Test(
+    "a timer callback that returns holding a lock it took is reported naming the timer and the lock", .runsExitTests)
   func callbackReturningWithLockHeld() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.heldLockInCallback)

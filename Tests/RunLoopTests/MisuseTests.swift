@@ -25,7 +25,7 @@ private func waitForABlockForNoMode() {
 }
 
 @Suite(.timeLimit(.minutes(3))) struct MisuseTests {
-  @Test func runningTheCommonPseudoModeIsRefused() async {
+  @Test(.runsExitTests) func runningTheCommonPseudoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let runLoop = RunLoop.current
       runLoop.add(RunLoopSource(perform: {}), forMode: .common)
@@ -33,37 +33,37 @@ private func waitForABlockForNoMode() {
     }
   }
 
-  @Test func aBlockForNoModeIsRefused() async {
+  @Test(.runsExitTests) func aBlockForNoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       RunLoop.current.perform(inModes: []) {}
     }
   }
 
-  @Test func aWaitingRequestForNoModeIsRefusedInsteadOfWaitingForEver() async {
+  @Test(.runsExitTests) func aWaitingRequestForNoModeIsRefusedInsteadOfWaitingForEver() async {
     await #expect(processExitsWith: .failure) {
       waitForABlockForNoMode()
     }
   }
 
-  @Test func aDelayedRequestForNoModeIsRefused() async {
+  @Test(.runsExitTests) func aDelayedRequestForNoModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       RunLoop.current.perform(afterDelay: .zero, inModes: []) {}
     }
   }
 
-  @Test func addingCommonAsACommonModeIsRefused() async {
+  @Test(.runsExitTests) func addingCommonAsACommonModeIsRefused() async {
     await #expect(processExitsWith: .failure) {
       RunLoop.current.addCommonMode(.common)
     }
   }
 
-  @Test func stoppingARunLoopThreadFromItselfIsRefused() async {
+  @Test(.runsExitTests) func stoppingARunLoopThreadFromItselfIsRefused() async {
     await #expect(processExitsWith: .failure) {
       stopARunLoopThreadFromItself()
     }
   }
 
-  @Test func runningAnotherThreadsRunLoopIsRefused() async {
+  @Test(.runsExitTests) func runningAnotherThreadsRunLoopIsRefused() async {
     await #expect(processExitsWith: .failure) {
       final class Slot: @unchecked Sendable { var runLoop: RunLoop? }
       let slot = Slot()
@@ -72,7 +72,7 @@ private func waitForABlockForNoMode() {
     }
   }
 
-  @Test func runningTheRunLoopOfAnEndedThreadFromALaterThreadWithItsPthreadIsRefused() async {
+  @Test(.runsExitTests) func runningTheRunLoopOfAnEndedThreadFromALaterThreadWithItsPthreadIsRefused() async {
     await #expect(processExitsWith: .failure) {
       final class Slot: @unchecked Sendable {
         var runLoop: RunLoop?
@@ -96,7 +96,7 @@ private func waitForABlockForNoMode() {
     }
   }
 
-  @Test func rearmingAValidTimerFromAnotherThreadWhileItsCallbackRunsIsRefused() async {
+  @Test(.runsExitTests) func rearmingAValidTimerFromAnotherThreadWhileItsCallbackRunsIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let runLoop = RunLoop.current
       let timer = RunLoopTimer(after: .zero) { timer in
@@ -108,7 +108,7 @@ private func waitForABlockForNoMode() {
     }
   }
 
-  @Test("an observer removed from every mode of its run loop may join another (as in Core Foundation)")
+  @Test("an observer removed from every mode of its run loop may join another (as in Core Foundation)", .runsExitTests)
   func observerRemovedFromEveryModeMayJoinAnotherRunLoop() async {
     // An exit test: a regression stops the process with the misuse report.
     await #expect(processExitsWith: .success) {
@@ -122,7 +122,7 @@ private func waitForABlockForNoMode() {
     }
   }
 
-  @Test func addingAnObserverToASecondRunLoopIsRefused() async {
+  @Test(.runsExitTests) func addingAnObserverToASecondRunLoopIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let observer = RunLoopObserver(activities: .entry) { _, _ in }
       RunLoop.current.add(observer, forMode: .default)

@@ -708,7 +708,7 @@ struct PeerCFTimerTests {
     }
   }
 
-  @Test func aTimerAddedToASecondRunLoopStopsTheProcess() async {
+  @Test(.runsExitTests) func aTimerAddedToASecondRunLoopStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
       RunLoop.current.add(timer, forMode: .default)

@@ -833,7 +833,7 @@ struct PeerFoundationPerformOnCallerRound2Tests {
   }
 
   /// With no mode, the request could never run: misuse stops the process on this path too.
-  @Test func aWaitingPerformOnTheCallingThreadWithNoModeStopsTheProcess() async {
+  @Test(.runsExitTests) func aWaitingPerformOnTheCallingThreadWithNoModeStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       TestThread.run { try? RunLoop.performAndWait(on: Thread.current, inModes: []) {} }
     }

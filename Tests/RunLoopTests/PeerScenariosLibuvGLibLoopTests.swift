@@ -1089,7 +1089,8 @@ struct PeerLibuvGLibTimerChangeTests {
 @Suite("libuv/GLib scenarios: descriptor misuse", .timeLimit(.minutes(3)))
 struct PeerLibuvGLibDescriptorMisuseTests {
   @Test(
-    "poll_multiple_handles: a second source for a descriptor the loop already watches stops the process (FileDescriptorSource's doc)"
+    "poll_multiple_handles: a second source for a descriptor the loop already watches stops the process (FileDescriptorSource's doc)",
+    .runsExitTests
   )
   func secondSourceForAWatchedDescriptor() async {
     // libuv lets two poll handles share a descriptor; the toolkit documents this as misuse

@@ -143,7 +143,9 @@ struct PortsDirectoryTests {
     #expect(error?.detail.contains("XDG_RUNTIME_DIR") == true)
   }
 
-  @Test("a malformed name is invalid for local and remote ports alike, even when the port directory is unsafe")
+  @Test(
+    "a malformed name is invalid for local and remote ports alike, even when the port directory is unsafe",
+    .runsExitTests)
   func malformedNamesAreInvalidWhateverTheDirectory() async {
     await #expect(processExitsWith: .success) {
       blocking {

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Testing
 
 @testable import RunLoop
@@ -133,7 +134,7 @@ struct PortsFrameTests {
     #expect(error.description.hasPrefix("receiveTimeout (-2): late"))
   }
 
-  @Test("success is not an error")
+  @Test("success is not an error", .runsExitTests)
   func successIsNotAnError() async {
     await #expect(processExitsWith: .failure) {
       _ = PortError(.success, detail: "misuse")

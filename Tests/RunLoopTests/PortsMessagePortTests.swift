@@ -129,7 +129,7 @@ struct PortsMessagePortTests {
     #expect(bad?.status == .invalid)
   }
 
-  @Test("sending on a local port is misuse")
+  @Test("sending on a local port is misuse", .runsExitTests)
   func sendOnLocal() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -139,7 +139,7 @@ struct PortsMessagePortTests {
     }
   }
 
-  @Test("request/reply between two processes of the same user")
+  @Test("request/reply between two processes of the same user", .runsExitTests)
   func twoProcesses() async throws {
     final class Outcome: @unchecked Sendable { var log: [String] = [] }
     let outcome = Outcome()
@@ -172,7 +172,7 @@ struct PortsMessagePortTests {
     #expect(outcome.log == Array(repeating: "ok", count: 10))
   }
 
-  @Test("a peer process that dies mid-request yields became-invalid, not a hang")
+  @Test("a peer process that dies mid-request yields became-invalid, not a hang", .runsExitTests)
   func peerDies() async throws {
     final class Outcome: @unchecked Sendable { var log: [String] = [] }
     let outcome = Outcome()
@@ -223,7 +223,7 @@ private func openDescriptorCount() -> Int {
 struct PortsMessagePortEdgeTests {
   // A stale directory (anything unlink refuses) at the socket's path makes registration fail
   // after the listener opened its descriptors: it closes them once, and leaves the claim.
-  @Test("a stale socket path that cannot be removed fails registration cleanly (no crash, no leak)")
+  @Test("a stale socket path that cannot be removed fails registration cleanly (no crash, no leak)", .runsExitTests)
   func staleSocketPathThatIsADirectory() async {
     await #expect(processExitsWith: .success) {
       let name = uniquePortName("stale-dir")

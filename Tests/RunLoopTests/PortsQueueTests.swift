@@ -199,7 +199,7 @@ struct PortsQueueTests {
     #expect(log.snapshot == ["worker got 7"])
   }
 
-  @Test("a capacity below one is misuse")
+  @Test("a capacity below one is misuse", .runsExitTests)
   func zeroCapacity() async {
     await #expect(processExitsWith: .failure) {
       _ = Port(capacity: 0)

@@ -311,7 +311,9 @@ struct PortsRunLoopEdgeTests {
     #expect(!RunLoop.current.contains(remote, inMode: .default))
   }
 
-  @Test("a named port scheduled in the run loops of two threads serves every request (no double-serve stop)")
+  @Test(
+    "a named port scheduled in the run loops of two threads serves every request (no double-serve stop)", .runsExitTests
+  )
   func messagePortInTwoThreadsRunLoops() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -352,7 +354,7 @@ struct PortsRunLoopEdgeTests {
     }
   }
 
-  @Test("serving one port from two places at once is misuse")
+  @Test("serving one port from two places at once is misuse", .runsExitTests)
   func doubleServe() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -373,7 +375,7 @@ struct PortsRunLoopEdgeTests {
     }
   }
 
-  @Test("watching a regular file is misuse")
+  @Test("watching a regular file is misuse", .runsExitTests)
   func regularFile() async {
     await #expect(processExitsWith: .failure) {
       let descriptor = open("/proc/self/exe", O_RDONLY)

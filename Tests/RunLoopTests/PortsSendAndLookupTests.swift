@@ -78,7 +78,7 @@ struct PortsSendAndLookupTests {
     #expect(rejections.snapshot == [])
   }
 
-  @Test("looking up a malformed or unregistered name leaves nothing allocated behind")
+  @Test("looking up a malformed or unregistered name leaves nothing allocated behind", .runsExitTests)
   func failedLookupsAllocateNothing() async throws {
     // The child prints what the lookups left allocated in each of three windows; the parent
     // judges the smallest, so a failure shows the figures. The statistics are process-wide:

@@ -34,7 +34,9 @@ let portsBigReplyHandler: @Sendable (Frame) -> [UInt8]? = { frame in
 
 @Suite("Ports: server limits and peers that do not cooperate", .timeLimit(.minutes(3)))
 struct PortsServerLimitsTests {
-  @Test("out of descriptors, a port stops accepting instead of spinning, reports it once, and accepts again later")
+  @Test(
+    "out of descriptors, a port stops accepting instead of spinning, reports it once, and accepts again later",
+    .runsExitTests)
   func descriptorExhaustionPausesAccepting() async throws {
     let result = await #expect(
       processExitsWith: .success, observing: [\.standardOutputContent, \.standardErrorContent]
@@ -104,7 +106,7 @@ struct PortsServerLimitsTests {
     #expect(state[5] == 1, "the report names the failed accept: \(output)")
   }
 
-  @Test("out of descriptors, a port accepts again as soon as one of its peers leaves")
+  @Test("out of descriptors, a port accepts again as soon as one of its peers leaves", .runsExitTests)
   func peerLeavingResumesAccepting() async throws {
     // The child prints what it saw and the parent judges it: a failing exit test returns no
     // output (`#expect(processExitsWith:)` gives nil), and a loaded machine can hold the
@@ -350,7 +352,7 @@ struct PortsServerLimitsTests {
     #expect(MonotonicInstant.now - start < .seconds(10))
   }
 
-  @Test("a limit that is not positive stops the process")
+  @Test("a limit that is not positive stops the process", .runsExitTests)
   func nonPositiveLimitIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       _ = MessagePort.ServerLimits(maximumPeers: 0)

@@ -177,7 +177,7 @@ struct RetainedHandlerTests {
     #expect(expected == next)
   }
 
-  @Test("a capacity above Port.maximumCapacity is misuse, named in the message")
+  @Test("a capacity above Port.maximumCapacity is misuse, named in the message", .runsExitTests)
   func capacityAboveTheMaximumIsMisuse() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = Port(capacity: Port.maximumCapacity + 1)
@@ -186,7 +186,7 @@ struct RetainedHandlerTests {
     #expect(stderr.contains("Port.maximumCapacity"), "\(stderr)")
   }
 
-  @Test("Port(capacity: Int.max) is misuse with a message, not an allocator abort")
+  @Test("Port(capacity: Int.max) is misuse with a message, not an allocator abort", .runsExitTests)
   func capacityIntMaxIsMisuse() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = Port(capacity: Int.max)

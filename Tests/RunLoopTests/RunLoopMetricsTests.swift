@@ -119,7 +119,7 @@ struct RunLoopMetricsTests {
         == "passes 20, sources 5, timers 0, blocks 0, observers 0, asleep 30 ms, busy 70 ms, utilization 70.0%")
   }
 
-  @Test func theMetricsSwitchOfTheEnvironmentTurnsMetricsOnInNewLoops() async {
+  @Test(.runsExitTests) func theMetricsSwitchOfTheEnvironmentTurnsMetricsOnInNewLoops() async {
     await #expect(processExitsWith: .success) {
       setenv(Diagnostics.environmentVariable, "metrics", 1)
       blocking {

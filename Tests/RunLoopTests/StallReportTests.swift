@@ -192,7 +192,7 @@ struct StallReportTests {
     }
   }
 
-  @Test func inStopModeAStalledCallbackStopsTheProcessNamingIt() async {
+  @Test(.runsExitTests) func inStopModeAStalledCallbackStopsTheProcessNamingIt() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.stallThreshold = .milliseconds(10)
       Diagnostics.setMode(.stop, for: .stalls)

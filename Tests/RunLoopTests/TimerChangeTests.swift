@@ -131,7 +131,7 @@ import Testing
     }
   }
 
-  @Test func reArmingAValidTimerOutsideItsCallbackIsRefused() async {
+  @Test(.runsExitTests) func reArmingAValidTimerOutsideItsCallbackIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let timer = RunLoopTimer(after: .seconds(1)) { _ in }
       timer.rearm(after: .zero) { _ in }

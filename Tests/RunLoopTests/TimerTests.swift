@@ -250,7 +250,7 @@ import Testing
     #expect(!timer.isValid)
   }
 
-  @Test func addingATimerToASecondRunLoopIsRefused() async {
+  @Test(.runsExitTests) func addingATimerToASecondRunLoopIsRefused() async {
     await #expect(processExitsWith: .failure) {
       let timer = RunLoopTimer(after: .seconds(60)) { _ in }
       RunLoop.current.add(timer, forMode: .default)

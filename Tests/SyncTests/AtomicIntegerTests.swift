@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -126,14 +127,14 @@ struct AtomicIntegerTests {
     #expect(half.load(ordering: .acquiring) == 20_000)
   }
 
-  @Test("a conformance wider than 64 bits is reported when the atomic is created")
+  @Test("a conformance wider than 64 bits is reported when the atomic is created", .runsExitTests)
   func widerThan64Bits() async {
     await #expect(processExitsWith: .failure) {
       _ = AtomicInteger<UInt128>(0)
     }
   }
 
-  @Test("a bit number outside the value is reported")
+  @Test("a bit number outside the value is reported", .runsExitTests)
   func bitOutOfRange() async {
     await #expect(processExitsWith: .failure) {
       _ = AtomicInteger<UInt32>(0).testAndSet(bit: 32, ordering: .full)

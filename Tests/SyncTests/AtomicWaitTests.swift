@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -80,7 +81,7 @@ struct AtomicWaitTests {
     #expect(released.load(ordering: .relaxed) == 3)
   }
 
-  @Test("waking with a count below 1 is reported as misuse")
+  @Test("waking with a count below 1 is reported as misuse", .runsExitTests)
   func wakeCountMisuse() async {
     await #expect(processExitsWith: .failure) {
       _ = AtomicInteger<UInt32>(0).wake(count: 0)

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -34,7 +35,7 @@ struct AuditRound3MonotonicInstantTests {
     }
   }
 
-  @Test("subtracting the most negative Duration saturates instead of trapping")
+  @Test("subtracting the most negative Duration saturates instead of trapping", .runsExitTests)
   func subtractingMostNegativeDuration() async {
     // Run in a child: a trap would end the test process.
     await #expect(processExitsWith: .success) {
@@ -215,7 +216,7 @@ struct AuditRound3HugeDeadlineTests {
 
 @Suite("Audit round 3: self-deadlock with a passed deadline", .timeLimit(.minutes(3)))
 struct AuditRound3PassedDeadlineMisuseTests {
-  @Test("Lock.lock(before: distantPast) by the holder stops the process")
+  @Test("Lock.lock(before: distantPast) by the holder stops the process", .runsExitTests)
   func lock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -226,7 +227,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("ConditionLock.lock(whenCondition:before: distantPast) by the holder stops the process")
+  @Test("ConditionLock.lock(whenCondition:before: distantPast) by the holder stops the process", .runsExitTests)
   func conditionLock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -237,7 +238,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("PriorityInheritanceLock.lock(before: distantPast) by the holder stops the process")
+  @Test("PriorityInheritanceLock.lock(before: distantPast) by the holder stops the process", .runsExitTests)
   func priorityInheritance() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -248,7 +249,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("SharedMemoryLock.lock(before: distantPast) by the holder stops the process")
+  @Test("SharedMemoryLock.lock(before: distantPast) by the holder stops the process", .runsExitTests)
   func sharedMemory() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -260,7 +261,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("ReadWriteLock timed write and read locks by the write holder stop the process")
+  @Test("ReadWriteLock timed write and read locks by the write holder stop the process", .runsExitTests)
   func readWriteLock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -278,7 +279,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("SpinLock and Condition timed locks by the holder stop the process")
+  @Test("SpinLock and Condition timed locks by the holder stop the process", .runsExitTests)
   func spinAndCondition() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -296,7 +297,7 @@ struct AuditRound3PassedDeadlineMisuseTests {
     }
   }
 
-  @Test("a timed LockedValue.withLock inside withLock stops the process; withLockIfAvailable is nil")
+  @Test("a timed LockedValue.withLock inside withLock stops the process; withLockIfAvailable is nil", .runsExitTests)
   func lockedValue() async {
     let value = LockedValue(0)
     #expect(value.withLock { _ in value.withLockIfAvailable { $0 } } == nil)
@@ -588,7 +589,7 @@ struct AuditRound3SharedMemoryRegionTests {
     }
   }
 
-  @Test("a non-positive byte count stops the process")
+  @Test("a non-positive byte count stops the process", .runsExitTests)
   func nonPositive() async {
     await #expect(processExitsWith: .failure) {
       _ = try? SharedMemoryRegion(sharedAnonymousByteCount: 0)
@@ -598,7 +599,9 @@ struct AuditRound3SharedMemoryRegionTests {
 
 @Suite("Audit round 3: SharedMemoryCondition misuse with a passed deadline", .timeLimit(.minutes(3)))
 struct AuditRound3SharedMemoryConditionMisuseTests {
-  @Test("a passed-deadline wait on a lock acquired with previousOwnerDied before markConsistent() is misuse too")
+  @Test(
+    "a passed-deadline wait on a lock acquired with previousOwnerDied before markConsistent() is misuse too",
+    .runsExitTests)
   func passedDeadlineBeforeMarkConsistent() async {
     // The misuse must not depend on the deadline: a program tested with a passed or zero
     // timeout would otherwise only break (the lock unrecoverable for good) once the timeout

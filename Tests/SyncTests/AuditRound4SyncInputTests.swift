@@ -92,7 +92,7 @@ struct AuditRound4DiagnosticsGrammarTests {
     #expect(numbers.collectsLockContention)
   }
 
-  @Test("a value too large for Int64 in the environment stops the process naming the variable")
+  @Test("a value too large for Int64 in the environment stops the process naming the variable", .runsExitTests)
   func environmentHugeNumber() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv(Diagnostics.environmentVariable, "stall-ms=99999999999999999999999", 1)
@@ -105,7 +105,7 @@ struct AuditRound4DiagnosticsGrammarTests {
     }
   }
 
-  @Test("an empty item in the environment stops the process at the first check")
+  @Test("an empty item in the environment stops the process at the first check", .runsExitTests)
   func environmentEmptyItem() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv(Diagnostics.environmentVariable, "stalls,", 1)
@@ -119,7 +119,7 @@ struct AuditRound4DiagnosticsGrammarTests {
 
 @Suite("Audit round 4: diagnostics option setters at the extremes", .timeLimit(.minutes(3)))
 struct AuditRound4DiagnosticsSetterTests {
-  @Test("zero, negative and extreme durations are raised to 1 ms or saturate, never trap")
+  @Test("zero, negative and extreme durations are raised to 1 ms or saturate, never trap", .runsExitTests)
   func durationExtremes() async {
     await #expect(processExitsWith: .success) {
       unsetenv(Diagnostics.environmentVariable)
@@ -144,7 +144,7 @@ struct AuditRound4DiagnosticsSetterTests {
     }
   }
 
-  @Test("contention sampling below 1 is raised to 1 and above a billion lowered to a billion")
+  @Test("contention sampling below 1 is raised to 1 and above a billion lowered to a billion", .runsExitTests)
   func samplingExtremes() async {
     await #expect(processExitsWith: .success) {
       unsetenv(Diagnostics.environmentVariable)
@@ -166,7 +166,7 @@ struct AuditRound4DiagnosticsSetterTests {
 
 @Suite("Audit round 4: count arguments", .timeLimit(.minutes(3)))
 struct AuditRound4CountTests {
-  @Test("Semaphore(value: Int.max) stops the process naming the value")
+  @Test("Semaphore(value: Int.max) stops the process naming the value", .runsExitTests)
   func semaphoreHugeValue() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = Semaphore(value: Int.max)
@@ -175,7 +175,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("Semaphore(value: Int.min) stops the process naming the value")
+  @Test("Semaphore(value: Int.min) stops the process naming the value", .runsExitTests)
   func semaphoreMostNegative() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = Semaphore(value: Int.min)
@@ -184,7 +184,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("Latch(count: Int.max) stops the process")
+  @Test("Latch(count: Int.max) stops the process", .runsExitTests)
   func latchHugeCount() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = Latch(count: Int.max)
@@ -193,7 +193,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("countDown(by: Int.min) stops the process")
+  @Test("countDown(by: Int.min) stops the process", .runsExitTests)
   func latchMostNegativeAmount() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Latch(count: 3).countDown(by: Int.min)
@@ -202,7 +202,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("countDown(by: Int.max) stops the process")
+  @Test("countDown(by: Int.max) stops the process", .runsExitTests)
   func latchHugeAmount() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Latch(count: 3).countDown(by: Int.max)
@@ -211,7 +211,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("countDown on an open latch stops the process")
+  @Test("countDown on an open latch stops the process", .runsExitTests)
   func latchCountDownWhenOpen() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Latch(count: 0).countDown()
@@ -237,7 +237,7 @@ struct AuditRound4CountTests {
     blocking { latch.wait() }
   }
 
-  @Test("ThreadBarrier(parties: Int.min) stops the process")
+  @Test("ThreadBarrier(parties: Int.min) stops the process", .runsExitTests)
   func barrierMostNegative() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = ThreadBarrier(parties: Int.min)
@@ -254,7 +254,7 @@ struct AuditRound4CountTests {
     }
   }
 
-  @Test("wake(count: Int.min) on an atomic stops the process")
+  @Test("wake(count: Int.min) on an atomic stops the process", .runsExitTests)
   func wakeMostNegative() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = AtomicInteger<UInt32>(0).wake(count: Int.min)
@@ -536,7 +536,7 @@ struct AuditRound4SharedMemoryInputTests {
     #expect(throws: SystemCallError.self) { _ = try SharedMemoryRegion(mapping: Int32.min, byteCount: 4096) }
   }
 
-  @Test("a lock at a misaligned address stops the process naming the type")
+  @Test("a lock at a misaligned address stops the process naming the type", .runsExitTests)
   func misalignedLock() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let region = try! SharedMemoryRegion(sharedAnonymousByteCount: 4096)
@@ -546,7 +546,7 @@ struct AuditRound4SharedMemoryInputTests {
     }
   }
 
-  @Test("a condition at a misaligned address stops the process naming the type")
+  @Test("a condition at a misaligned address stops the process naming the type", .runsExitTests)
   func misalignedCondition() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let region = try! SharedMemoryRegion(sharedAnonymousByteCount: 4096)
@@ -559,7 +559,7 @@ struct AuditRound4SharedMemoryInputTests {
 
 @Suite("Audit round 4: read-lock limit", .timeLimit(.minutes(3)))
 struct AuditRound4ReadLimitTests {
-  @Test("at the read-lock limit tryReadLock fails and readLock(timeout: .zero) stops the process")
+  @Test("at the read-lock limit tryReadLock fails and readLock(timeout: .zero) stops the process", .runsExitTests)
   func readLimit() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -728,7 +728,7 @@ struct AuditRound4ModelTests {
 
 @Suite("Audit round 4: re-entry from callbacks", .timeLimit(.minutes(3)))
 struct AuditRound4ReentryTests {
-  @Test("a LockedValue predicate that takes the same lock is reported as a self-deadlock, not a hang")
+  @Test("a LockedValue predicate that takes the same lock is reported as a self-deadlock, not a hang", .runsExitTests)
   func predicateTakesLock() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -742,7 +742,7 @@ struct AuditRound4ReentryTests {
     }
   }
 
-  @Test("a Lazy initializer that reads another Lazy whose initializer reads the first is reported")
+  @Test("a Lazy initializer that reads another Lazy whose initializer reads the first is reported", .runsExitTests)
   func lazyCycle() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -757,7 +757,7 @@ struct AuditRound4ReentryTests {
     }
   }
 
-  @Test("an object whose deinit uses the AtomicReference that released it does not deadlock")
+  @Test("an object whose deinit uses the AtomicReference that released it does not deadlock", .runsExitTests)
   func deinitUsesReference() async {
     await #expect(processExitsWith: .success) {
       alarm(20)
@@ -866,7 +866,7 @@ struct AuditRound4PredicateReleaseTests {
   // it must stop the process naming the misuse. In the child, the second thread exits with
   // status 3 (no message) when it finds its lock freed under it.
 
-  @Test("Condition.wait(until:) after its predicate released the lock stops the process")
+  @Test("Condition.wait(until:) after its predicate released the lock stops the process", .runsExitTests)
   func condition() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -905,7 +905,8 @@ struct AuditRound4PredicateReleaseTests {
     }
   }
 
-  @Test("ConditionVariable.wait(_:until:before:) after its predicate released the mutex stops the process")
+  @Test(
+    "ConditionVariable.wait(_:until:before:) after its predicate released the mutex stops the process", .runsExitTests)
   func conditionVariable() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -947,7 +948,7 @@ struct AuditRound4PredicateReleaseTests {
     }
   }
 
-  @Test("a predicate that releases the lock alone is reported as waiting without the lock")
+  @Test("a predicate that releases the lock alone is reported as waiting without the lock", .runsExitTests)
   func aloneReleased() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -969,7 +970,7 @@ struct AuditRound4PredicateReleaseTests {
 
 @Suite("Audit round 4: a scoped body that releases the lock itself", .timeLimit(.minutes(3)))
 struct AuditRound4ScopedReleaseTests {
-  @Test("withWriteLock whose body unlocked, while another thread took a read lock, stops the process")
+  @Test("withWriteLock whose body unlocked, while another thread took a read lock, stops the process", .runsExitTests)
   func writeScopeBodyUnlocked() async {
     // The scope's own release must not drop the other thread's read lock (read locks are
     // not tagged, but the scope knows it took the write lock).
@@ -981,7 +982,8 @@ struct AuditRound4ScopedReleaseTests {
   }
 
   @Test(
-    "generic withLock on a ReadWriteLock whose body unlocked, while another thread took a read lock, stops the process")
+    "generic withLock on a ReadWriteLock whose body unlocked, while another thread took a read lock, stops the process",
+    .runsExitTests)
   func genericScopeBodyUnlocked() async {
     // The same hole through `Locking`'s scoped forms, which generic code uses: the scope took
     // the write side, so it must not release another thread's read lock.
@@ -1014,7 +1016,7 @@ struct AuditRound4ScopedReleaseTests {
 
 @Suite("Audit round 4: SharedMemoryLock.markConsistent from the wrong thread", .timeLimit(.minutes(3)))
 struct AuditRound4MarkConsistentTests {
-  @Test("markConsistent() by a thread that does not hold the recovered lock stops the process")
+  @Test("markConsistent() by a thread that does not hold the recovered lock stops the process", .runsExitTests)
   func wrongThread() async {
     // glibc's pthread_mutex_consistent does not check the caller holds the mutex: it makes
     // the caller the recorded owner. The documented misuse stop must come from the toolkit.
@@ -1054,7 +1056,7 @@ struct AuditRound4UninitializedSharedLockTests {
   // pthread mutex for glibc (not robust, not process-shared, not error-checking): without
   // a check, every promise of the type silently fails on it.
 
-  @Test("unlock() of a lock at zeroed memory (initialize(at:) forgotten) stops the process")
+  @Test("unlock() of a lock at zeroed memory (initialize(at:) forgotten) stops the process", .runsExitTests)
   func unlockUninitialized() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
@@ -1066,7 +1068,7 @@ struct AuditRound4UninitializedSharedLockTests {
     }
   }
 
-  @Test("relocking a lock at zeroed memory stops the process instead of hanging")
+  @Test("relocking a lock at zeroed memory stops the process instead of hanging", .runsExitTests)
   func relockUninitialized() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(5)

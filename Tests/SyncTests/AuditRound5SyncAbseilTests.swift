@@ -28,7 +28,8 @@ private final class Flag: @unchecked Sendable {
 @Suite("Audit round 5, abseil: lock-order detector", .timeLimit(.minutes(3)))
 struct AuditRound5SyncAbseilOrderTests {
   @Test(
-    "a lock taken by tryLock orders the locks taken under it; a tryLock against that order is quiet, a blocking lock reports once (DeadlockDetectorBazelWarning)"
+    "a lock taken by tryLock orders the locks taken under it; a tryLock against that order is quiet, a blocking lock reports once (DeadlockDetectorBazelWarning)",
+    .runsExitTests
   )
   func tryLockOrders() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
@@ -52,7 +53,8 @@ struct AuditRound5SyncAbseilOrderTests {
   }
 
   @Test(
-    "2^17 locks taken five at a time in a sliding window: no report, fast, and the graph empties (DeadlockDetectorStessTest)"
+    "2^17 locks taken five at a time in a sliding window: no report, fast, and the graph empties (DeadlockDetectorStessTest)",
+    .runsExitTests
   )
   func slidingWindow() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {

@@ -174,7 +174,8 @@ private func oneRound(directory: String, index: Int) -> [WeakBox] {
 
 @Suite("Audit round 5: resources come back after a thousand objects", .timeLimit(.minutes(3)))
 struct AuditRound5SyncResourceTests {
-  @Test("descriptors, threads, mappings and diagnostics entries return to their start; every deinit runs")
+  @Test(
+    "descriptors, threads, mappings and diagnostics entries return to their start; every deinit runs", .runsExitTests)
   func everyObject() async {
     await #expect(processExitsWith: .success) {
       alarm(50)
@@ -205,7 +206,7 @@ struct AuditRound5SyncResourceTests {
     }
   }
 
-  @Test("with every lock detector and contention statistics on, the diagnostics tables do not grow")
+  @Test("with every lock detector and contention statistics on, the diagnostics tables do not grow", .runsExitTests)
   func withDiagnostics() async {
     await #expect(processExitsWith: .success) {
       alarm(50)
@@ -239,7 +240,9 @@ struct AuditRound5SyncResourceTests {
     }
   }
 
-  @Test("a thousand threads each taking every kind of lock leave no thread, descriptor or diagnostics state behind")
+  @Test(
+    "a thousand threads each taking every kind of lock leave no thread, descriptor or diagnostics state behind",
+    .runsExitTests)
   func threadStates() async {
     await #expect(processExitsWith: .success) {
       alarm(50)

@@ -151,7 +151,7 @@ private func helper(_ body: @escaping @Sendable () -> Void) -> pthread_t { start
 
 @Suite("Audit round 5: timed waits under signals without SA_RESTART", .timeLimit(.minutes(3)))
 struct AuditRound5SyncTimedSignalTests {
-  @Test("timed lock calls against a holder: a timeout, never early, errno kept")
+  @Test("timed lock calls against a holder: a timeout, never early, errno kept", .runsExitTests)
   func timedLocks() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -202,7 +202,7 @@ struct AuditRound5SyncTimedSignalTests {
     }
   }
 
-  @Test("timed waits nobody satisfies: a timeout, never early, errno kept")
+  @Test("timed waits nobody satisfies: a timeout, never early, errno kept", .runsExitTests)
   func timedWaits() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -247,7 +247,7 @@ struct AuditRound5SyncTimedSignalTests {
     }
   }
 
-  @Test("a priority-inheritance lock's timed lock against a holder: a timeout, never early")
+  @Test("a priority-inheritance lock's timed lock against a holder: a timeout, never early", .runsExitTests)
   func priorityInheritance() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -270,7 +270,7 @@ struct AuditRound5SyncTimedSignalTests {
     }
   }
 
-  @Test("a shared-memory lock and condition: timed calls time out, never early")
+  @Test("a shared-memory lock and condition: timed calls time out, never early", .runsExitTests)
   func sharedMemory() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -322,7 +322,7 @@ struct AuditRound5SyncTimedSignalTests {
 
 @Suite("Audit round 5: untimed waits under signals without SA_RESTART", .timeLimit(.minutes(3)))
 struct AuditRound5SyncUntimedSignalTests {
-  @Test("lock calls wait for the release through the signals, and get the lock")
+  @Test("lock calls wait for the release through the signals, and get the lock", .runsExitTests)
   func locks() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -426,7 +426,7 @@ struct AuditRound5SyncUntimedSignalTests {
     }
   }
 
-  @Test("predicate waits return only once the state is set, and no release is lost")
+  @Test("predicate waits return only once the state is set, and no release is lost", .runsExitTests)
   func predicateWaits() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -485,7 +485,7 @@ struct AuditRound5SyncUntimedSignalTests {
     }
   }
 
-  @Test("semaphore, latch, barrier, once, lazy and atomic waits return only once released")
+  @Test("semaphore, latch, barrier, once, lazy and atomic waits return only once released", .runsExitTests)
   func waits() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -558,7 +558,7 @@ struct AuditRound5SyncUntimedSignalTests {
     }
   }
 
-  @Test("priority-inheritance and shared-memory locks wait for the release through the signals")
+  @Test("priority-inheritance and shared-memory locks wait for the release through the signals", .runsExitTests)
   func kernelLocks() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -684,7 +684,8 @@ private func stormLocks() -> [StormLock] {
 @Suite("Audit round 5: contended locks under a signal storm", .timeLimit(.minutes(3)))
 struct AuditRound5SyncContendedSignalTests {
   @Test(
-    "timed and untimed contenders bombarded with signals: exclusion holds, every untimed one gets in, none is stranded")
+    "timed and untimed contenders bombarded with signals: exclusion holds, every untimed one gets in, none is stranded",
+    .runsExitTests)
   func contendedStorm() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()
@@ -774,7 +775,9 @@ private func runUnderStorm(_ count: Int, _ body: @escaping @Sendable (Int) -> Vo
 
 @Suite("Audit round 5: hand-offs under a signal storm", .timeLimit(.minutes(3)))
 struct AuditRound5SyncHandOffSignalTests {
-  @Test("ping-pong through every waiting primitive loses no turn while both sides are bombarded with signals")
+  @Test(
+    "ping-pong through every waiting primitive loses no turn while both sides are bombarded with signals",
+    .runsExitTests)
   func pingPong() async {
     await #expect(processExitsWith: .success) {
       installInterruptingHandler()

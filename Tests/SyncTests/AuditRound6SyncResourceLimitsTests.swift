@@ -42,7 +42,7 @@ struct AuditRound6SyncResourceLimitsTests {
   /// documented `SystemCallError`, or `ProcessLockError.system`), leaves no descriptor and no
   /// scratch file, and leaves the lock as it was (a stale lock stays until a recovery
   /// succeeds); with enough descriptors the same call succeeds.
-  @Test func processLockCallsRefusedDescriptorsAtEveryStep() async {
+  @Test(.runsExitTests) func processLockCallsRefusedDescriptorsAtEveryStep() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("ProcessLock without descriptors") {
         var template = Array("/tmp/tk-round6-XXXXXX".utf8CString)

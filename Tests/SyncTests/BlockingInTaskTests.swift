@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -65,7 +66,8 @@ struct BlockingInTaskTests {
   }
 
   @Test(
-    "a watchdog that cannot start is reported under blocking-in-task when only that kind asked for it, and is retried")
+    "a watchdog that cannot start is reported under blocking-in-task when only that kind asked for it, and is retried",
+    .runsExitTests)
   func watchdogStartFailureIsReportedUnderTheKindThatAskedForIt() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(nil)
@@ -88,7 +90,9 @@ struct BlockingInTaskTests {
     #expect(output.contains("could not start"), "\(output)")
   }
 
-  @Test("a task blocked in a Lock longer than the threshold is reported once, while blocked, naming the lock")
+  @Test(
+    "a task blocked in a Lock longer than the threshold is reported once, while blocked, naming the lock",
+    .runsExitTests)
   func taskBlockedInALockIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       holdWhileBlocked { busy, held in
@@ -113,7 +117,7 @@ struct BlockingInTaskTests {
     #expect(text.contains("threshold 20"))
   }
 
-  @Test("a task in a timed Condition wait longer than the threshold is reported, naming the condition")
+  @Test("a task in a timed Condition wait longer than the threshold is reported, naming the condition", .runsExitTests)
   func taskInAConditionWaitIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       let queue = Condition(name: "queue")
@@ -143,7 +147,9 @@ struct BlockingInTaskTests {
     #expect(text.contains("holds nothing"))
   }
 
-  @Test("a task in a ConditionVariable wait on a Lock longer than the threshold is reported, naming the lock")
+  @Test(
+    "a task in a ConditionVariable wait on a Lock longer than the threshold is reported, naming the lock",
+    .runsExitTests)
   func taskInAConditionVariableWaitIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       let mutex = Lock(name: "queue mutex")
@@ -169,7 +175,7 @@ struct BlockingInTaskTests {
     #expect(text.contains("holds nothing"))
   }
 
-  @Test("a plain thread blocked in a Lock as long is not reported")
+  @Test("a plain thread blocked in a Lock as long is not reported", .runsExitTests)
   func plainThreadIsNotReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.blockingInTaskThreshold = .milliseconds(5)
@@ -195,7 +201,8 @@ struct BlockingInTaskTests {
     #expect(!standardError(result).contains("[blocking-in-task]"))
   }
 
-  @Test("a task waiting for a Semaphore permit longer than the threshold is reported once, while it waits")
+  @Test(
+    "a task waiting for a Semaphore permit longer than the threshold is reported once, while it waits", .runsExitTests)
   func taskWaitingForASemaphoreIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       let permit = Semaphore(name: "permit")
@@ -211,7 +218,9 @@ struct BlockingInTaskTests {
     #expect(text.contains("holds nothing"))
   }
 
-  @Test("a task waiting for a Latch or at a ThreadBarrier longer than the threshold is reported, naming the wait")
+  @Test(
+    "a task waiting for a Latch or at a ThreadBarrier longer than the threshold is reported, naming the wait",
+    .runsExitTests)
   func taskWaitingForALatchOrABarrierIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       let opening = Latch(count: 1, name: "opening")
@@ -249,7 +258,8 @@ struct BlockingInTaskTests {
     #expect(text.contains("waiting for the other parties of the ThreadBarrier \"round\""))
   }
 
-  @Test("semaphore, latch and barrier waits are not reported while the kind is off, nor on a plain thread")
+  @Test(
+    "semaphore, latch and barrier waits are not reported while the kind is off, nor on a plain thread", .runsExitTests)
   func waitsOutsideTasksOrWithTheKindOffAreNotReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.blockingInTaskThreshold = .milliseconds(5)

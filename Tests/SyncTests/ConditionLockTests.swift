@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -143,7 +144,7 @@ struct ConditionLockTests {
     #expect(lock.condition == 0)
   }
 
-  @Test("deinitializing a locked condition lock is reported")
+  @Test("deinitializing a locked condition lock is reported", .runsExitTests)
   func deinitWhileLocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -152,7 +153,7 @@ struct ConditionLockTests {
     }
   }
 
-  @Test("unlocking a condition lock that is not held is reported")
+  @Test("unlocking a condition lock that is not held is reported", .runsExitTests)
   func unlockMisuse() async {
     await #expect(processExitsWith: .failure) {
       ConditionLock().unlock()

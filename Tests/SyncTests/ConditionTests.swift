@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -176,7 +177,7 @@ struct ConditionTests {
     #expect(queue.value.isEmpty)
   }
 
-  @Test("waiting without holding the lock is reported")
+  @Test("waiting without holding the lock is reported", .runsExitTests)
   func waitWithoutLock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -190,7 +191,7 @@ struct ConditionTests {
     }
   }
 
-  @Test("deinitializing a locked condition is reported")
+  @Test("deinitializing a locked condition is reported", .runsExitTests)
   func deinitWhileLocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -199,7 +200,7 @@ struct ConditionTests {
     }
   }
 
-  @Test("unlocking a condition that is not locked is reported")
+  @Test("unlocking a condition that is not locked is reported", .runsExitTests)
   func unlockUnlocked() async {
     await #expect(processExitsWith: .failure) {
       Condition().unlock()

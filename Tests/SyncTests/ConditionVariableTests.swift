@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -99,7 +100,7 @@ struct ConditionVariableTests {
     #expect(woke.load(ordering: .relaxed) == 3)
   }
 
-  @Test("waiting with a mutex the caller does not hold is reported")
+  @Test("waiting with a mutex the caller does not hold is reported", .runsExitTests)
   func waitWithoutMutex() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -108,7 +109,7 @@ struct ConditionVariableTests {
     }
   }
 
-  @Test("waiting with a second mutex is reported")
+  @Test("waiting with a second mutex is reported", .runsExitTests)
   func twoMutexes() async {
     await #expect(processExitsWith: .failure) {
       blocking {

@@ -15,7 +15,8 @@ struct DiagnosticsForkTests {
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
     .disabled(
       if: isRunningUnderAddressSanitizer,
-      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"))
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"),
+    .runsExitTests)
   func childrenRunWithLockDetectorsOff() async {
     await #expect(processExitsWith: .success) {
       blocking { forkWhileLockDetectorsWork() }
@@ -28,7 +29,8 @@ struct DiagnosticsForkTests {
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
     .disabled(
       if: isRunningUnderAddressSanitizer,
-      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"))
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"),
+    .runsExitTests)
   func childRunsWithBlockingInTaskOff() async {
     await #expect(processExitsWith: .success) {
       onlyDetector(nil)
@@ -53,6 +55,7 @@ struct DiagnosticsForkTests {
     .disabled(
       if: isRunningUnderAddressSanitizer,
       "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"),
+    .runsExitTests,
     arguments: 0..<4)
   func childrenForkedDuringWatchdogScansAreNotStuckInTheRuntime(run: Int) async {
     await #expect(processExitsWith: .success) {

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -48,7 +49,9 @@ struct DiagnosticsTests {
     #expect(Diagnostics.Finding(kind: .stalls, summary: "s").description == "threading-toolkit [stalls] s")
   }
 
-  @Test("THREADING_TOOLKIT_DIAGNOSTICS is read at the first check and sets modes, metrics and the threshold")
+  @Test(
+    "THREADING_TOOLKIT_DIAGNOSTICS is read at the first check and sets modes, metrics and the threshold", .runsExitTests
+  )
   func environmentDecides() async {
     await #expect(processExitsWith: .success) {
       setenv(Diagnostics.environmentVariable, "stalls=stop,metrics,stall-ms=40", 1)
@@ -67,7 +70,7 @@ struct DiagnosticsTests {
     }
   }
 
-  @Test("without the variable everything is off and the threshold is the default")
+  @Test("without the variable everything is off and the threshold is the default", .runsExitTests)
   func defaultsAreOff() async {
     await #expect(processExitsWith: .success) {
       unsetenv(Diagnostics.environmentVariable)
@@ -77,7 +80,8 @@ struct DiagnosticsTests {
     }
   }
 
-  @Test("a malformed THREADING_TOOLKIT_DIAGNOSTICS stops the process with a message naming the variable")
+  @Test(
+    "a malformed THREADING_TOOLKIT_DIAGNOSTICS stops the process with a message naming the variable", .runsExitTests)
   func environmentRefused() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv(Diagnostics.environmentVariable, "stalls,lock-ordr", 1)
@@ -89,7 +93,7 @@ struct DiagnosticsTests {
     }
   }
 
-  @Test("findings go to the replaced handler when their kind reports, and nowhere when it is off")
+  @Test("findings go to the replaced handler when their kind reports, and nowhere when it is off", .runsExitTests)
   func handlerReceivesFindings() async {
     await #expect(processExitsWith: .success) {
       final class Received: @unchecked Sendable {
@@ -105,7 +109,7 @@ struct DiagnosticsTests {
     }
   }
 
-  @Test("the default handler writes the finding to standard error")
+  @Test("the default handler writes the finding to standard error", .runsExitTests)
   func defaultHandlerWritesToStandardError() async {
     await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.setMode(.report, for: .stalls)
@@ -116,7 +120,7 @@ struct DiagnosticsTests {
     }
   }
 
-  @Test("in stop mode a finding is reported, then the process stops with its summary")
+  @Test("in stop mode a finding is reported, then the process stops with its summary", .runsExitTests)
   func stopModeStops() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.setMode(.stop, for: .stalls)

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -64,7 +65,7 @@ struct LatchTests {
     #expect(released.load(ordering: .relaxed) == 4)
   }
 
-  @Test("counting below zero and negative counts are reported")
+  @Test("counting below zero and negative counts are reported", .runsExitTests)
   func misuse() async {
     await #expect(processExitsWith: .failure) {
       let latch = Latch(count: 1)

@@ -112,7 +112,9 @@ struct LockDiagnosticsTests {
     }
   }
 
-  @Test("two locks taken in both orders on two threads, one after the other, are reported once, naming both")
+  @Test(
+    "two locks taken in both orders on two threads, one after the other, are reported once, naming both", .runsExitTests
+  )
   func twoLocksBothOrders() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -138,7 +140,7 @@ struct LockDiagnosticsTests {
     #expect(text.contains("\"ledger\" before \"accounts\": now, on "))
   }
 
-  @Test("a cycle through 100 locks is reported, naming the first 10 and how many more")
+  @Test("a cycle through 100 locks is reported, naming the first 10 and how many more", .runsExitTests)
   func hundredLockCycle() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -158,7 +160,8 @@ struct LockDiagnosticsTests {
     #expect(text.contains("... 90 more orders"))
   }
 
-  @Test("131,072 locks taken in sliding windows of 5 report nothing, and destroyed locks leave the graph")
+  @Test(
+    "131,072 locks taken in sliding windows of 5 report nothing, and destroyed locks leave the graph", .runsExitTests)
   func slidingWindows() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -188,7 +191,7 @@ struct LockDiagnosticsTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("tryLock never reports an order, even against the opposite blocking order")
+  @Test("tryLock never reports an order, even against the opposite blocking order", .runsExitTests)
   func tryLockDoesNotReport() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -207,7 +210,7 @@ struct LockDiagnosticsTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("a new lock that takes a destroyed lock's place is a new lock: the old orders do not report")
+  @Test("a new lock that takes a destroyed lock's place is a new lock: the old orders do not report", .runsExitTests)
   func destroyedIdentityIsForgotten() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -232,7 +235,7 @@ struct LockDiagnosticsTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("re-entering a recursive lock while holding another adds no order and reports nothing")
+  @Test("re-entering a recursive lock while holding another adds no order and reports nothing", .runsExitTests)
   func recursiveReentry() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -250,7 +253,9 @@ struct LockDiagnosticsTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("a ConditionLock is diagnosed too: lock(whenCondition:) against a Condition in the other order reports")
+  @Test(
+    "a ConditionLock is diagnosed too: lock(whenCondition:) against a Condition in the other order reports",
+    .runsExitTests)
   func conditionLockIsDiagnosed() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -271,7 +276,7 @@ struct LockDiagnosticsTests {
     #expect(text.contains("takes \"job queue\" while holding \"registry\""))
   }
 
-  @Test("in stop mode a lock-order cycle ends the process with a message naming the locks")
+  @Test("in stop mode a lock-order cycle ends the process with a message naming the locks", .runsExitTests)
   func stopMode() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder, .stop)
@@ -288,7 +293,9 @@ struct LockDiagnosticsTests {
     #expect(text.contains("\"alpha\" while holding \"beta\""))
   }
 
-  @Test("a lock contended by 4 threads shows contended acquisitions and plausible waits; an uncontended one none")
+  @Test(
+    "a lock contended by 4 threads shows contended acquisitions and plausible waits; an uncontended one none",
+    .runsExitTests)
   func contention() async {
     await #expect(processExitsWith: .success) {
       onlyContentionStatistics(sampling: 1)
@@ -329,7 +336,9 @@ struct LockDiagnosticsTests {
     }
   }
 
-  @Test("a sampling interval beyond a billion is lowered to it; contended samples of a huge interval do not overflow")
+  @Test(
+    "a sampling interval beyond a billion is lowered to it; contended samples of a huge interval do not overflow",
+    .runsExitTests)
   func hugeSamplingInterval() async {
     await #expect(processExitsWith: .success) {
       onlyContentionStatistics(sampling: .max)
@@ -346,7 +355,7 @@ struct LockDiagnosticsTests {
     }
   }
 
-  @Test("locks of one name created and destroyed in turn add up in one entry")
+  @Test("locks of one name created and destroyed in turn add up in one entry", .runsExitTests)
   func destroyedLocksAddUpUnderTheirName() async {
     await #expect(processExitsWith: .success) {
       onlyContentionStatistics(sampling: 1)
@@ -363,7 +372,7 @@ struct LockDiagnosticsTests {
     }
   }
 
-  @Test("sampling 1 in 10 estimates each of two locks taken in turn, not only one of them")
+  @Test("sampling 1 in 10 estimates each of two locks taken in turn, not only one of them", .runsExitTests)
   func samplingSeesLocksTakenInTurn() async {
     await #expect(processExitsWith: .success) {
       onlyContentionStatistics(sampling: 10)
@@ -387,7 +396,7 @@ struct LockDiagnosticsTests {
     }
   }
 
-  @Test("contention-dump=json writes the figures as JSON to standard error at exit")
+  @Test("contention-dump=json writes the figures as JSON to standard error at exit", .runsExitTests)
   func dumpAtExit() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       setenv(Diagnostics.environmentVariable, "contention-dump=json,contention-sample=1", 1)

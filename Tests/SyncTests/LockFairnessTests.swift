@@ -364,14 +364,18 @@ struct LockFairnessTests {
 
 @Suite("Lock hand-over races", .timeLimit(.minutes(3)))
 struct LockHandOverRaceTests {
-  @Test("a starving waiter that finds its hand-over already taken back takes the free lock instead of sleeping")
+  @Test(
+    "a starving waiter that finds its hand-over already taken back takes the free lock instead of sleeping",
+    .runsExitTests)
   func handOverTakenBackBeforeTheWaiterSleeps() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWaiterMissesItsHandOver() }
     }
   }
 
-  @Test("a starving waiter that gives up after its hand-over was taken back wakes a thread asleep on the lock")
+  @Test(
+    "a starving waiter that gives up after its hand-over was taken back wakes a thread asleep on the lock",
+    .runsExitTests)
   func starvingWaiterGivesUpAfterItsHandOverWasTakenBack() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWaiterLeavesAfterItsHandOverWasTakenBack() }
@@ -380,6 +384,7 @@ struct LockHandOverRaceTests {
 
   @Test(
     "a hand-over taken back wakes a thread asleep on the lock, at most once a millisecond",
+    .runsExitTests,
     arguments: HandOverSubject.indicesWithSleepWord)
   func takenBackHandOverWakesASleeper(subjectIndex: Int) async {
     await #expect(processExitsWith: .success) { [subjectIndex] in
@@ -590,6 +595,7 @@ struct LockFairnessForkTests {
   @Test(
     "a lock held at a fork while a waiter starves on it still works in the child, where that waiter does not exist",
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support a multithreaded fork's child"),
+    .runsExitTests,
     arguments: [0, 2, 3, 4])
   func starvingWaiterLeftInTheParent(subjectIndex: Int) async {
     await #expect(processExitsWith: .success) { [subjectIndex] in
@@ -606,6 +612,7 @@ struct LockFairnessForkSleeperTests {
     "in the child of a fork, a thread asleep on a lock whose starving waiter stayed in the parent is woken by the unlock",
     .disabled(
       if: isRunningUnderSanitizer, "a sanitizer's runtime may be copied locked into a multithreaded fork's child"),
+    .runsExitTests,
     arguments: HandOverSubject.indicesWithSleepWord)
   func sleeperInTheChildIsWoken(subjectIndex: Int) async {
     await #expect(processExitsWith: .success) { [subjectIndex] in
@@ -709,21 +716,27 @@ func forkWithStarvingWaiter(_ subject: HandOverSubject, child: @escaping @Sendab
 /// thread starts, so no other test's threads read it).
 @Suite("ReadWriteLock hand-over races", .timeLimit(.minutes(3)))
 struct ReadWriteLockHandOverRaceTests {
-  @Test("a starving writer whose hand-over from a writer was taken back before it slept takes the free lock")
+  @Test(
+    "a starving writer whose hand-over from a writer was taken back before it slept takes the free lock", .runsExitTests
+  )
   func writersHandOverTakenBack() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWriterRace(.writerReleases) }
     }
   }
 
-  @Test("a starving writer whose hand-over from the last reader was taken back before it slept takes the free lock")
+  @Test(
+    "a starving writer whose hand-over from the last reader was taken back before it slept takes the free lock",
+    .runsExitTests)
   func lastReadersHandOverTakenBack() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWriterRace(.lastReaderReleases) }
     }
   }
 
-  @Test("a reader that barges in after a hand-over was taken back hands the lock to the starving writer when it leaves")
+  @Test(
+    "a reader that barges in after a hand-over was taken back hands the lock to the starving writer when it leaves",
+    .runsExitTests)
   func readerBargingAfterATakeBackHandsOver() async {
     await #expect(processExitsWith: .success) {
       blocking { starvingWriterRace(.readerBargesAfterTakeBack) }

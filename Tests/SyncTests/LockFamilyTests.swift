@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -42,7 +43,7 @@ struct RecursiveMutexTests {
     #expect(counter.value == 40_000)
   }
 
-  @Test("more unlocks than locks are reported")
+  @Test("more unlocks than locks are reported", .runsExitTests)
   func overUnlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -54,7 +55,7 @@ struct RecursiveMutexTests {
     }
   }
 
-  @Test("unlocking from a thread that does not hold it is reported")
+  @Test("unlocking from a thread that does not hold it is reported", .runsExitTests)
   func foreignUnlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -250,7 +251,7 @@ struct ReadWriteLockTests {
     lock.unlock()
   }
 
-  @Test("misuse is reported: unlock when free, write-lock while writing")
+  @Test("misuse is reported: unlock when free, write-lock while writing", .runsExitTests)
   func misuse() async {
     await #expect(processExitsWith: .failure) {
       ReadWriteLock().unlock()
@@ -301,7 +302,7 @@ struct SpinLockTests {
     #expect(timedOut.load(ordering: .relaxed) == 1)
   }
 
-  @Test("misuse is reported")
+  @Test("misuse is reported", .runsExitTests)
   func misuse() async {
     await #expect(processExitsWith: .failure) {
       SpinLock(checked: false).unlock()

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -13,7 +14,7 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// runs as an exit test in a fresh process; findings go to standard error.
 @Suite("Lock hooks", .timeLimit(.minutes(3)))
 struct LockHooksTests {
-  @Test("a Lock and a RecursiveLock taken in both orders are reported, naming both")
+  @Test("a Lock and a RecursiveLock taken in both orders are reported, naming both", .runsExitTests)
   func lockAndRecursiveLockBothOrders() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -29,7 +30,7 @@ struct LockHooksTests {
     #expect(text.contains("takes \"plain\" while holding \"recursive\""))
   }
 
-  @Test("an unnamed Lock is reported by its creation site")
+  @Test("an unnamed Lock is reported by its creation site", .runsExitTests)
   func unnamedLockIsItsCreationSite() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -47,7 +48,7 @@ struct LockHooksTests {
     #expect(text.contains("while holding \"SyncTests/LockHooksTests.swift:"))
   }
 
-  @Test("re-entering a RecursiveLock while holding another lock reports nothing")
+  @Test("re-entering a RecursiveLock while holding another lock reports nothing", .runsExitTests)
   func recursiveReentryReportsNothing() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder, .stop)
@@ -66,7 +67,7 @@ struct LockHooksTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("tryLock of a Lock never reports, even against the opposite blocking order")
+  @Test("tryLock of a Lock never reports, even against the opposite blocking order", .runsExitTests)
   func lockTryLockNeverReports() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder, .stop)
@@ -83,7 +84,8 @@ struct LockHooksTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("a Lock contended by 4 threads shows contended acquisitions; switched off, nothing more is counted")
+  @Test(
+    "a Lock contended by 4 threads shows contended acquisitions; switched off, nothing more is counted", .runsExitTests)
   func lockContention() async {
     await #expect(processExitsWith: .success) {
       onlyDetector(nil)
@@ -107,7 +109,7 @@ struct LockHooksTests {
     }
   }
 
-  @Test("the first lock operation of a process reads the environment variable")
+  @Test("the first lock operation of a process reads the environment variable", .runsExitTests)
   func firstLockOperationReadsTheEnvironment() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       setenv(Diagnostics.environmentVariable, "lock-order", 1)
@@ -121,7 +123,7 @@ struct LockHooksTests {
     #expect(standardError(result).contains("takes \"env first\" while holding \"env second\""))
   }
 
-  @Test("a LockedValue and a SpinLock taken in both orders are reported, naming both")
+  @Test("a LockedValue and a SpinLock taken in both orders are reported, naming both", .runsExitTests)
   func lockedValueAndSpinLockBothOrders() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -153,7 +155,9 @@ struct LockHooksTests {
     #expect(Lock(name: "named lock").name == "named lock")
   }
 
-  @Test("synchronized sections on two objects taken in opposite orders stop the process, naming both call sites")
+  @Test(
+    "synchronized sections on two objects taken in opposite orders stop the process, naming both call sites",
+    .runsExitTests)
   func synchronizedOppositeOrdersReport() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder, .stop)
@@ -179,7 +183,7 @@ struct LockHooksTests {
     #expect(text.contains("SyncTests/LockHooksTests.swift:"))
   }
 
-  @Test("the watchdog finds two threads deadlocked on a Lock and a LockedValue, naming both")
+  @Test("the watchdog finds two threads deadlocked on a Lock and a LockedValue, naming both", .runsExitTests)
   func watchdogFindsLockAndLockedValue() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.deadlockCheckInterval = .milliseconds(20)
@@ -211,7 +215,8 @@ struct LockHooksTests {
     #expect(text.contains("\"the value\""))
   }
 
-  @Test("a thread holding 40 locks at once keeps them all: taking the first while holding the last reports")
+  @Test(
+    "a thread holding 40 locks at once keeps them all: taking the first while holding the last reports", .runsExitTests)
   func fortyHeldLocks() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -228,7 +233,7 @@ struct LockHooksTests {
     #expect(text.contains("takes \"nested 0\" while holding \"nested 39\""))
   }
 
-  @Test("a destroyed named lock's name leaves the name table")
+  @Test("a destroyed named lock's name leaves the name table", .runsExitTests)
   func namesLeaveWithTheirLocks() async {
     await #expect(processExitsWith: .success) {
       let before = LockNames.shared.count

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -113,7 +114,7 @@ struct MutexTests {
 
 @Suite("Lock misuse", .timeLimit(.minutes(3)))
 struct MutexMisuseTests {
-  @Test("unlocking an unlocked mutex is reported, checked or not")
+  @Test("unlocking an unlocked mutex is reported, checked or not", .runsExitTests)
   func unlockUnlocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -127,7 +128,7 @@ struct MutexMisuseTests {
     }
   }
 
-  @Test("re-locking on the holding thread is reported instead of hanging")
+  @Test("re-locking on the holding thread is reported instead of hanging", .runsExitTests)
   func selfDeadlock() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -145,7 +146,7 @@ struct MutexMisuseTests {
     }
   }
 
-  @Test("checked mode reports unlocking from a thread that does not hold the mutex")
+  @Test("checked mode reports unlocking from a thread that does not hold the mutex", .runsExitTests)
   func unlockFromOtherThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -156,7 +157,7 @@ struct MutexMisuseTests {
     }
   }
 
-  @Test("destroying a locked mutex is reported")
+  @Test("destroying a locked mutex is reported", .runsExitTests)
   func deinitWhileLocked() async {
     await #expect(processExitsWith: .failure) {
       blocking {

@@ -144,7 +144,9 @@ struct TryLockWithStarvingCountTests {
 /// process-wide, and the fairness tests beside it rely on the bound).
 @Suite("Lock word: the hand-over bound's switch", .timeLimit(.minutes(3)))
 struct HandOverBoundSwitchTests {
-  @Test("a waiter kept asleep past the threshold counts as starving with the bound on, and never with it off")
+  @Test(
+    "a waiter kept asleep past the threshold counts as starving with the bound on, and never with it off",
+    .runsExitTests)
   func theSwitchDecidesWhetherAWaiterStarves() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let on = starvingBitsAfterALongSleep()

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -84,7 +85,7 @@ struct LockedValueTests {
     #expect(empty.withLock { _ in 42 } == 42)
   }
 
-  @Test("withLock inside withLock on the same thread is reported as a self-deadlock")
+  @Test("withLock inside withLock on the same thread is reported as a self-deadlock", .runsExitTests)
   func nestedIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       let locked = LockedValue(0)
@@ -236,7 +237,7 @@ struct LockedValueWaitTests {
     #expect(results.withLock { $0 } == [nil, nil])
   }
 
-  @Test("a predicate that takes the same lock is reported as a self-deadlock")
+  @Test("a predicate that takes the same lock is reported as a self-deadlock", .runsExitTests)
   func reentrantPredicateIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       blocking {

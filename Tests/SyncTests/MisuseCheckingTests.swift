@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -17,7 +18,7 @@ struct MisuseCheckingTests {
     #expect("\(MisuseChecking.Mode.checked)" == "checked" && "\(MisuseChecking.Mode.unchecked)" == "unchecked")
   }
 
-  @Test("THREADING_TOOLKIT_CHECKS=checked makes a foreign unlock stop the process")
+  @Test("THREADING_TOOLKIT_CHECKS=checked makes a foreign unlock stop the process", .runsExitTests)
   func environmentChecked() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv("THREADING_TOOLKIT_CHECKS", "checked", 1)
@@ -34,7 +35,7 @@ struct MisuseCheckingTests {
     }
   }
 
-  @Test("THREADING_TOOLKIT_CHECKS=unchecked lets another thread unlock on the holder's behalf")
+  @Test("THREADING_TOOLKIT_CHECKS=unchecked lets another thread unlock on the holder's behalf", .runsExitTests)
   func environmentUnchecked() async {
     await #expect(processExitsWith: .success) {
       setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
@@ -50,7 +51,7 @@ struct MisuseCheckingTests {
     }
   }
 
-  @Test("a mode set in code before first use overrides the environment")
+  @Test("a mode set in code before first use overrides the environment", .runsExitTests)
   func setInCodeWins() async {
     await #expect(processExitsWith: .failure) {
       setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
@@ -68,7 +69,7 @@ struct MisuseCheckingTests {
     }
   }
 
-  @Test("changing the mode after it was decided is reported")
+  @Test("changing the mode after it was decided is reported", .runsExitTests)
   func lateChangeIsMisuse() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv("THREADING_TOOLKIT_CHECKS", "unchecked", 1)
@@ -79,7 +80,7 @@ struct MisuseCheckingTests {
     }
   }
 
-  @Test("an unknown THREADING_TOOLKIT_CHECKS value is reported, naming the variable")
+  @Test("an unknown THREADING_TOOLKIT_CHECKS value is reported, naming the variable", .runsExitTests)
   func unknownEnvironmentValue() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       setenv("THREADING_TOOLKIT_CHECKS", "sometimes", 1)

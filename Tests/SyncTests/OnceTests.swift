@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -55,7 +56,7 @@ struct OnceTests {
     #expect(attempts == 2)
   }
 
-  @Test("calling run from inside its own body is reported")
+  @Test("calling run from inside its own body is reported", .runsExitTests)
   func reentrant() async {
     await #expect(processExitsWith: .failure) {
       let once = Once()
@@ -106,7 +107,7 @@ struct LazyTests {
     #expect(lazy.value == 42)
   }
 
-  @Test("reading the value from its own initializer is reported")
+  @Test("reading the value from its own initializer is reported", .runsExitTests)
   func reentrant() async {
     await #expect(processExitsWith: .failure) {
       final class Holder: @unchecked Sendable { var lazy: Lazy<Int>? }

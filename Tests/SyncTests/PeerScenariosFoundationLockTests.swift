@@ -474,7 +474,7 @@ struct PeerFoundationConditionLockTests {
 /// form, including a deadline form whose deadline has passed.
 @Suite("Foundation scenarios: re-locking on the holding thread", .timeLimit(.minutes(3)))
 struct PeerFoundationSelfDeadlockTests {
-  @Test func aConditionLockTakenAgainByItsHolderStopsTheProcess() async {
+  @Test(.runsExitTests) func aConditionLockTakenAgainByItsHolderStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       blocking {
         let lock = ConditionLock(condition: 1)
@@ -491,7 +491,7 @@ struct PeerFoundationSelfDeadlockTests {
     }
   }
 
-  @Test func aConditionTakenAgainByItsHolderStopsTheProcess() async {
+  @Test(.runsExitTests) func aConditionTakenAgainByItsHolderStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       blocking {
         let condition = Condition()
@@ -501,7 +501,7 @@ struct PeerFoundationSelfDeadlockTests {
     }
   }
 
-  @Test func aLockTakenAgainByItsHolderWithAPassedDeadlineStopsTheProcess() async {
+  @Test(.runsExitTests) func aLockTakenAgainByItsHolderWithAPassedDeadlineStopsTheProcess() async {
     await #expect(processExitsWith: .failure) {
       blocking {
         let lock = Lock(checked: false)

@@ -549,7 +549,7 @@ struct PeerScenariosNIOConditionLockEdgeTests {
     #expect(!lock.isHeldByCurrentThread)
   }
 
-  @Test("the holder waiting for a value on its own lock is reported as a self-deadlock")
+  @Test("the holder waiting for a value on its own lock is reported as a self-deadlock", .runsExitTests)
   func holderWaitsForValue() async {
     await #expect(processExitsWith: .failure) {
       blocking {

@@ -142,7 +142,7 @@ struct PriorityInheritanceLockTests {
     lock.unlock()
   }
 
-  @Test("a thread forked by the holder's process takes the lock with its own thread id")
+  @Test("a thread forked by the holder's process takes the lock with its own thread id", .runsExitTests)
   func forkedChildUsesItsOwnThreadID() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -167,7 +167,7 @@ struct PriorityInheritanceLockTests {
 
 @Suite("PriorityInheritanceLock misuse", .timeLimit(.minutes(3)))
 struct PriorityInheritanceLockMisuseTests {
-  @Test("unlock() from a thread that does not hold the lock stops the process")
+  @Test("unlock() from a thread that does not hold the lock stops the process", .runsExitTests)
   func unlockByAnotherThread() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -182,7 +182,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("unlock() of an unlocked lock stops the process")
+  @Test("unlock() of an unlocked lock stops the process", .runsExitTests)
   func unlockUnlocked() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let lock = try! PriorityInheritanceLock()
@@ -192,7 +192,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("lock() by the holder stops the process instead of deadlocking, also with a deadline")
+  @Test("lock() by the holder stops the process instead of deadlocking, also with a deadline", .runsExitTests)
   func relockByHolder() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -212,7 +212,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("a thread that ends holding the lock stops the process")
+  @Test("a thread that ends holding the lock stops the process", .runsExitTests)
   func holderThreadEnded() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -225,7 +225,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("a thread that ends holding the lock while another sleeps waiting for it stops the process")
+  @Test("a thread that ends holding the lock while another sleeps waiting for it stops the process", .runsExitTests)
   func holderThreadEndedWithAWaiterAsleep() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -256,7 +256,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("locks taken and released on many threads leave no thread counted as holding one")
+  @Test("locks taken and released on many threads leave no thread counted as holding one", .runsExitTests)
   func balancedUseIsNotReported() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -277,7 +277,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("destroying a held lock stops the process")
+  @Test("destroying a held lock stops the process", .runsExitTests)
   func deinitWhileHeld() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -290,7 +290,9 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("a timed lock that would close a cycle of two locks taken in opposite orders returns false at its deadline")
+  @Test(
+    "a timed lock that would close a cycle of two locks taken in opposite orders returns false at its deadline",
+    .runsExitTests)
   func timedLockInALockOrderCycleTimesOut() async {
     await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       blocking {
@@ -324,7 +326,7 @@ struct PriorityInheritanceLockMisuseTests {
     }
   }
 
-  @Test("an untimed lock that would close a cycle of two locks is reported as a lock-order cycle")
+  @Test("an untimed lock that would close a cycle of two locks is reported as a lock-order cycle", .runsExitTests)
   func untimedLockInALockOrderCycleIsReported() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {

@@ -14,7 +14,8 @@ struct ProcessLockRecoveryTests {
   // multithreaded fork, and the racers are forked children.
   @Test(
     "racing processes recovering from owners that die never hold the lock at once",
-    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"))
+    .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"),
+    .runsExitTests)
   func racingRecoveryIsExclusive() async throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }
@@ -59,7 +60,7 @@ struct ProcessLockRecoveryTests {
     #expect(throws: ProcessLockError.notOwner) { try second.unlock() }
   }
 
-  @Test("tryLockBreakingStaleLock takes a free lock, leaves a live owner's, and takes a dead owner's")
+  @Test("tryLockBreakingStaleLock takes a free lock, leaves a live owner's, and takes a dead owner's", .runsExitTests)
   func tryLockBreakingStaleLock() async throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }

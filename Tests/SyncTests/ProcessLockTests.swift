@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Testing
 
 @testable import Sync
@@ -204,7 +205,7 @@ struct ProcessLockTests {
     }
   }
 
-  @Test("unlocking a lock this object does not hold is reported")
+  @Test("unlocking a lock this object does not hold is reported", .runsExitTests)
   func unlockMisuse() async {
     await #expect(processExitsWith: .failure) {
       let lock = try ProcessLock(path: "/tmp/tk-processlock-misuse-\(getpid()).lock")

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -13,7 +14,7 @@ private func standardError(_ result: ExitTest.Result?) -> String {
 /// findings go to standard error.
 @Suite("Read-write lock hooks", .timeLimit(.minutes(3)))
 struct ReadWriteLockHooksTests {
-  @Test("a ReadWriteLock read-locked before a Lock and write-locked after it is reported, naming both")
+  @Test("a ReadWriteLock read-locked before a Lock and write-locked after it is reported, naming both", .runsExitTests)
   func readAndWriteOrdersAgainstALock() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -29,7 +30,7 @@ struct ReadWriteLockHooksTests {
     #expect(text.contains("takes \"table\" while holding \"plain\""))
   }
 
-  @Test("readLock, writeLock(timeout:) and readLock(before:) are seen by the lock-order detector too")
+  @Test("readLock, writeLock(timeout:) and readLock(before:) are seen by the lock-order detector too", .runsExitTests)
   func otherAcquisitionsAreOrdered() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder)
@@ -53,7 +54,7 @@ struct ReadWriteLockHooksTests {
     #expect(text.contains("takes \"first\" while holding \"second\""))
   }
 
-  @Test("a read lock taken again by a thread that holds one adds no order and reports nothing")
+  @Test("a read lock taken again by a thread that holds one adds no order and reports nothing", .runsExitTests)
   func readReentryIsNotAnOrder() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       onlyDetector(.lockOrder, .stop)
@@ -73,7 +74,9 @@ struct ReadWriteLockHooksTests {
     #expect(!standardError(result).contains("[lock-order]"))
   }
 
-  @Test("the watchdog finds a writer waiting for a reader that waits for the writer's lock, naming the readers")
+  @Test(
+    "the watchdog finds a writer waiting for a reader that waits for the writer's lock, naming the readers",
+    .runsExitTests)
   func watchdogFindsWriterWaitingForReaders() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.deadlockCheckInterval = .milliseconds(20)
@@ -106,7 +109,9 @@ struct ReadWriteLockHooksTests {
     #expect(text.contains("holds \"table\" (read)"))
   }
 
-  @Test("the watchdog finds a reader queued behind a waiting writer whose readers wait for the reader's lock")
+  @Test(
+    "the watchdog finds a reader queued behind a waiting writer whose readers wait for the reader's lock",
+    .runsExitTests)
   func watchdogFindsReaderBehindWaitingWriter() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       Diagnostics.deadlockCheckInterval = .milliseconds(20)
@@ -151,7 +156,7 @@ struct ReadWriteLockHooksTests {
     #expect(text.contains("waits for the readers of \"table\""))
   }
 
-  @Test("a ReadWriteLock write-locked by 4 threads shows contended acquisitions")
+  @Test("a ReadWriteLock write-locked by 4 threads shows contended acquisitions", .runsExitTests)
   func contention() async {
     await #expect(processExitsWith: .success) {
       onlyContentionStatistics(sampling: 1)
@@ -176,7 +181,7 @@ struct ReadWriteLockHooksTests {
     }
   }
 
-  @Test("a destroyed named ReadWriteLock's name leaves the name table")
+  @Test("a destroyed named ReadWriteLock's name leaves the name table", .runsExitTests)
   func namesLeaveWithTheirLocks() async {
     await #expect(processExitsWith: .success) {
       let before = LockNames.shared.count

@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -118,7 +119,7 @@ struct SemaphoreTests {
     #expect(semaphore.value == 0)
   }
 
-  @Test("a signal beyond UInt32.max permits is reported, and the count stays intact until then")
+  @Test("a signal beyond UInt32.max permits is reported, and the count stays intact until then", .runsExitTests)
   func overflowIsReported() async {
     let full = Semaphore(value: Int(UInt32.max) - 1)
     full.signal()
@@ -131,7 +132,7 @@ struct SemaphoreTests {
     }
   }
 
-  @Test("a negative initial value is reported")
+  @Test("a negative initial value is reported", .runsExitTests)
   func negativeValue() async {
     await #expect(processExitsWith: .failure) {
       _ = Semaphore(value: -1)

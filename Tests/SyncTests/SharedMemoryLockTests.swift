@@ -57,7 +57,9 @@ private func holdUntilKilled(_ state: SharedState) -> Int32 {
 
 @Suite("SharedMemoryLock", .timeLimit(.minutes(3)))
 struct SharedMemoryLockTests {
-  @Test("a holder process killed with SIGKILL: the next locker, in another process, is told and recovers the lock")
+  @Test(
+    "a holder process killed with SIGKILL: the next locker, in another process, is told and recovers the lock",
+    .runsExitTests)
   func holderKilledNextLockerRecovers() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -83,7 +85,8 @@ struct SharedMemoryLockTests {
     }
   }
 
-  @Test("unlocking after a holder died without markConsistent makes every later lock throw notRecoverable")
+  @Test(
+    "unlocking after a holder died without markConsistent makes every later lock throw notRecoverable", .runsExitTests)
   func unlockWithoutMarkingMakesTheLockUnusable() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -196,7 +199,7 @@ struct SharedMemoryLockTests {
     state.lock.unlock()
   }
 
-  @Test("the lock excludes threads of two processes: no increment of a shared counter is lost")
+  @Test("the lock excludes threads of two processes: no increment of a shared counter is lost", .runsExitTests)
   func mutualExclusionAcrossProcesses() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -217,7 +220,7 @@ struct SharedMemoryLockTests {
     }
   }
 
-  @Test("tryLock by the thread that holds the lock returns nil (busy), as documented")
+  @Test("tryLock by the thread that holds the lock returns nil (busy), as documented", .runsExitTests)
   func tryLockByTheHolderIsBusy() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -235,7 +238,7 @@ struct SharedMemoryLockTests {
 
 @Suite("SharedMemoryCondition", .timeLimit(.minutes(3)))
 struct SharedMemoryConditionTests {
-  @Test("a signal in one process wakes a waiter in another")
+  @Test("a signal in one process wakes a waiter in another", .runsExitTests)
   func signalWakesAnotherProcess() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -260,7 +263,7 @@ struct SharedMemoryConditionTests {
     }
   }
 
-  @Test("a waiter killed while waiting takes no signal with it: the next waiter is woken by one signal")
+  @Test("a waiter killed while waiting takes no signal with it: the next waiter is woken by one signal", .runsExitTests)
   func killedWaiterLosesNoSignal() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -338,7 +341,7 @@ struct SharedMemoryConditionTests {
     #expect(acquisition.load(ordering: .relaxed) == 2)
   }
 
-  @Test("a wait whose deadline has passed, without holding the lock, is reported as misuse")
+  @Test("a wait whose deadline has passed, without holding the lock, is reported as misuse", .runsExitTests)
   func passedDeadlineWaitWithoutTheLockIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -349,7 +352,8 @@ struct SharedMemoryConditionTests {
     }
   }
 
-  @Test("waiting on a lock acquired with previousOwnerDied before markConsistent() is reported as misuse")
+  @Test(
+    "waiting on a lock acquired with previousOwnerDied before markConsistent() is reported as misuse", .runsExitTests)
   func waitBeforeMarkConsistentIsMisuse() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -365,7 +369,9 @@ struct SharedMemoryConditionTests {
     }
   }
 
-  @Test("the documented consumer, marking the lock consistent before waiting, leaves it usable after a holder died")
+  @Test(
+    "the documented consumer, marking the lock consistent before waiting, leaves it usable after a holder died",
+    .runsExitTests)
   func documentedConsumerKeepsTheLockUsable() async {
     await #expect(processExitsWith: .success) {
       blocking {
@@ -394,7 +400,7 @@ struct SharedMemoryConditionTests {
 
 @Suite("SharedMemoryLock misuse", .timeLimit(.minutes(3)))
 struct SharedMemoryLockMisuseTests {
-  @Test("lock() by the holder stops the process instead of deadlocking")
+  @Test("lock() by the holder stops the process instead of deadlocking", .runsExitTests)
   func relock() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -407,7 +413,7 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 
-  @Test("unlock() by a thread that does not hold the lock stops the process")
+  @Test("unlock() by a thread that does not hold the lock stops the process", .runsExitTests)
   func foreignUnlock() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -422,7 +428,7 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 
-  @Test("markConsistent() when no previous owner died stops the process")
+  @Test("markConsistent() when no previous owner died stops the process", .runsExitTests)
   func markConsistentWithoutDeath() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       blocking {
@@ -435,7 +441,8 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 
-  @Test("waiting on the condition without holding the lock stops the process before it counts as a waiter")
+  @Test(
+    "waiting on the condition without holding the lock stops the process before it counts as a waiter", .runsExitTests)
   func waitWithoutLock() async {
     // The condition's own check names the misuse: it runs before the wait raises the shared
     // waiter count, which a stop after it would leave raised in the mapping for good.
@@ -450,7 +457,7 @@ struct SharedMemoryLockMisuseTests {
     }
   }
 
-  @Test("a misaligned address stops the process")
+  @Test("a misaligned address stops the process", .runsExitTests)
   func misaligned() async {
     await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let state = try! SharedState()

@@ -65,7 +65,7 @@ struct SynchronizedTests {
     #expect(sawEntry.value)
   }
 
-  @Test("nested sections on unrelated objects never deadlock, whatever their addresses")
+  @Test("nested sections on unrelated objects never deadlock, whatever their addresses", .runsExitTests)
   func unrelatedNestingNeverDeadlocks() async {
     await #expect(processExitsWith: .success) {
       blocking { nestUnrelatedObjectsOnTwoThreads() }
@@ -80,7 +80,8 @@ struct SynchronizedTests {
     .disabled(if: isRunningUnderThreadSanitizer, "ThreadSanitizer does not support allocating in a forked child"),
     .disabled(
       if: isRunningUnderAddressSanitizer,
-      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"))
+      "AddressSanitizer's runtime can be copied mid-update into a multithreaded fork's child, which allocates here"),
+    .runsExitTests)
   func usableInForkedChild() async {
     await #expect(processExitsWith: .success) {
       blocking { forkWhileAnotherThreadEntersSections() }

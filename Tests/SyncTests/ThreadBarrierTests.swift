@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -37,7 +38,7 @@ struct ThreadBarrierTests {
     #expect(barrier.arriveAndWait())
   }
 
-  @Test("a party count below one is reported")
+  @Test("a party count below one is reported", .runsExitTests)
   func invalidParties() async {
     await #expect(processExitsWith: .failure) {
       _ = ThreadBarrier(parties: 0)

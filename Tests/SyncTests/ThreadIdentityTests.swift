@@ -1,4 +1,5 @@
 import Glibc
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -44,7 +45,7 @@ struct ThreadIdentityTests {
     #expect(!entered.value)
   }
 
-  @Test("a checked mutex held by an ended thread cannot be unlocked by a later thread")
+  @Test("a checked mutex held by an ended thread cannot be unlocked by a later thread", .runsExitTests)
   func checkedMutexOfEndedThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {
@@ -63,7 +64,7 @@ struct ThreadIdentityTests {
     #expect(!heldByLaterThread.value)
   }
 
-  @Test("a checked spin lock held by an ended thread cannot be unlocked by a later thread")
+  @Test("a checked spin lock held by an ended thread cannot be unlocked by a later thread", .runsExitTests)
   func checkedSpinLockOfEndedThread() async {
     await #expect(processExitsWith: .failure) {
       blocking {

@@ -173,7 +173,7 @@ struct AuditRound4ThreadsTests {
   /// Values beyond 0...1 and the infinities clamp; NaN has no place in that mapping and must
   /// not come out as the highest priority (-20): it stops the process with a message, as
   /// the configuration and the setter refuse it.
-  @Test func niceValueClampsOutOfRangeValuesAndRefusesNaN() async {
+  @Test(.runsExitTests) func niceValueClampsOutOfRangeValuesAndRefusesNaN() async {
     #expect(ThreadConfiguration.niceValue(forRelativePriority: 7) == -20)
     #expect(ThreadConfiguration.niceValue(forRelativePriority: -7) == 19)
     #expect(ThreadConfiguration.niceValue(forRelativePriority: .infinity) == -20)
@@ -197,7 +197,7 @@ struct AuditRound4ThreadsTests {
   /// `ceil(quota / period)` or no limit, never an overflow trap in the rounding; a quota or
   /// period of 0, negative numbers and junk are "no limit". Run in a child so a trap fails
   /// only this test.
-  @Test func cgroupQuotaParsingSurvivesExtremeNumbers() async {
+  @Test(.runsExitTests) func cgroupQuotaParsingSurvivesExtremeNumbers() async {
     await #expect(processExitsWith: .success) {
       alarm(20)
       let checks: [Bool] = [
@@ -273,7 +273,7 @@ struct AuditRound4ThreadsTests {
 
   /// `update(_:)`: "Do not touch the same dictionary inside `body` (the lock is not
   /// recursive; doing so stops the process)": a stop with a message, not a silent hang.
-  @Test func touchingTheDictionaryInsideItsUpdateStopsTheProcessWithAMessage() async {
+  @Test(.runsExitTests) func touchingTheDictionaryInsideItsUpdateStopsTheProcessWithAMessage() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       alarm(20)
       let dictionary = Thread.current.threadDictionary
@@ -291,7 +291,7 @@ struct AuditRound4ThreadsTests {
 
   /// Two threads racing `start()` on one thread object: exactly one starts it, the other's
   /// call stops the process (misuse: started twice), never two bodies.
-  @Test func twoThreadsRacingStartStopTheProcessAsStartingTwice() async {
+  @Test(.runsExitTests) func twoThreadsRacingStartStopTheProcessAsStartingTwice() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       raceTwoStarts()
     }

@@ -19,7 +19,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// not shorten the sleep" (`EINTR` resumed with the same absolute deadline). A sleeper
   /// hit by SIGUSR1 every ~100 us (handler installed without `SA_RESTART`) sleeps its full
   /// time.
-  @Test func sleepsHitBySignalsWithoutRestartNeverEndEarly() async {
+  @Test(.runsExitTests) func sleepsHitBySignalsWithoutRestartNeverEndEarly() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 30)
       sleepsUnderSignals()
@@ -29,7 +29,7 @@ struct AuditRound5ThreadsSignalsTests {
 
   /// `join()` blocks until the joined thread has ended. A joiner hit by signals does not
   /// return before then, and gets the body's value.
-  @Test func aJoinHitBySignalsReturnsOnlyOnceTheThreadEnded() async {
+  @Test(.runsExitTests) func aJoinHitBySignalsReturnsOnlyOnceTheThreadEnded() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 30)
       joinUnderSignals()
@@ -40,7 +40,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// A thread started with a relative priority makes its creator wait until the new thread
   /// applied it (a futex handshake). A creator hit by signals still starts every thread once,
   /// with its priority applied, and joins each.
-  @Test func startingThreadsWithAPriorityFromASignalledThreadStartsEachOnce() async {
+  @Test(.runsExitTests) func startingThreadsWithAPriorityFromASignalledThreadStartsEachOnce() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 30)
       prioritizedStartsUnderSignals()
@@ -50,7 +50,7 @@ struct AuditRound5ThreadsSignalsTests {
 
   /// `exit()` waits for running `finishBeforeExit` threads. The exiting thread hit by
   /// signals still waits: the critical thread's last output (after a 300 ms sleep) is there.
-  @Test func exitHitBySignalsStillWaitsForFinishBeforeExitThreads() async {
+  @Test(.runsExitTests) func exitHitBySignalsStillWaitsForFinishBeforeExitThreads() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
       armAlarm(seconds: 30)
       exitUnderSignals()
@@ -62,7 +62,7 @@ struct AuditRound5ThreadsSignalsTests {
 
   /// An idle pool thread waits `idleTimeout` before it ends (monotonic clock). Signals hitting
   /// it while it waits idle must not end that wait early.
-  @Test func anIdlePoolThreadHitBySignalsIsNotRetiredBeforeItsIdleTimeout() async {
+  @Test(.runsExitTests) func anIdlePoolThreadHitBySignalsIsNotRetiredBeforeItsIdleTimeout() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 30)
       await idlePoolThreadUnderSignals()
@@ -72,7 +72,7 @@ struct AuditRound5ThreadsSignalsTests {
 
   /// A pool thread hit by signals while it runs jobs and between them loses no job: every
   /// job's outcome reaches its task.
-  @Test func poolJobsRunWhileTheirThreadIsHitBySignalsAllComplete() async {
+  @Test(.runsExitTests) func poolJobsRunWhileTheirThreadIsHitBySignalsAllComplete() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 30)
       await poolJobsUnderSignals()
@@ -85,7 +85,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// 1,500 spawned-and-joined threads and 500 detached ones: the descriptors and the threads
   /// of the process come back to their start values, and each thread object is released
   /// once its thread is joined.
-  @Test func manyThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       threadLifecycles()
@@ -96,7 +96,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// More thread-locals than POSIX has keys (1,024), created and released one after the
   /// other, each used on the calling thread and on a thread that ends (its destructor runs
   /// once): the keys are given back, so none runs out; every `ThreadLocal` is released.
-  @Test func moreThreadLocalsThanKeysOneAfterTheOtherEachGiveTheirKeyBack() async {
+  @Test(.runsExitTests) func moreThreadLocalsThanKeysOneAfterTheOtherEachGiveTheirKeyBack() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       threadLocalLifecycles()
@@ -107,7 +107,7 @@ struct AuditRound5ThreadsSignalsTests {
   /// 1,000 threads created by other code (raw `pthread_create`) that adopt a thread object,
   /// use its dictionary and add an exit handler: each handler runs once, each object is
   /// released once the thread is joined, and descriptors and threads come back.
-  @Test func manyAdoptedThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyAdoptedThreadLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       adoptedThreadLifecycles()
@@ -138,7 +138,7 @@ struct AuditRound5ThreadsSignalsTests {
 
   /// Pools created, used and shut down 300 times, then released: descriptors and threads
   /// come back, and each pool object is released.
-  @Test func manyPoolLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
+  @Test(.runsExitTests) func manyPoolLifecyclesLeaveNoDescriptorThreadOrObjectBehind() async {
     await #expect(processExitsWith: .success) {
       armAlarm(seconds: 150)
       await poolLifecycles()

@@ -22,7 +22,7 @@ struct AuditRound6ThreadsResourceLimitsTests {
     .disabled(
       if: isRunningUnderSanitizer,
       "a sanitizer's runtime cannot start threads in a child forked from a multithreaded process: ThreadSanitizer refuses, and AddressSanitizer's thread registry can be copied locked (another thread of the exit test's child starting or ending a thread), which can hang the child"
-    ))
+    ), .runsExitTests)
   func criticalThreadsRefusedTheirPriorityAreNotWaitedForAtExit() async {
     await #expect(processExitsWith: .success) {
       runScenarioInForkedChild("critical threads refused their priority") {

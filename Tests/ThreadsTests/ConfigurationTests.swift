@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -263,7 +264,7 @@ struct PriorityConfigurationTests {
     #expect(try onThread(configuration) { try ThreadSchedulingPolicy.ofCurrentThread() } == .normal)
   }
 
-  @Test func withoutPermissionRealTimeIsEPERMAndRaisingNiceIsEACCES() async {
+  @Test(.runsExitTests) func withoutPermissionRealTimeIsEPERMAndRaisingNiceIsEACCES() async {
     // In a child process that gives up root (or never had it) and RLIMIT_RTPRIO.
     await #expect(processExitsWith: .success) {
       exit(childWithoutSchedulingPermission())
@@ -341,7 +342,7 @@ struct CreationFailureTests {
     }
   }
 
-  @Test func refusedThreadIsEAGAIN() async {
+  @Test(.runsExitTests) func refusedThreadIsEAGAIN() async {
     // RLIMIT_NPROC in a child process that is not root: the kernel refuses the clone.
     await #expect(processExitsWith: .success) {
       exit(childWithoutThreadAllowance())

@@ -13,14 +13,14 @@ import Testing
 /// test, and the exit test's process reports the grandchild's wait status.
 @Suite("fork() children", .timeLimit(.minutes(3)))
 struct ForkTests {
-  @Test("exit() in a child forked while a finishBeforeExit thread runs does not wait for it")
+  @Test("exit() in a child forked while a finishBeforeExit thread runs does not wait for it", .runsExitTests)
   func childExitDoesNotWaitForParentsCriticalThreads() async {
     await #expect(processExitsWith: .success) {
       exit(forkWhileACriticalThreadRuns() == 0 ? 0 : 1)
     }
   }
 
-  @Test("Thread.main.name set on the main thread before anything asked for Thread.current")
+  @Test("Thread.main.name set on the main thread before anything asked for Thread.current", .runsExitTests)
   func mainThreadNamesItselfFirstThing() async {
     await #expect(processExitsWith: .success) {
       exit(
@@ -34,7 +34,8 @@ struct ForkTests {
   }
 
   @Test(
-    "in a child forked from a toolkit thread, the parent's main thread is gone and the forking thread has the child's id"
+    "in a child forked from a toolkit thread, the parent's main thread is gone and the forking thread has the child's id",
+    .runsExitTests
   )
   func childForkedFromASecondaryThread() async {
     await #expect(processExitsWith: .success) {
@@ -42,7 +43,9 @@ struct ForkTests {
     }
   }
 
-  @Test("in a forked child, the forking thread's kernelThreadID is the child's pid, and Thread.main still runs there")
+  @Test(
+    "in a forked child, the forking thread's kernelThreadID is the child's pid, and Thread.main still runs there",
+    .runsExitTests)
   func forkingThreadReportsTheChildsID() async {
     await #expect(processExitsWith: .success) {
       // Thread.main made before the fork; the forking thread is the main thread or one never

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 import Threads
@@ -83,7 +84,8 @@ private func plainJoinScenario() {
 /// error.
 @Suite("Join diagnostics", .timeLimit(.minutes(3)))
 struct JoinDiagnosticsTests {
-  @Test("the watchdog finds three threads in a cycle whose one edge is a join, naming the joined thread")
+  @Test(
+    "the watchdog finds three threads in a cycle whose one edge is a join, naming the joined thread", .runsExitTests)
   func joinClosesADeadlockCycle() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       joinCycleScenario()
@@ -97,7 +99,7 @@ struct JoinDiagnosticsTests {
     #expect(text.contains("waits for \"first\" (held by \"joiner\""))
   }
 
-  @Test("a join of a thread that ends reports nothing, with the watchdog on")
+  @Test("a join of a thread that ends reports nothing, with the watchdog on", .runsExitTests)
   func plainJoinReportsNothing() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       plainJoinScenario()
@@ -105,7 +107,7 @@ struct JoinDiagnosticsTests {
     #expect(!standardError(result).contains("[deadlocks]"))
   }
 
-  @Test("a task joining a thread longer than the threshold is reported once, naming the thread")
+  @Test("a task joining a thread longer than the threshold is reported once, naming the thread", .runsExitTests)
   func taskJoiningAThreadIsReported() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       Diagnostics.blockingInTaskThreshold = .milliseconds(20)

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Testing
 
 @testable import Threads
@@ -18,15 +19,15 @@ struct MisuseTests {
   //
   // so they need no run-time check.
 
-  @Test func threadJoiningItself() async {
+  @Test(.runsExitTests) func threadJoiningItself() async {
     await #expect(processExitsWith: .failure) { misuseJoinSelf() }
   }
 
-  @Test func startingTwice() async {
+  @Test(.runsExitTests) func startingTwice() async {
     await #expect(processExitsWith: .failure) { misuseStartTwice() }
   }
 
-  @Test func aPoolWhoseWorkersTheExitWouldWaitFor() async {
+  @Test(.runsExitTests) func aPoolWhoseWorkersTheExitWouldWaitFor() async {
     // Idle workers never end on their own: exit() would wait for them for ever.
     await #expect(processExitsWith: .failure) {
       var configuration = ThreadPool.Configuration()
@@ -35,24 +36,24 @@ struct MisuseTests {
     }
   }
 
-  @Test func startingTheMainThread() async {
+  @Test(.runsExitTests) func startingTheMainThread() async {
     await #expect(processExitsWith: .failure) { try? Thread.main.start() }
   }
 
-  @Test func configuringAfterStart() async {
+  @Test(.runsExitTests) func configuringAfterStart() async {
     await #expect(processExitsWith: .failure) { misuseConfigureAfterStart() }
   }
 
-  @Test func renamingARunningThreadFromAnotherThread() async {
+  @Test(.runsExitTests) func renamingARunningThreadFromAnotherThread() async {
     await #expect(processExitsWith: .failure) { misuseRenameFromOutside() }
   }
 
-  @Test func addingAnExitHandlerToARunningThreadFromAnotherThread() async {
+  @Test(.runsExitTests) func addingAnExitHandlerToARunningThreadFromAnotherThread() async {
     await #expect(processExitsWith: .failure) { misuseOnExitFromOutside() }
   }
 
   /// An ended thread is not "running": the message covers both, so it does not mislead.
-  @Test func renamingOrAddingAnExitHandlerToAnEndedThreadFromAnotherThreadSaysSo() async {
+  @Test(.runsExitTests) func renamingOrAddingAnExitHandlerToAnEndedThreadFromAnotherThreadSaysSo() async {
     let results = [
       await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { misuseRenameEnded() },
       await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { misuseOnExitEnded() },
@@ -63,7 +64,7 @@ struct MisuseTests {
     }
   }
 
-  @Test func misuseMessageNamesTheType() async throws {
+  @Test(.runsExitTests) func misuseMessageNamesTheType() async throws {
     let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       misuseJoinSelf()
     }

@@ -1,3 +1,4 @@
+import ProcessTestSupport
 import Sync
 import Testing
 
@@ -96,7 +97,7 @@ struct ThreadDictionaryTests {
     Thread.current.threadDictionary.removeAll()
   }
 
-  @Test func aValueRemovedInUpdateIsReleasedAfterTheDictionarysLock() async {
+  @Test(.runsExitTests) func aValueRemovedInUpdateIsReleasedAfterTheDictionarysLock() async {
     // An exit test: released under the lock, the value's deinitializer reading the same
     // dictionary stops the process as a self-deadlock.
     await #expect(processExitsWith: .success) {
@@ -225,7 +226,7 @@ struct ThreadLocalTests {
     #expect(local.value.value == 0)
   }
 
-  @Test("using the thread-local again inside withValue stops the process (exclusive access)")
+  @Test("using the thread-local again inside withValue stops the process (exclusive access)", .runsExitTests)
   func reentrantWithValueStops() async {
     await #expect(processExitsWith: .failure) {
       let local = ThreadLocal<Int>(initialValue: { 1 })

@@ -55,13 +55,13 @@ struct ProcessExitTests {
     #expect(seen.value == "dropped")
   }
 
-  @Test func criticalThreadThatCallsExitItselfDoesNotWaitForItself() async {
+  @Test(.runsExitTests) func criticalThreadThatCallsExitItselfDoesNotWaitForItself() async {
     await #expect(processExitsWith: .exitCode(7)) {
       childCriticalThreadCallsExit()
     }
   }
 
-  @Test func criticalThreadCallingExitWhileItsDictionaryIsEmptiedDoesNotWaitForItself() async throws {
+  @Test(.runsExitTests) func criticalThreadCallingExitWhileItsDictionaryIsEmptiedDoesNotWaitForItself() async throws {
     // The thread is still counted while its dictionary's values are released (after its
     // body and exit handlers): exit() from one of their deinitializers must not wait for the
     // calling thread. The alarm turns a hang into a failure.
@@ -76,7 +76,7 @@ struct ProcessExitTests {
     #expect(result.exitStatus == .exitCode(7) || endedBySanitizer)
   }
 
-  @Test func defaultHandlerPrintsTheThreadsNameToStandardError() async throws {
+  @Test(.runsExitTests) func defaultHandlerPrintsTheThreadsNameToStandardError() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardErrorContent]) {
       childThrowingFromACriticalDetachedThread()
       exit(0)
@@ -86,7 +86,7 @@ struct ProcessExitTests {
     #expect(text.contains("DiskFull"))
   }
 
-  @Test func criticalThreadFinishesWritingBeforeTheProcessExits() async throws {
+  @Test(.runsExitTests) func criticalThreadFinishesWritingBeforeTheProcessExits() async throws {
     let path = "/tmp/threads-critical-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).txt"
     defer { unlink(path) }
     await #expect(processExitsWith: .success) { [path = path as String] in
@@ -99,7 +99,7 @@ struct ProcessExitTests {
     #expect(lines.last == "line \(criticalLineCount - 1)")
   }
 
-  @Test func criticalThreadReleasesItsBodysCapturesBeforeTheProcessExits() async throws {
+  @Test(.runsExitTests) func criticalThreadReleasesItsBodysCapturesBeforeTheProcessExits() async throws {
     let path = "/tmp/threads-capture-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).txt"
     defer { unlink(path) }
     await #expect(processExitsWith: .success) { [path = path as String] in

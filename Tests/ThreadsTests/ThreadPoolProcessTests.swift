@@ -22,7 +22,7 @@ struct ThreadPoolProcessTests {
   /// The pool's half gets up to five attempts (the best counts): other processes on a
   /// loaded machine delay the sleeper now and then, while the detached stall is there every
   /// time (one attempt). The child prints the figures and the parent judges them.
-  @Test func blockingWorkInThePoolDoesNotStarveTheCooperativePoolButDetachedTasksDo() async throws {
+  @Test(.runsExitTests) func blockingWorkInThePoolDoesNotStarveTheCooperativePoolButDetachedTasksDo() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let blockers = sysconf(Int32(_SC_NPROCESSORS_ONLN)) + 2
       let pool = ThreadPool(name: "starvation")
@@ -58,7 +58,7 @@ struct ThreadPoolProcessTests {
   /// or memory mappings than the runtime and the allocator account for (an ended thread
   /// never joined keeps its stack mapped). The child prints the counts, and the descriptors
   /// opened meanwhile by name; the parent prints them for the log and judges them.
-  @Test func submitAndShutdownCyclesLeakNoThreadOrDescriptor() async throws {
+  @Test(.runsExitTests) func submitAndShutdownCyclesLeakNoThreadOrDescriptor() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       let cycles = isRunningUnderThreadSanitizer ? 1_000 : 10_000
       await runCycle()  // the runtime's own threads start here, before counting
@@ -101,7 +101,7 @@ struct ThreadPoolProcessTests {
   /// of waking a task), stay within one record per job. A second allocation per job (a
   /// wrapped closure, a continuation box) would add at least 32 bytes each. The tasks run
   /// one round trip through another pool first, so their own async frames are allocated.
-  @Test func aQueuedJobCostsOneAllocation() async throws {
+  @Test(.runsExitTests) func aQueuedJobCostsOneAllocation() async throws {
     let result = try await #require(processExitsWith: .success, observing: [\.standardOutputContent]) {
       await measureAllocationsPerQueuedJob()
     }
@@ -116,7 +116,7 @@ struct ThreadPoolProcessTests {
     #expect(figures[0] <= figures[1] + 8 + 24, "bytes per queued job beyond waking its task: \(output)")
   }
 
-  @Test func anOutOfRangeConfigurationIsMisuse() async throws {
+  @Test(.runsExitTests) func anOutOfRangeConfigurationIsMisuse() async throws {
     let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       var configuration = ThreadPool.Configuration()
       configuration.maximumThreads = 0
@@ -126,7 +126,7 @@ struct ThreadPoolProcessTests {
     #expect(text.contains("ThreadPool misuse: maximumThreads must be at least 1"))
   }
 
-  @Test func anInvalidThreadConfigurationIsMisuse() async {
+  @Test(.runsExitTests) func anInvalidThreadConfigurationIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       var configuration = ThreadPool.Configuration()
       configuration.threadConfiguration.stackSize = 1
@@ -134,7 +134,7 @@ struct ThreadPoolProcessTests {
     }
   }
 
-  @Test func shuttingDownTheSharedPoolIsMisuse() async {
+  @Test(.runsExitTests) func shuttingDownTheSharedPoolIsMisuse() async {
     await #expect(processExitsWith: .failure) {
       await ThreadPool.shared.shutDown()
     }

@@ -116,7 +116,7 @@ struct ThreadPoolTests {
     #expect(ThreadPoolCore.kernelWorkerName(pool: "\u{0}", index: 2) == "-2")
   }
 
-  @Test func aMaximumOfIntMaxMeansNoLimitOfThePoolsOwn() async throws {
+  @Test(.runsExitTests) func aMaximumOfIntMaxMeansNoLimitOfThePoolsOwn() async throws {
     // GLib's g_thread_pool_new(..., max_threads: -1, ...): no limit. Nothing may be sized by
     // the maximum up front (an idle stack reserved for `Int.max` workers overflowed its byte
     // count: a tiny buffer, overrun as workers went idle). In a child process: a heap
