@@ -8,7 +8,6 @@
 // pass. Child tasks run on their task's executor preference, so a test that runs with one
 // set to `BlockingTestExecutor.shared` holds threads of that executor instead.
 
-import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -82,35 +81,35 @@ public final class BlockingTestExecutor: TaskExecutor, @unchecked Sendable {
 }
 
 /// At most `limit` holders at once; the others wait suspended, first come first served.
-final class AsyncPermits: Sendable {
-  private let state: Mutex<(free: Int, waiting: [CheckedContinuation<Void, Never>])>
+/// Guarded by a pthread mutex, which ThreadSanitizer sees: a contended
+/// `Synchronization.Mutex` hands over through the kernel (a priority-inheritance futex),
+/// which it does not, and it reported the accesses of two holders in turn as a race.
+final class AsyncPermits: @unchecked Sendable {
+  // @unchecked: `free` and `waiting` are read and written only with `mutex` held.
+  private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  private var free: Int
+  private var waiting: [CheckedContinuation<Void, Never>] = []
 
   init(_ limit: Int) {
-    state = Mutex((limit, []))
+    free = limit
+    precondition(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init failed")
   }
 
   func acquire() async {
     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-      let granted = state.withLock { state -> Bool in
-        if state.free > 0 {
-          state.free -= 1
-          return true
-        }
-        state.waiting.append(continuation)
-        return false
-      }
+      precondition(pthread_mutex_lock(mutex) == 0, "pthread_mutex_lock failed")
+      let granted = free > 0
+      if granted { free -= 1 } else { waiting.append(continuation) }
+      precondition(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock failed")
       if granted { continuation.resume() }
     }
   }
 
   func release() {
-    let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
-      if state.waiting.isEmpty {
-        state.free += 1
-        return nil
-      }
-      return state.waiting.removeFirst()
-    }
+    precondition(pthread_mutex_lock(mutex) == 0, "pthread_mutex_lock failed")
+    let next = waiting.isEmpty ? nil : waiting.removeFirst()
+    if next == nil { free += 1 }
+    precondition(pthread_mutex_unlock(mutex) == 0, "pthread_mutex_unlock failed")
     next?.resume()
   }
 }
